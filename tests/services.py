@@ -1,0 +1,1 @@
+"""Service fixtures: filled in as the edges arrive."""
