@@ -425,11 +425,7 @@ def snapshot_from_query(table: CsvTable, processes: CsvTable | None = None) -> S
     else:
         gpus = tuple(gpu_from_query_row(r, p) for p, r in enumerate(rows))
     driver = next((r["driver_version"] for r in rows if _Cells.text(r.get("driver_version"))), None)
-    procs: tuple[GpuProcess, ...] = ()
-    listing = ProcessListing.ABSENT
-    if processes is not None:
-        procs = tuple(process_from_apps_row(r) for r in processes.rows)
-        listing = ProcessListing.LISTED if procs else ProcessListing.NONE_FOUND
+    procs, listing = processes_from_query(processes) if processes is not None else ((), ProcessListing.ABSENT)
     return SmiSnapshot(
         source_format="csv-gpu",
         gpus=gpus,
@@ -438,6 +434,12 @@ def snapshot_from_query(table: CsvTable, processes: CsvTable | None = None) -> S
         processes=procs,
         sample_count=len(rows),
     )
+
+
+def processes_from_query(table: CsvTable | None) -> tuple[tuple[GpuProcess, ...], ProcessListing]:
+    """A ``--query-compute-apps`` table; ``None`` (nvidia-smi printed nothing) means no processes."""
+    procs = tuple(process_from_apps_row(r) for r in table.rows) if table is not None else ()
+    return procs, ProcessListing.LISTED if procs else ProcessListing.NONE_FOUND
 
 
 def parse_csv_apps(text: str, fields: Sequence[str] | None = None) -> SmiSnapshot:

@@ -1,0 +1,159 @@
+"""`gpuops ...`: the terminal front end over the same use cases and views."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bot.core.gpu import SmiSnapshot
+from bot.errors import GpuopsError
+
+
+def _snapshot_json(snapshot: SmiSnapshot) -> dict[str, Any]:
+    return {
+        "format": snapshot.source_format,
+        "driver_version": snapshot.driver_version,
+        "cuda_version": snapshot.cuda_version,
+        "error": None if snapshot.error is None else {
+            "kind": snapshot.error.kind.value, "lines": list(snapshot.error.lines),
+            "pci_bus_id": snapshot.error.pci_bus_id,
+        },
+        "process_listing": snapshot.process_listing.value,
+        "gpus": [
+            {
+                "index": g.index, "name": g.name, "memory_used_mib": g.memory_used_mib,
+                "memory_total_mib": g.memory_total_mib, "utilization_pct": g.utilization_pct,
+                "temperature_c": g.temperature_c, "power_draw_w": g.power_draw_w, "power_limit_w": g.power_limit_w,
+                "uuid": g.uuid, "pci_bus_id": g.pci_bus_id, "unreadable": dict(g.raw),
+                "mig_devices": [asdict(m) for m in g.mig_devices],
+                "processes": [
+                    {"pid": p.pid, "name": p.name, "used_mib": p.used_mib, "type": p.type}
+                    for p in snapshot.processes_of(g)
+                ],
+            }
+            for g in snapshot.gpus
+        ],
+        "unattached_processes": [
+            {"pid": p.pid, "name": p.name, "used_mib": p.used_mib, "gpu_uuid": p.gpu_uuid}
+            for p in snapshot.processes if not any(p in snapshot.processes_of(g) for g in snapshot.gpus)
+        ],
+    }
+
+
+def _smi_text(snapshot: SmiSnapshot) -> str:
+    from bot.core.report import GPU_HEADER, PROCESS_HEADER, gpu_line
+
+    lines = [f"format: {snapshot.source_format}  driver: {snapshot.driver_version or '-'}  "
+             f"CUDA: {snapshot.cuda_version or '-'}  GPUs: {len(snapshot.gpus)}"]
+    if snapshot.error:
+        lines.append(f"ERROR {snapshot.error.kind.value}: {snapshot.error.meaning}")
+        lines += [f"  | {line}" for line in snapshot.error.lines]
+    if snapshot.gpus:
+        lines += [GPU_HEADER, *(gpu_line(g) for g in snapshot.gpus)]
+        for g in snapshot.gpus:
+            if g.raw:
+                lines.append(f"  GPU {g.index} unreadable: " + ", ".join(f"{k}={v}" for k, v in g.raw.items()))
+    lines.append(f"processes: {snapshot.process_listing.value}")
+    if snapshot.processes:
+        lines.append(PROCESS_HEADER)
+        for p in snapshot.processes:
+            used = p.used_mib if p.used_mib is not None else (p.used_raw or "n/a")
+            gpu = p.gpu_index if p.gpu_index is not None else "?"
+            lines.append(f"{gpu:>3}  {p.pid if p.pid is not None else '?':>8}  {'':>5}  {used:>7}  {p.name}")
+    return "\n".join(lines)
+
+
+def cmd_smi_parse(args: argparse.Namespace) -> int:
+    from bot.core.smi import decode, parse_any
+
+    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    fields = args.fields.split(",") if args.fields else None
+    snapshot = parse_any(decode(data), fields=fields, fmt=args.format)
+    print(json.dumps(_snapshot_json(snapshot), indent=2) if args.json else _smi_text(snapshot))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from bot.app import build_services
+    from bot.config import Settings
+    from bot.core.inventory import resolve_targets
+    from bot.status import read_status
+    from bot.views import status_text
+
+    settings = Settings() if args.inventory is None else Settings(inventory=Path(args.inventory))
+
+    async def run() -> int:
+        services = build_services(settings)
+        try:
+            targets = resolve_targets(args.target, services.inventory)
+            report = await read_status(services.transport, services.inventory, targets,
+                                       limits=services.limits, deadline_s=settings.status_deadline_s)
+            print(status_text(report))
+            return 0 if all(s.state.value == "ok" for s in report.statuses) else 3
+        finally:
+            await services.close()
+
+    return asyncio.run(run())
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from bot.lab.console import run_lab
+
+    return asyncio.run(run_lab(script=args.script))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from bot.app import serve
+    from bot.config import Settings
+
+    asyncio.run(serve(Settings()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuops", description="GPU chat-ops for SGLang on Proxmox")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    status = sub.add_parser("status", help="GPU status of nodes/containers (same answer as /gpu status)")
+    status.add_argument("target", nargs="?", default="all")
+    status.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    status.set_defaults(func=cmd_status)
+
+    smi = sub.add_parser("smi", help="nvidia-smi output tools")
+    smi_sub = smi.add_subparsers(dest="smi_command", required=True)
+    parse = smi_sub.add_parser("parse", help="parse a saved nvidia-smi output of any kind (auto-detected)")
+    parse.add_argument("file", help="file path, or - for stdin")
+    parse.add_argument("--json", action="store_true", help="print normalised JSON")
+    parse.add_argument("--format", choices=["table", "csv-gpu", "csv-apps", "xml", "q-text", "error"])
+    parse.add_argument("--fields", help="for headerless CSV: the --query-gpu/--query-compute-apps field list")
+    parse.set_defaults(func=cmd_smi_parse)
+
+    lab = sub.add_parser("lab", help="run the embedded lab with a console that shows what Slack would show")
+    lab.add_argument("--script", action="store_true", help="play a scripted session instead of reading commands")
+    lab.set_defaults(func=cmd_lab)
+
+    serve = sub.add_parser("serve", help="run the Slack bot (Socket Mode with an app token, else HTTP)")
+    serve.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except GpuopsError as exc:
+        print(f"gpuops: {exc.user_message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

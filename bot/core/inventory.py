@@ -1,0 +1,126 @@
+"""The inventory: which Proxmox nodes and LXC containers the bot may reach, and how.
+
+Pure data and validation; :mod:`bot.config` reads the file. Targets named in commands are
+resolved here, so user text never becomes a host name or a vmid without passing through it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from bot.errors import TargetError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class Node(BaseModel):
+    """A Proxmox VE host reached over SSH."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str
+    port: int = Field(22, ge=1, le=65535)
+    user: str = "root"
+    key: str | None = None  # private key file; None -> ssh-agent is not used, so one must be given
+    known_hosts: str
+    proc_root: str = "/proc"  # where /proc/<pid>/cgroup is read on the node (tests point it elsewhere)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]{1,253}", value):
+            raise ValueError("must be a host name or IP address")
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", value):
+            raise ValueError("must be a plain POSIX user name")
+        return value
+
+    @field_validator("proc_root")
+    @classmethod
+    def _proc_root(cls, value: str) -> str:
+        if not re.fullmatch(r"/[A-Za-z0-9_./-]*", value) or ".." in value:
+            raise ValueError("must be an absolute path without '..'")
+        return value.rstrip("/") or "/"
+
+
+class Container(BaseModel):
+    """An LXC container on a node, reached with ``pct exec``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node: str
+    vmid: int = Field(ge=100, le=999_999_999)  # Proxmox guest ids start at 100
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: dict[str, Node]
+    containers: dict[str, Container] = Field(default_factory=dict)
+
+    @field_validator("nodes", "containers")
+    @classmethod
+    def _names(cls, value: dict[str, object]) -> dict[str, object]:
+        for name in value:
+            if not NAME_RE.match(name):
+                raise ValueError(f"name {name!r} must be letters, digits, '_', '.', '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _containers_on_known_nodes(self) -> Inventory:
+        for name, ct in self.containers.items():
+            if ct.node not in self.nodes:
+                raise ValueError(f"container {name!r} is on node {ct.node!r}, which is not in nodes")
+        seen: dict[tuple[str, int], str] = {}
+        for name, ct in self.containers.items():
+            key = (ct.node, ct.vmid)
+            if key in seen:
+                raise ValueError(f"containers {seen[key]!r} and {name!r} are both {ct.node}:{ct.vmid}")
+            seen[key] = name
+        return self
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: Literal["node", "container"]
+    node: str
+    vmid: int | None = None
+    name: str | None = None  # inventory name of a container
+
+    @property
+    def label(self) -> str:
+        if self.kind == "node":
+            return self.node
+        base = f"{self.node}:{self.vmid}"
+        return f"{base} ({self.name})" if self.name else base
+
+
+def resolve_targets(spec: str, inventory: Inventory) -> list[Target]:
+    """``all`` | ``<node>`` | ``<node>:<vmid>`` | ``<container name>`` -> targets.
+
+    ``all`` means every node (the host view shows every container's GPU use).
+    """
+    spec = spec.strip()
+    if spec in ("", "all"):
+        return [Target("node", n) for n in inventory.nodes]
+    if spec in inventory.nodes:
+        return [Target("node", spec)]
+    if spec in inventory.containers:
+        ct = inventory.containers[spec]
+        return [Target("container", ct.node, ct.vmid, spec)]
+    match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_.-]*):(\d{3,9})", spec)
+    if match and match.group(1) in inventory.nodes and int(match.group(2)) >= 100:
+        node, vmid = match.group(1), int(match.group(2))
+        name = next((n for n, c in inventory.containers.items() if c.node == node and c.vmid == vmid), None)
+        return [Target("container", node, vmid, name)]
+    known = ", ".join(sorted([*inventory.nodes, *inventory.containers])) or "(none)"
+    shown = spec if len(spec) <= 40 else spec[:40] + "…"
+    raise TargetError(f"unknown target `{shown}`. Known: {known}, or `all`, or `<node>:<vmid>`")

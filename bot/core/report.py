@@ -1,0 +1,124 @@
+"""The data a status answer renders: plain values and monospace lines, no Slack, no I/O.
+
+Slack (Block Kit) and the terminal render the same :class:`TargetView`, so both say the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.core.gpu import Gpu, ProcessListing
+from bot.core.status import GpuRow, ProcessView, TargetState, TargetStatus
+
+BAR_WIDTH = 10
+
+
+@dataclass(frozen=True)
+class TargetView:
+    title: str
+    state: str  # ok | attention | unreachable | smi-error | unreadable
+    summary: str  # driver / CUDA / GPU count, or the problem
+    gpu_lines: tuple[str, ...]
+    flag_lines: tuple[str, ...]
+    process_title: str
+    process_lines: tuple[str, ...]
+    detail_lines: tuple[str, ...]  # error banner lines, etc.
+
+
+def bar(used: int | None, total: int | None, width: int = BAR_WIDTH) -> str:
+    if used is None or not total:
+        return "?" * width
+    filled = min(width, round(width * used / total))
+    return "█" * filled + "░" * (width - filled)
+
+
+def _cell(value: object | None, raw: str | None, suffix: str = "") -> str:
+    if value is None:
+        return raw or "n/a"
+    if isinstance(value, float):
+        value = round(value)
+    return f"{value}{suffix}"
+
+
+def gpu_line(gpu: Gpu) -> str:
+    if gpu.memory_used_mib is not None and gpu.memory_total_mib is not None:
+        memory = f"{bar(gpu.memory_used_mib, gpu.memory_total_mib)} {gpu.memory_used_mib:>6}/{gpu.memory_total_mib} MiB"
+    else:
+        memory = f"{bar(None, None)} {gpu.raw.get('memory') or gpu.raw.get('memory_used') or 'n/a':>16}"
+    name = (gpu.name or "?").removeprefix("NVIDIA ")
+    draw = _cell(gpu.power_draw_w, gpu.raw.get("power_draw"))
+    power = f"{draw}/{_cell(gpu.power_limit_w, gpu.raw.get('power_limit'))} W"
+    return (
+        f"{gpu.index:>3}  {name[:20]:<20} {memory:<33} "
+        f"{_cell(gpu.utilization_pct, gpu.raw.get('utilization'), '%'):>5} "
+        f"{_cell(gpu.temperature_c, gpu.raw.get('temperature'), '°C'):>6}  {power}"
+    )
+
+
+GPU_HEADER = f"{'GPU':>3}  {'NAME':<20} {'MEMORY':<33} {'UTIL':>5} {'TEMP':>6}  POWER"
+PROCESS_HEADER = f"{'GPU':>3}  {'PID':>8}  {'CT':>5}  {'MiB':>7}  PROCESS"
+
+
+def process_lines(rows: tuple[GpuRow, ...]) -> list[str]:
+    lines = []
+    for row in rows:
+        for p in row.processes:
+            used = str(p.used_mib) if p.used_mib is not None else (p.used_raw or "n/a")
+            ct = str(p.vmid) if p.vmid is not None else "host"
+            lines.append(f"{row.gpu.index:>3}  {p.pid if p.pid is not None else '?':>8}  {ct:>5}  {used:>7}  {p.name}")
+    return lines
+
+
+def _process_title(status: TargetStatus, count: int) -> str:
+    snap = status.snapshot
+    if status.process_view is ProcessView.HIDDEN:
+        return "processes: not visible inside the container, and the node could not be read"
+    if status.process_view is ProcessView.FROM_HOST:
+        return f"processes of CT {status.target.vmid} (read on node {status.target.node}): {count or 'none'}"
+    if snap is not None and snap.process_listing is ProcessListing.EMPTY:
+        return "processes: section empty (PID namespace: not visible here)"
+    if snap is not None and snap.process_listing is ProcessListing.ABSENT:
+        return "processes: not read"
+    return f"compute processes: {count or 'none'}"
+
+
+def target_view(status: TargetStatus) -> TargetView:
+    target = status.target
+    title = target.label
+    snap = status.snapshot
+    if status.state is TargetState.UNREACHABLE:
+        return TargetView(title, "unreachable", f"unreachable: {status.problem}", (), (), "", (), ())
+    if status.state is TargetState.UNREADABLE:
+        return TargetView(title, "unreadable", f"output not understood: {status.problem}", (), (), "", (), ())
+    detail: tuple[str, ...] = ()
+    if snap is not None and snap.error is not None:
+        detail = snap.error.lines
+    if status.state is TargetState.SMI_ERROR and not status.rows:
+        kind = snap.error.kind.value if snap and snap.error else "error"
+        return TargetView(title, "smi-error", f"nvidia-smi error ({kind}): {status.problem}", (), (), "", (), detail)
+    versions = []
+    if snap is not None and snap.driver_version:
+        versions.append(f"driver {snap.driver_version}")
+    if snap is not None and snap.cuda_version:
+        versions.append(f"CUDA {snap.cuda_version}")
+    versions.append(f"{len(status.rows)} GPU" + ("s" if len(status.rows) != 1 else ""))
+    flags: list[str] = []
+    for row in status.rows:
+        flags.extend(f"GPU {row.gpu.index}: {flag}" for flag in row.flags)
+        for vmid, mib in sorted(row.other_containers_mib.items()):
+            owner = f"CT {vmid}" if vmid else "processes outside any container"
+            flags.append(f"GPU {row.gpu.index}: {mib} MiB held by {owner}")
+    if status.state is TargetState.SMI_ERROR:
+        flags.insert(0, f"nvidia-smi reported: {status.problem}")
+    procs = process_lines(status.rows)
+    state = "attention" if flags or status.state is TargetState.SMI_ERROR else "ok"
+    return TargetView(
+        title=title,
+        state=state,
+        summary=" · ".join(versions),
+        gpu_lines=(GPU_HEADER, *(gpu_line(r.gpu) for r in status.rows)),
+        flag_lines=tuple(flags),
+        process_title=_process_title(status, len(procs)),
+        process_lines=(PROCESS_HEADER, *procs) if procs else (),
+        detail_lines=detail,
+    )

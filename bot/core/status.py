@@ -1,0 +1,194 @@
+"""What a status answer says about each target: pure judgement over parsed readings.
+
+The rules here decide what must never look idle: an unreachable node, an error banner,
+unreadable values, and memory held with no process listed ("orphaned memory").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiSnapshot, process_on_gpu
+from bot.core.inventory import Target
+
+_LXC_RE = re.compile(r"/lxc(?:\.payload)?[./](\d+)(?:/|$)")
+
+
+class TargetState(StrEnum):
+    OK = "ok"
+    SMI_ERROR = "smi-error"  # nvidia-smi answered with an error banner
+    UNREACHABLE = "unreachable"  # SSH failed, timed out, host key refused, container down
+    UNREADABLE = "unreadable"  # output arrived but could not be parsed
+
+
+class ProcessView(StrEnum):
+    HOST = "host"  # read on the Proxmox node: every PID is visible
+    FROM_HOST = "from-host"  # container target; its processes were read on the node
+    HIDDEN = "hidden"  # container target; nvidia-smi inside lists none and the node could not be read
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    orphaned_memory_mib: int = 256  # held memory with no process above this is flagged
+    hot_c: int = 85
+    power_near_cap_ratio: float = 0.98
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    gpu: Gpu
+    processes: tuple[GpuProcess, ...]
+    flags: tuple[str, ...]
+    other_containers_mib: dict[int, int]  # container target: memory on this GPU held by other CTs
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    target: Target
+    state: TargetState
+    rows: tuple[GpuRow, ...] = ()
+    snapshot: SmiSnapshot | None = None
+    problem: str | None = None
+    process_view: ProcessView = ProcessView.HOST
+    elapsed_s: float | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.rows)
+
+
+def vmids_from_cgroups(text: str) -> dict[int, int]:
+    """``grep -H '' /proc/<pid>/cgroup`` output -> {pid: vmid} for PIDs inside LXC containers."""
+    owners: dict[int, int] = {}
+    for line in text.splitlines():
+        path, _, content = line.partition(":")
+        pid_match = re.search(r"/(\d+)/cgroup$", path)
+        lxc = _LXC_RE.search(content)
+        if pid_match and lxc:
+            owners[int(pid_match.group(1))] = int(lxc.group(1))
+    return owners
+
+
+def attribute(processes: tuple[GpuProcess, ...], owners: dict[int, int]) -> tuple[GpuProcess, ...]:
+    return tuple(replace(p, vmid=owners.get(p.pid)) if p.pid is not None else p for p in processes)
+
+
+# N/A here is normal: passive cooling, no power cap on laptops and unified-memory parts
+_ROUTINELY_NA = frozenset({"fan", "power_limit", "power_draw"})
+
+
+def failed_reads(gpu: Gpu) -> list[str]:
+    """Unreadable values worth a flag: ERR! anywhere; N/A where a healthy GPU reports a value."""
+    failed = []
+    for key in gpu.unreadable_fields:
+        raw = gpu.raw[key]
+        if raw.upper().startswith("ERR") or raw.lower() in ("unknown error", "gpu is lost"):
+            failed.append(key)
+        elif key in _ROUTINELY_NA:
+            continue
+        elif key == "utilization" and (gpu.mig_mode or "").lower() == "enabled":
+            continue  # MIG mode reports no whole-GPU utilization
+        else:
+            failed.append(key)
+    return failed
+
+
+def gpu_flags(gpu: Gpu, processes: tuple[GpuProcess, ...], listing_visible: bool, limits: Thresholds) -> list[str]:
+    flags: list[str] = []
+    failed = failed_reads(gpu)
+    if failed:
+        flags.append("unreadable: " + ", ".join(f"{k}={gpu.raw[k]}" for k in failed))
+    used = gpu.memory_used_mib
+    if listing_visible and used is not None and used >= limits.orphaned_memory_mib:
+        accounted = sum(p.used_mib or 0 for p in processes)
+        if not processes:
+            flags.append(f"orphaned memory: {used} MiB held, no process listed")
+        elif all(p.used_mib is not None for p in processes) and used - accounted >= max(
+            limits.orphaned_memory_mib, used // 4
+        ):
+            flags.append(f"unaccounted memory: {used - accounted} MiB beyond listed processes")
+    if gpu.temperature_c is not None and gpu.temperature_c >= limits.hot_c:
+        flags.append(f"hot: {gpu.temperature_c}°C")
+    if gpu.power_draw_w and gpu.power_limit_w and gpu.power_draw_w >= gpu.power_limit_w * limits.power_near_cap_ratio:
+        flags.append("power at cap")
+    return flags
+
+
+def assess_node(target: Target, snapshot: SmiSnapshot, limits: Thresholds = DEFAULT_THRESHOLDS) -> TargetStatus:
+    """A Proxmox node read on the host: NVML sees every PID, so an empty list means none."""
+    if snapshot.error is not None and not snapshot.gpus:
+        return TargetStatus(target, TargetState.SMI_ERROR, snapshot=snapshot, problem=snapshot.error.meaning)
+    visible = snapshot.process_listing in (ProcessListing.LISTED, ProcessListing.NONE_FOUND)
+    rows = []
+    for gpu in snapshot.gpus:
+        procs = snapshot.processes_of(gpu)
+        rows.append(GpuRow(gpu, procs, tuple(gpu_flags(gpu, procs, visible, limits)), {}))
+    state = TargetState.SMI_ERROR if snapshot.error else TargetState.OK
+    problem = snapshot.error.meaning if snapshot.error else None
+    return TargetStatus(target, state, tuple(rows), snapshot, problem, ProcessView.HOST)
+
+
+def assess_container(
+    target: Target,
+    inside: SmiSnapshot,
+    host: SmiSnapshot | None,
+    limits: Thresholds = DEFAULT_THRESHOLDS,
+) -> TargetStatus:
+    """A container read from inside, with its processes taken from the node's view when it
+    could be read (inside a PID namespace nvidia-smi usually lists nothing)."""
+    if inside.error is not None and not inside.gpus:
+        return TargetStatus(target, TargetState.SMI_ERROR, snapshot=inside, problem=inside.error.meaning)
+    rows = []
+    for gpu in inside.gpus:
+        host_gpu = _match_host_gpu(gpu, host) if host else None
+        if host is not None and host_gpu is not None:
+            on_gpu = host.processes_of(host_gpu)
+            mine = tuple(p for p in on_gpu if p.vmid == target.vmid)
+            others: dict[int, int] = {}
+            for p in on_gpu:
+                if p.vmid != target.vmid:
+                    key = p.vmid if p.vmid is not None else 0
+                    others[key] = others.get(key, 0) + (p.used_mib or 0)
+            flags = gpu_flags(gpu, on_gpu, True, limits)
+            rows.append(GpuRow(gpu, mine, tuple(flags), others))
+        else:
+            own = inside.processes_of(gpu)
+            flags = gpu_flags(gpu, own, False, limits)
+            used = gpu.memory_used_mib
+            if not own and used is not None and used >= limits.orphaned_memory_mib:
+                flags.append(f"{used} MiB held; the holder is not visible from inside the container")
+            rows.append(GpuRow(gpu, own, tuple(flags), {}))
+    view = ProcessView.FROM_HOST if host is not None else ProcessView.HIDDEN
+    if host is None and inside.process_listing is ProcessListing.LISTED:
+        view = ProcessView.HOST
+    state = TargetState.SMI_ERROR if inside.error else TargetState.OK
+    return TargetStatus(target, state, tuple(rows), inside, inside.error.meaning if inside.error else None, view)
+
+
+def _match_host_gpu(gpu: Gpu, host: SmiSnapshot) -> Gpu | None:
+    for candidate in host.gpus:
+        if gpu.uuid and candidate.uuid:
+            if gpu.uuid == candidate.uuid:
+                return candidate
+        elif gpu.pci_bus_id and candidate.pci_bus_id and gpu.pci_bus_id == candidate.pci_bus_id:
+            return candidate
+    return None
+
+
+def unreachable(target: Target, reason: str, elapsed_s: float | None = None) -> TargetStatus:
+    return TargetStatus(target, TargetState.UNREACHABLE, problem=reason, elapsed_s=elapsed_s)
+
+
+def unreadable(target: Target, reason: str) -> TargetStatus:
+    return TargetStatus(target, TargetState.UNREADABLE, problem=reason)
+
+
+__all__ = [
+    "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
+    "attribute", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
+]

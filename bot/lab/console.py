@@ -1,0 +1,182 @@
+"""The lab: the whole bot on one machine, no Slack workspace, GPU or Proxmox needed.
+
+It starts an embedded Redis, lab nodes (real SSH servers acting as Proxmox nodes), the
+Slack stand-in and the real Bolt app on loopback HTTP. Typed commands are sent to the app
+as correctly signed slash-command requests, exactly as Slack would send them, and what
+the app posts back to "Slack" is printed as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from bot.app import Services, build_app, build_services, serve_http
+from bot.config import Settings, parse_inventory
+from bot.lab.nodes import LabNode, free_port, seed_node_state, start_node
+from bot.slack_standin import Call, SlackStandIn, signed_headers, slash_body
+from bot.views import blocks_to_text
+
+LAB_DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass
+class Lab:
+    workdir: Path
+    nodes: dict[str, LabNode] = field(default_factory=dict)
+    standin: SlackStandIn = field(default_factory=SlackStandIn)
+    services: Services | None = None
+    runner: web.AppRunner | None = None
+    app_url: str = ""
+    signing_secret: str = field(default_factory=lambda: secrets.token_hex(16))
+    unreachable_port: int = 0
+
+    async def start(self, redis_url: str | None = None, prefer: str = "openssh") -> Lab:
+        """pve5 (2x A6000, CT 129 'sglang-a6000'), pve6 (nvidia-smi says driver/library
+        mismatch) and pve7 (nothing listening: unreachable)."""
+        self.nodes["pve5"] = await start_node(self.workdir / "pve5", "pve5", prefer=prefer)
+        broken = seed_node_state("pve6", vmid=131)
+        broken["smi"] = {"error": (LAB_DATA / "nvml-mismatch-with-lib-version-550.txt").read_text(), "exit": 18}
+        self.nodes["pve6"] = await start_node(self.workdir / "pve6", "pve6", state=broken, prefer=prefer)
+        self.unreachable_port = free_port()
+        inventory_data = {
+            "nodes": {
+                **{name: node.inventory_entry() for name, node in self.nodes.items()},
+                "pve7": {**self.nodes["pve5"].inventory_entry(), "port": self.unreachable_port},
+            },
+            "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129}},
+        }
+        inventory_path = self.workdir / "inventory.yml"
+        inventory_path.write_text(yaml.safe_dump(inventory_data, sort_keys=False))
+        await self.standin.start()
+        settings = Settings(
+            slack_bot_token="xoxb-lab-" + secrets.token_hex(8),
+            slack_signing_secret=self.signing_secret,
+            slack_api_url=self.standin.base_url,
+            inventory=inventory_path,
+            redis_url=redis_url,
+            data_dir=self.workdir / "data",
+            status_deadline_s=4.0,
+            ssh_connect_timeout_s=3.0,
+        )
+        self.services = build_services(settings, parse_inventory(inventory_data, str(inventory_path)))
+        app = build_app(self.services)
+        port = free_port()
+        self.runner = await serve_http(app, "127.0.0.1", port)
+        self.app_url = f"http://127.0.0.1:{port}/slack/events"
+        return self
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.services is not None:
+            await self.services.close()
+        await self.standin.stop()
+        for node in self.nodes.values():
+            await node.stop()
+
+    async def slash(self, command: str, text: str, user_id: str = "U0ALICE") -> tuple[int, str, list[Call]]:
+        """Send a signed slash command; return (HTTP status, ack text, calls it caused)."""
+        before = len(self.standin.calls)
+        body = slash_body(command, text, user_id=user_id, response_url=self.standin.response_url())
+        async with aiohttp.ClientSession() as http, http.post(
+            self.app_url, data=body, headers=signed_headers(self.signing_secret, body)
+        ) as answer:
+            status, ack = answer.status, await answer.text()
+        if ack.startswith("checking"):
+            await self.standin.wait_for(
+                lambda calls: any(c.method in ("chat.postMessage", "response_url") and c.delivered
+                                  for c in calls[before:]),
+                timeout_s=30,
+            )
+        return status, ack, self.standin.calls[before:]
+
+
+def transcript(command: str, status: int, ack: str, calls: list[Call]) -> str:
+    out = [f"> {command}", f"  (HTTP {status}) {ack}"]
+    for call in calls:
+        if call.method in ("chat.postMessage", "response_url") and call.delivered:
+            out.append(blocks_to_text(call.blocks) or str(call.params.get("text", "")))
+    return "\n".join(out)
+
+
+SCRIPT: list[tuple[str, Callable[[Lab], None] | None]] = [
+    ("/gpu help", None),
+    ("/gpu status", None),
+    ("/gpu status sglang-a6000", lambda lab: _start_server(lab.nodes["pve5"])),
+    ("/gpu status pve5", lambda lab: _leave_orphaned_memory(lab.nodes["pve5"])),
+    ("/gpu status pve5:999", None),
+    ("/gpu frobnicate", None),
+]
+
+
+def _start_server(node: LabNode) -> None:
+    """An SGLang server in CT 129 holding both GPUs (TP=2)."""
+    for gpu in (0, 1):
+        node.add_process(48211, gpu, "python3 -m sglang.launch_server", 44876, 129)
+
+
+def _leave_orphaned_memory(node: LabNode) -> None:
+    """The server was killed by name; the process is gone, its memory is not (seed story step 2)."""
+    state = node.read_state()
+    state["processes"] = []
+    for gpu in state["gpus"]:
+        gpu["orphaned_mib"] = 44876
+    node.write_state(state)
+
+
+async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="gpuops-lab-"))
+    lab = Lab(workdir)
+    try:
+        started = time.monotonic()
+        await lab.start()
+        kinds = ", ".join(f"{n}={node.kind}" for n, node in lab.nodes.items())
+        out(f"gpuops lab up in {time.monotonic() - started:.1f}s: nodes {kinds}, pve7 unreachable; "
+            f"Slack stand-in {lab.standin.base_url}; app {lab.app_url}")
+        if script:
+            for command, before in SCRIPT:
+                if before is not None:
+                    before(lab)
+                name, _, text = command.partition(" ")
+                status, ack, calls = await lab.slash(name, text)
+                out(transcript(command, status, ack, calls) + "\n")
+            return 0
+        out("Type a slash command (e.g. `/gpu status`), or `quit`.")
+        while True:
+            line = await asyncio.to_thread(_read_line)
+            if line is None or line.strip() in ("quit", "exit"):
+                return 0
+            if not line.strip().startswith("/"):
+                out("commands start with /, e.g. /gpu status")
+                continue
+            name, _, text = line.strip().partition(" ")
+            status, ack, calls = await lab.slash(name, text)
+            out(transcript(line.strip(), status, ack, calls) + "\n")
+    finally:
+        await lab.stop()
+        with suppress(OSError):
+            shutil.rmtree(workdir)
+
+
+def _read_line() -> str | None:
+    try:
+        return input("gpuops> ")
+    except EOFError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(run_lab(script="--script" in sys.argv)))

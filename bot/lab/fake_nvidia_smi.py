@@ -1,0 +1,117 @@
+"""Lab stand-in for nvidia-smi on a Proxmox node (stdlib only; installed on the node's PATH).
+
+Answers the structured queries the bot makes from the node's scenario file
+``$FAKE_PVE_STATE/node.json``. Inside a container (``FAKE_CT`` set by the fake pct) it shows
+only the GPUs passed to that container and, like the real thing in a PID namespace, no
+processes. Knobs in the scenario: ``smi: {"error": <banner text>, "exit": N, "sleep": S}``
+at node or container level.
+"""
+
+import json
+import os
+import sys
+import time
+
+FIELD_UNITS = {
+    "memory.used": "MiB", "memory.total": "MiB", "memory.free": "MiB", "utilization.gpu": "%",
+    "power.draw": "W", "power.limit": "W", "fan.speed": "%", "used_memory": "MiB", "used_gpu_memory": "MiB",
+}
+GPU_KEYS = {
+    "index": "index", "uuid": "uuid", "name": "name", "pci.bus_id": "pci_bus_id",
+    "memory.used": "memory_used_mib", "memory.total": "memory_total_mib", "utilization.gpu": "utilization_pct",
+    "temperature.gpu": "temperature_c", "power.draw": "power_draw_w", "power.limit": "power_limit_w",
+    "fan.speed": "fan_pct", "pstate": "perf_state", "compute_mode": "compute_mode",
+}
+APP_KEYS = {"gpu_uuid": "gpu_uuid", "pid": "pid", "process_name": "name", "used_memory": "used_mib",
+            "used_gpu_memory": "used_mib"}
+
+
+def fail(message, code=2):
+    print(message)
+    sys.exit(code)
+
+
+def cell(value, field, units):
+    if value is None:
+        return "[N/A]"
+    if isinstance(value, float):
+        value = f"{value:.2f}"
+    unit = FIELD_UNITS.get(field)
+    return f"{value} {unit}" if units and unit else str(value)
+
+
+def csv_out(rows, fields, keys, header, units):
+    if header:
+        print(", ".join(f"{f} [{FIELD_UNITS[f]}]" if units and f in FIELD_UNITS else f for f in fields))
+    for row in rows:
+        values = []
+        for f in fields:
+            if f not in keys:
+                fail(f'Field "{f}" is not a valid field to query.')
+            values.append(cell(row.get(keys[f]), f, units))
+        print(", ".join(values))
+
+
+def gpu_used(gpu, processes, extra):
+    return gpu.get("memory_used_mib", 1) + sum(p["used_mib"] for p in processes if p["gpu_uuid"] == gpu["uuid"]) + extra
+
+
+def main(argv):
+    state_dir = os.environ.get("FAKE_PVE_STATE", ".")
+    with open(os.path.join(state_dir, "node.json")) as fh:
+        node = json.load(fh)
+    ct = os.environ.get("FAKE_CT")
+    container = node.get("containers", {}).get(ct, {}) if ct else None
+    knobs = dict(node.get("smi", {}))
+    if container is not None:
+        knobs.update(container.get("smi", {}))
+    if knobs.get("sleep"):
+        time.sleep(float(knobs["sleep"]))
+    if knobs.get("error"):
+        print(knobs["error"].rstrip("\n"))
+        sys.exit(int(knobs.get("exit", 9)))
+    processes = node.get("processes", [])
+    gpus = node["gpus"]
+    if container is not None:
+        gpus = [g for g in gpus if g["index"] in container.get("gpus", [])]
+    rows = [dict(g, memory_used_mib=gpu_used(g, processes, g.get("orphaned_mib", 0)),
+                 driver_version=node["driver_version"]) for g in gpus]
+    visible_procs = [] if container is not None else processes
+    query = next((a for a in argv if a.startswith(("--query-gpu=", "--query-compute-apps="))), None)
+    fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), None)
+    if query:
+        fmt = fmt or ""
+        if not fmt or not fmt.startswith("csv"):
+            fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
+        opts = fmt.split(",")
+        kind, fields = query.split("=", 1)
+        fields = fields.split(",")
+        if kind == "--query-gpu":
+            keys = dict(GPU_KEYS, driver_version="driver_version")
+            csv_out(rows, fields, keys, "noheader" not in opts, "nounits" not in opts)
+        else:
+            csv_out(visible_procs, fields, APP_KEYS, "noheader" not in opts, "nounits" not in opts)
+        return
+    if argv[:2] == ["-q", "-x"]:
+        print('<?xml version="1.0" ?>')
+        print('<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">')
+        print("<nvidia_smi_log>")
+        print(f"\t<driver_version>{node['driver_version']}</driver_version>")
+        print(f"\t<cuda_version>{node['cuda_version']}</cuda_version>")
+        print(f"\t<attached_gpus>{len(gpus)}</attached_gpus>")
+        for g in gpus:
+            print(f'\t<gpu id="{g["pci_bus_id"]}">')
+            print(f"\t\t<product_name>{g['name']}</product_name>")
+            print(f"\t\t<compute_mode>{g.get('compute_mode', 'Default')}</compute_mode>")
+            print("\t</gpu>")
+        print("</nvidia_smi_log>")
+        return
+    if argv == ["-L"]:
+        for g in gpus:
+            print(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
+        return
+    fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

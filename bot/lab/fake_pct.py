@@ -1,0 +1,61 @@
+"""Lab stand-in for Proxmox's ``pct`` (stdlib only; installed on the node's PATH).
+
+``pct exec <vmid> [--keep-env 0|1] -- <argv...>`` execs argv verbatim, without a shell, as
+lxc-attach does, after checking the container exists and runs. Every call is appended to
+``$FAKE_PVE_STATE/calls.log`` as a JSON argv, so tests can see exactly what arrived.
+"""
+
+import json
+import os
+import sys
+
+
+def main(argv):
+    state_dir = os.environ.get("FAKE_PVE_STATE", ".")
+    with open(os.path.join(state_dir, "calls.log"), "a") as log:
+        log.write(json.dumps(["pct", *argv]) + "\n")
+    with open(os.path.join(state_dir, "node.json")) as fh:
+        node = json.load(fh)
+    containers = node.get("containers", {})
+    if not argv:
+        print("ERROR: no command specified", file=sys.stderr)
+        sys.exit(255)
+    if argv[0] == "list":
+        print("VMID       Status     Lock         Name")
+        for vmid, ct in sorted(containers.items()):
+            print(f"{vmid:<10} {ct.get('status', 'running'):<10} {'':<12} {ct.get('name', '')}")
+        return
+    if argv[0] == "status" and len(argv) == 2:
+        ct = containers.get(argv[1])
+        if ct is None:
+            print(f"Configuration file 'nodes/{node['name']}/lxc/{argv[1]}.conf' does not exist", file=sys.stderr)
+            sys.exit(255)
+        print(f"status: {ct.get('status', 'running')}")
+        return
+    if argv[0] != "exec" or len(argv) < 2:
+        print(f"ERROR: unknown command 'pct {' '.join(argv[:1])}'", file=sys.stderr)
+        sys.exit(255)
+    vmid, rest = argv[1], argv[2:]
+    if rest[:2] == ["--keep-env", "0"] or rest[:2] == ["--keep-env", "1"]:
+        rest = rest[2:]
+    if rest[:1] != ["--"] or len(rest) < 2:
+        print("400 not enough arguments\npct exec <vmid> [<extra-args>] [OPTIONS]", file=sys.stderr)
+        sys.exit(255)
+    ct = containers.get(vmid)
+    if ct is None:
+        print(f"Configuration file 'nodes/{node['name']}/lxc/{vmid}.conf' does not exist", file=sys.stderr)
+        sys.exit(255)
+    if ct.get("status", "running") != "running":
+        print(f"CT {vmid} not running", file=sys.stderr)
+        sys.exit(255)
+    env = dict(os.environ, FAKE_CT=vmid)
+    try:
+        os.execvpe(rest[1], rest[1:], env)  # noqa: S606 - argv verbatim, like lxc-attach
+    except FileNotFoundError:
+        print(f"lxc-attach: {vmid}: attach.c: No such file or directory - Failed to exec \"{rest[1]}\"",
+              file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

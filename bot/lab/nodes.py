@@ -1,0 +1,255 @@
+"""The embedded lab: local SSH servers that act as Proxmox nodes.
+
+A lab node is a real SSH server on 127.0.0.1 whose PATH holds the fake ``pct`` and
+``nvidia-smi``: OpenSSH ``sshd`` when it is installed (what production runs, with its
+session limits), else asyncssh's server running each command through ``bash -c`` (no root
+or system package needed). Either way the bot's real SSH client, host-key check and quoting
+are exercised. Scenario state lives in a directory per node (``node.json``, ``calls.log``,
+``proc/<pid>/cgroup``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from bot.core.smi import parse_table
+
+LAB_DIR = Path(__file__).resolve().parent
+SEED_TABLE = LAB_DIR / "data" / "gls-550.127.05-rtx_a6000_x9.txt"
+
+
+def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
+    """Two RTX A6000 passed to one container, built from the real A6000 output (see data/SOURCE.md)."""
+    table = parse_table(SEED_TABLE.read_text())
+    gpus = []
+    for gpu in table.gpus[:2]:
+        gpus.append({
+            "index": gpu.index,
+            "uuid": f"GPU-5eed0a60-0000-4000-8000-00000000000{gpu.index}",
+            "name": gpu.name,
+            "pci_bus_id": gpu.pci_bus_id,
+            "memory_used_mib": gpu.memory_used_mib,
+            "memory_total_mib": 49140,
+            "utilization_pct": gpu.utilization_pct,
+            "temperature_c": gpu.temperature_c,
+            "power_draw_w": gpu.power_draw_w,
+            "power_limit_w": gpu.power_limit_w,
+            "fan_pct": gpu.fan_pct,
+            "perf_state": gpu.perf_state,
+            "compute_mode": gpu.compute_mode,
+        })
+    return {
+        "name": name,
+        "driver_version": "580.126.09",
+        "cuda_version": "13.0",
+        "gpus": gpus,
+        "processes": [],
+        "containers": {str(vmid): {"status": "running", "name": "sglang-a6000", "gpus": [g["index"] for g in gpus]}},
+    }
+
+
+@dataclass
+class LabNode:
+    name: str
+    host: str
+    port: int
+    user: str
+    state_dir: Path
+    key_path: Path
+    known_hosts_path: Path
+    kind: str  # "openssh" | "asyncssh"
+    _process: subprocess.Popen[bytes] | None = None
+    _server: asyncssh.SSHAcceptor | None = None
+    _extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    # scenario -----------------------------------------------------------------
+    def read_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = json.loads((self.state_dir / "node.json").read_text())
+        return state
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        tmp = self.state_dir / "node.json.tmp"
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.state_dir / "node.json")
+
+    def add_process(self, pid: int, gpu_index: int, name: str, used_mib: int, vmid: int | None) -> None:
+        state = self.read_state()
+        uuid = next(g["uuid"] for g in state["gpus"] if g["index"] == gpu_index)
+        state["processes"].append({"pid": pid, "gpu_uuid": uuid, "name": name, "used_mib": used_mib})
+        self.write_state(state)
+        cgroup = self.state_dir / "proc" / str(pid) / "cgroup"
+        cgroup.parent.mkdir(parents=True, exist_ok=True)
+        owner = f"0::/lxc/{vmid}/ns/user.slice/user-0.slice/session-c1.scope" if vmid else "0::/user.slice"
+        cgroup.write_text(owner + "\n")
+
+    def calls(self) -> list[list[str]]:
+        path = self.state_dir / "calls.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def inventory_entry(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "port": self.port, "user": self.user, "key": str(self.key_path),
+            "known_hosts": str(self.known_hosts_path), "proc_root": str(self.state_dir / "proc"),
+        }
+
+    # lifecycle ----------------------------------------------------------------
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self._process.wait, 5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._process = None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _install_fakes(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, module in (("nvidia-smi", "fake_nvidia_smi.py"), ("pct", "fake_pct.py")):
+        target = bin_dir / name
+        target.write_text(f"#!{sys.executable}\n" + (LAB_DIR / module).read_text())
+        target.chmod(0o755)
+
+
+def _keys(workdir: Path) -> tuple[asyncssh.SSHKey, Path, asyncssh.SSHKey, Path]:
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    host_key_path = workdir / "ssh_host_ed25519_key"
+    host_key.write_private_key(str(host_key_path))
+    host_key_path.chmod(0o600)
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key_path = workdir / "client_ed25519"
+    client_key.write_private_key(str(client_key_path))
+    client_key_path.chmod(0o600)
+    (workdir / "authorized_keys").write_bytes(client_key.export_public_key())
+    return host_key, host_key_path, client_key, client_key_path
+
+
+def _current_user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def sshd_path() -> str | None:
+    candidates = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
+    return shutil.which("sshd") or next((p for p in candidates if os.path.exists(p)), None)
+
+
+async def start_node(
+    workdir: Path,
+    name: str = "pve5",
+    state: dict[str, Any] | None = None,
+    prefer: str = "openssh",
+    host: str = "127.0.0.1",
+) -> LabNode:
+    """Start a lab node; ``prefer="openssh"`` falls back to asyncssh when no sshd exists."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    state_dir = workdir / "state"
+    (state_dir / "proc").mkdir(parents=True, exist_ok=True)
+    bin_dir = workdir / "bin"
+    _install_fakes(bin_dir)
+    (state_dir / "node.json").write_text(json.dumps(state or seed_node_state(name), indent=1))
+    host_key, host_key_path, _client_key, client_key_path = _keys(workdir)
+    port = free_port(host)
+    known_hosts = workdir / "known_hosts"
+    known_hosts.write_text(f"[{host}]:{port} " + host_key.export_public_key().decode())
+    env_path = f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"
+    node = LabNode(name, host, port, _current_user(), state_dir, client_key_path, known_hosts,
+                   "openssh" if prefer == "openssh" and sshd_path() else "asyncssh")
+    if node.kind == "openssh":
+        node._process = await _start_openssh(workdir, host, port, host_key_path, env_path, state_dir)
+    else:
+        node._server = await _start_asyncssh(workdir, host, port, host_key, env_path, state_dir)
+    return node
+
+
+async def _start_openssh(
+    workdir: Path, host: str, port: int, host_key_path: Path, env_path: str, state_dir: Path
+) -> subprocess.Popen[bytes]:
+    if os.getuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
+    config = workdir / "sshd_config"
+    config.write_text("\n".join([
+        f"Port {port}",
+        f"ListenAddress {host}",
+        f"HostKey {host_key_path}",
+        f"PidFile {workdir / 'sshd.pid'}",
+        f"AuthorizedKeysFile {workdir / 'authorized_keys'}",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PubkeyAuthentication yes",
+        "UsePAM no",
+        "StrictModes no",
+        "PermitRootLogin prohibit-password",
+        "PrintMotd no",
+        f"SetEnv PATH={env_path} FAKE_PVE_STATE={state_dir}",
+        "LogLevel ERROR",
+        "",
+    ]))
+    log = open(workdir / "sshd.log", "ab")  # noqa: SIM115 - handed to the child
+    process = subprocess.Popen([str(sshd_path()), "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"sshd exited with {process.returncode}: {(workdir / 'sshd.log').read_text()[-500:]}")
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+            banner = await asyncio.wait_for(reader.readline(), 2)
+            writer.close()
+            if banner.startswith(b"SSH-2.0-"):
+                return process
+        except OSError:
+            await asyncio.sleep(0.02)
+    process.kill()
+    raise RuntimeError("sshd did not answer within 10 s")
+
+
+async def _start_asyncssh(
+    workdir: Path, host: str, port: int, host_key: asyncssh.SSHKey, env_path: str, state_dir: Path
+) -> asyncssh.SSHAcceptor:
+    env = {"PATH": env_path, "FAKE_PVE_STATE": str(state_dir), "HOME": str(workdir), "LANG": "C.UTF-8"}
+
+    async def handle(process: asyncssh.SSHServerProcess[bytes]) -> None:
+        command = process.command or "true"
+        child = await asyncio.create_subprocess_exec(
+            "bash", "-c", command, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )
+        out, err = await child.communicate()
+        process.stdout.write(out)
+        process.stderr.write(err)
+        process.exit(child.returncode if child.returncode is not None and child.returncode >= 0 else 255)
+
+    return await asyncssh.listen(
+        host, port, server_host_keys=[host_key], authorized_client_keys=str(workdir / "authorized_keys"),
+        process_factory=handle, encoding=None, allow_scp=False,
+    )

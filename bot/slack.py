@@ -1,0 +1,62 @@
+"""Sending to Slack: the Web API client's construction and the posting helpers.
+
+slack_sdk retries no 429 by default; the client here gets its rate-limit and
+connection-error retry handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.views import SlackMessage
+
+log = logging.getLogger(__name__)
+FALLBACK_ERRORS = {"not_in_channel", "channel_not_found", "is_archived"}
+
+
+def web_client(token: str | None, base_url: str) -> AsyncWebClient:
+    return AsyncWebClient(
+        token=token,
+        base_url=base_url,
+        timeout=15,
+        retry_handlers=[
+            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+            AsyncConnectionErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+
+
+async def post_messages(
+    client: AsyncWebClient,
+    channel: str,
+    messages: list[SlackMessage],
+    *,
+    respond: Any = None,
+    thread_ts: str | None = None,
+) -> list[str]:
+    """Post in order; returns the ``ts`` of each. When the bot is not in the channel, fall
+    back to the command's response_url so the answer is never lost."""
+    posted: list[str] = []
+    for message in messages:
+        try:
+            answer = await client.chat_postMessage(
+                channel=channel, text=message.text, blocks=message.blocks, thread_ts=thread_ts,
+                unfurl_links=False, unfurl_media=False,
+            )
+            posted.append(str(answer["ts"]))
+        except SlackApiError as exc:
+            error = exc.response.get("error", "")
+            if respond is None or error not in FALLBACK_ERRORS:
+                raise
+            log.warning("chat.postMessage to %s failed with %s; answering through response_url", channel, error)
+            await respond(text=message.text, blocks=message.blocks, response_type="ephemeral",
+                          replace_original=False)
+    return posted

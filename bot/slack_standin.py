@@ -1,0 +1,210 @@
+"""A local stand-in for the Slack Web API: answers like Slack and records every call.
+
+Slack's servers are the one outside system the lab and the tests cannot reach, so this
+server takes their place on 127.0.0.1. It speaks the same wire format slack_sdk uses
+(form or JSON bodies, ``Authorization: Bearer``), returns Slack-shaped answers, accepts
+file uploads (``files.getUploadURLExternal`` → upload → ``files.completeUploadExternal``)
+and response_url posts, and can be told to fail a method or rate-limit it (429 with
+``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+
+
+@dataclass
+class Call:
+    method: str  # Web API method, or "response_url" / "upload"
+    params: dict[str, Any]
+    headers: dict[str, str]
+    answer: dict[str, Any] = field(default_factory=dict)
+    at: float = field(default_factory=time.time)
+
+    @property
+    def delivered(self) -> bool:
+        """Slack accepted it (a response_url post, or an API call answered ok)."""
+        return self.method == "response_url" or bool(self.answer.get("ok"))
+
+    @property
+    def blocks(self) -> list[dict[str, Any]]:
+        blocks = self.params.get("blocks") or []
+        return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
+
+
+class SlackStandIn:
+    def __init__(self, bot_user_id: str = "U0GPUOPS", team_id: str = "T0LAB") -> None:
+        self.calls: list[Call] = []
+        self.fail: dict[str, str] = {}  # method -> Slack error code (persistent until removed)
+        self.rate_limit: dict[str, int] = {}  # method -> how many 429s to answer first
+        self.bot_user_id = bot_user_id
+        self.team_id = team_id
+        self._ts = itertools.count(1)
+        self._files = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self._changed: asyncio.Condition | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    def response_url(self, key: str = "r") -> str:
+        return f"http://127.0.0.1:{self.port}/respond/{key}"
+
+    # server ---------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_post("/respond/{key}", self._respond)
+        app.router.add_post("/upload/{file_id}", self._upload)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        self.port = int(sock.getsockname()[1])
+        await web.SockSite(self._runner, sock).start()
+        self._changed = asyncio.Condition()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _record(self, call: Call) -> None:
+        with self._lock:
+            self.calls.append(call)
+        if self._changed is not None:
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        if request.content_type == "application/json":
+            body: dict[str, Any] = json.loads(raw or b"{}")
+            return body
+        return dict(parse_qsl(raw.decode(), keep_blank_values=True))
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await self._body(request)
+        params.update(request.query)
+        status, headers = 200, {}
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ").strip() or str(params.get("token", ""))
+        if self.rate_limit.get(method, 0) > 0:
+            self.rate_limit[method] -= 1
+            answer: dict[str, Any] = {"ok": False, "error": "ratelimited"}
+            status, headers = 429, {"Retry-After": "1"}
+        elif not token.startswith(("xoxb-", "xoxp-", "xapp-")):
+            answer = {"ok": False, "error": "not_authed"}
+        elif method in self.fail:
+            answer = {"ok": False, "error": self.fail[method]}
+        else:
+            answer = self._answer(method, params, request)
+        await self._record(Call(method, params, dict(request.headers), answer))
+        return web.json_response(answer, status=status, headers=headers)
+
+    def _answer(self, method: str, params: dict[str, Any], request: web.Request) -> dict[str, Any]:
+        channel = params.get("channel", "C0LAB")
+        if method == "auth.test":
+            return {"ok": True, "url": "https://lab.slack.invalid/", "team": "lab", "user": "gpuops",
+                    "team_id": self.team_id, "user_id": self.bot_user_id, "bot_id": "B0GPUOPS"}
+        if method == "chat.postMessage":
+            ts = f"{int(time.time())}.{next(self._ts):06d}"
+            return {"ok": True, "channel": channel, "ts": ts,
+                    "message": {"text": params.get("text", ""), "ts": ts, "thread_ts": params.get("thread_ts")}}
+        if method == "chat.update":
+            return {"ok": True, "channel": channel, "ts": params.get("ts"), "text": params.get("text", "")}
+        if method == "chat.postEphemeral":
+            return {"ok": True, "message_ts": f"{int(time.time())}.{next(self._ts):06d}"}
+        if method in ("chat.delete", "reactions.add", "conversations.join"):
+            return {"ok": True}
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{next(self._files):08d}"
+            return {"ok": True, "file_id": file_id,
+                    "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}"}
+        if method == "files.completeUploadExternal":
+            files = params.get("files")
+            files = json.loads(files) if isinstance(files, str) else files or []
+            return {"ok": True, "files": [{"id": f.get("id"), "title": f.get("title")} for f in files]}
+        if method == "users.info":
+            return {"ok": True, "user": {"id": params.get("user"), "name": params.get("user")}}
+        if method == "conversations.info":
+            return {"ok": True, "channel": {"id": channel, "name": "lab"}}
+        return {"ok": False, "error": "unknown_method"}
+
+    async def _respond(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        await self._record(Call("response_url", body, dict(request.headers), {"ok": True}))
+        return web.Response(text="ok")
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        data = await request.read()
+        await self._record(Call("upload", {"file_id": request.match_info["file_id"], "bytes": len(data),
+                                           "content": data}, dict(request.headers), {"ok": True}))
+        return web.Response(text=f"OK - {len(data)}")
+
+    # reading what was sent ----------------------------------------------------------
+    def of(self, method: str) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.method == method]
+
+    async def wait_for(self, predicate: Callable[[list[Call]], bool], timeout_s: float = 10.0) -> list[Call]:
+        """Wait (in the stand-in's own loop) until ``predicate(calls)`` holds."""
+        assert self._changed is not None
+        deadline = time.monotonic() + timeout_s
+        async with self._changed:
+            while not predicate(list(self.calls)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the Slack stand-in did not receive the expected calls")
+                try:
+                    await asyncio.wait_for(self._changed.wait(), left)
+                except TimeoutError:
+                    continue
+        return list(self.calls)
+
+
+# -- the Slack side of an incoming request ---------------------------------------------
+
+def signed_headers(signing_secret: str, body: str, timestamp: int | None = None) -> dict[str, str]:
+    """Headers exactly as Slack signs a request: v0=HMAC-SHA256(secret, "v0:<ts>:<body>")."""
+    import hashlib
+    import hmac
+
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    digest = hmac.new(signing_secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": f"v0={digest}",
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+
+
+def slash_body(
+    command: str, text: str, *, user_id: str = "U0ALICE", channel_id: str = "C0LAB", response_url: str = "",
+    team_id: str = "T0LAB", trigger_id: str = "1337.42",
+) -> str:
+    """The form body Slack sends for a slash command."""
+    from urllib.parse import urlencode
+
+    return urlencode({
+        "token": "legacy-verification-token-unused", "team_id": team_id, "team_domain": "lab",
+        "channel_id": channel_id, "channel_name": "gpu-ops", "user_id": user_id, "user_name": user_id.lower(),
+        "command": command, "text": text, "api_app_id": "A0GPUOPS", "response_url": response_url,
+        "trigger_id": trigger_id,
+    })

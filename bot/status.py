@@ -1,0 +1,158 @@
+"""Use case: read the GPUs of some targets, concurrently, each within a deadline.
+
+Slack, the CLI and the scheduler all call :func:`read_status`. One slow or dead node is
+reported as unreachable at the deadline; it never delays the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from bot.core import argv as remote
+from bot.core.gpu import SmiSnapshot
+from bot.core.inventory import Inventory, Target
+from bot.core.smi import find_error, parse_xml, processes_from_query, read_csv, snapshot_from_query
+from bot.core.status import (
+    DEFAULT_THRESHOLDS,
+    TargetStatus,
+    Thresholds,
+    assess_container,
+    assess_node,
+    attribute,
+    unreachable,
+    unreadable,
+    vmids_from_cgroups,
+)
+from bot.errors import CommandFailed, GpuopsError, ParseError, RemoteError
+from bot.ssh import CommandResult
+
+
+class Transport(Protocol):
+    async def run(
+        self, node: str, argv: remote.Argv, *, timeout_s: int | None = None, ok_exit: tuple[int, ...] = (0,)
+    ) -> CommandResult: ...
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    statuses: tuple[TargetStatus, ...]
+    elapsed_s: float
+
+
+class SmiFailed(GpuopsError):
+    """nvidia-smi answered, but with an error banner (driver gone, NVML mismatch, ...)."""
+
+    def __init__(self, snapshot: SmiSnapshot) -> None:
+        assert snapshot.error is not None
+        super().__init__(snapshot.error.meaning)
+        self.snapshot = snapshot
+
+
+async def _smi(transport: Transport, node: str, argv: remote.Argv) -> str:
+    """stdout of an nvidia-smi call; an error banner becomes :class:`SmiFailed`."""
+    try:
+        return (await transport.run(node, argv)).stdout
+    except CommandFailed as exc:
+        error = find_error(exc.stdout + "\n" + exc.stderr_tail)
+        if error is not None:
+            raise SmiFailed(SmiSnapshot(source_format="error", error=error)) from None
+        raise
+
+
+async def read_gpus(transport: Transport, node: str, vmid: int | None = None) -> SmiSnapshot:
+    """GPUs and versions, read on a node or inside a container, without processes."""
+
+    def where(argv: remote.Argv) -> remote.Argv:
+        return remote.pct_exec(vmid, argv) if vmid is not None else argv
+
+    gpu_csv, versions_xml = await asyncio.gather(
+        _smi(transport, node, where(remote.nvidia_smi_query_gpu())),
+        _smi(transport, node, where(remote.nvidia_smi_versions())),
+    )
+    snapshot = snapshot_from_query(read_csv(gpu_csv, remote.GPU_QUERY_FIELDS))
+    versions = parse_xml(versions_xml)
+    return replace(
+        snapshot,
+        source_format="query",
+        driver_version=versions.driver_version or snapshot.driver_version,
+        cuda_version=versions.cuda_version,
+        sample_count=None,
+    )
+
+
+async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnapshot:
+    """The host view: GPUs, every compute process, and the container that owns each PID."""
+    gpus, apps_csv = await asyncio.gather(
+        read_gpus(transport, node),
+        _smi(transport, node, remote.nvidia_smi_query_apps()),
+    )
+    apps = read_csv(apps_csv, remote.APPS_QUERY_FIELDS) if apps_csv.strip() else None
+    processes, listing = processes_from_query(apps)
+    pids = [p.pid for p in processes if p.pid is not None]
+    if pids:
+        cgroups = await transport.run(node, remote.read_cgroups(pids, proc_root), ok_exit=(0, 1, 2))
+        processes = attribute(processes, vmids_from_cgroups(cgroups.stdout))
+    return replace(gpus, processes=processes, process_listing=listing)
+
+
+async def read_target(transport: Transport, inventory: Inventory, target: Target, limits: Thresholds) -> TargetStatus:
+    node = inventory.nodes[target.node]
+    try:
+        if target.kind == "node":
+            return assess_node(target, await read_node(transport, target.node, node.proc_root), limits)
+        assert target.vmid is not None
+        inside, host = await asyncio.gather(
+            read_gpus(transport, target.node, target.vmid),
+            read_node(transport, target.node, node.proc_root),
+            return_exceptions=True,
+        )
+        if isinstance(inside, BaseException):
+            raise inside
+        if isinstance(host, BaseException) and not isinstance(host, RemoteError | ParseError | SmiFailed):
+            raise host
+        # a failed host read leaves the container's own answer; its processes are just not visible
+        return assess_container(target, inside, host if isinstance(host, SmiSnapshot) else None, limits)
+    except SmiFailed as exc:
+        return assess_node(target, exc.snapshot, limits)
+    except CommandFailed as exc:
+        if exc.argv[:2] == ("pct", "exec"):
+            return unreachable(target, f"container {target.vmid}: {exc.stderr_tail or 'pct exec failed'}")
+        return unreadable(target, exc.user_message)
+    except RemoteError as exc:
+        return unreachable(target, exc.user_message)
+    except ParseError as exc:
+        return unreadable(target, f"nvidia-smi output not understood: {exc.user_message}")
+
+
+async def read_status(
+    transport: Transport,
+    inventory: Inventory,
+    targets: list[Target],
+    *,
+    limits: Thresholds = DEFAULT_THRESHOLDS,
+    deadline_s: float = 12.0,
+) -> StatusReport:
+    started = time.monotonic()
+
+    async def bounded(target: Target) -> TargetStatus:
+        t0 = time.monotonic()
+        try:
+            status = await asyncio.wait_for(read_target(transport, inventory, target, limits), deadline_s)
+        except TimeoutError:
+            return unreachable(target, f"no answer within {deadline_s:g}s", time.monotonic() - t0)
+        return replace(status, elapsed_s=time.monotonic() - t0)
+
+    statuses = await asyncio.gather(*(bounded(t) for t in targets))
+    return StatusReport(tuple(statuses), time.monotonic() - started)
+
+
+def report_record(report: StatusReport) -> dict[str, str]:
+    """A compact, secret-free summary for the audit stream."""
+    return {
+        "targets": ",".join(s.target.label for s in report.statuses),
+        "result": ",".join(f"{s.target.label}={s.state.value}" for s in report.statuses),
+        "elapsed_s": f"{report.elapsed_s:.2f}",
+    }

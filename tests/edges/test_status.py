@@ -1,0 +1,129 @@
+"""The status use case over real SSH to lab nodes: deadlines, banners, concurrency."""
+
+import asyncio
+import time
+
+from bot.config import parse_inventory
+from bot.core.gpu import SmiErrorKind
+from bot.core.inventory import resolve_targets
+from bot.core.status import ProcessView, TargetState
+from bot.lab.nodes import seed_node_state, start_node
+from bot.ssh import SshTransport
+from bot.status import read_status
+from tests.conftest import FIXTURES
+from tests.services import SSH_KIND
+
+
+async def _nodes(tmp_path, states):
+    nodes = []
+    for name, state in states.items():
+        nodes.append(await start_node(tmp_path / name, name, state=state, prefer=SSH_KIND))
+    inventory = parse_inventory(
+        {"nodes": {n.name: n.inventory_entry() for n in nodes},
+         "containers": {"sglang-a6000": {"node": nodes[0].name, "vmid": 129}}}, "test")
+    return nodes, inventory, SshTransport(inventory, connect_timeout_s=3)
+
+
+async def _stop(nodes, transport):
+    await transport.close()
+    for node in nodes:
+        await node.stop()
+
+
+async def test_hanging_node_is_unreachable_at_the_deadline_and_others_answer(tmp_path):
+    hung = seed_node_state("pve6")
+    hung["smi"] = {"sleep": 30}
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve5": seed_node_state("pve5"), "pve6": hung})
+    try:
+        started = time.monotonic()
+        report = await read_status(transport, inventory, resolve_targets("all", inventory), deadline_s=2.5)
+        elapsed = time.monotonic() - started
+    finally:
+        await _stop(nodes, transport)
+    by_node = {s.target.node: s for s in report.statuses}
+    assert by_node["pve5"].state is TargetState.OK and len(by_node["pve5"].rows) == 2
+    assert by_node["pve6"].state is TargetState.UNREACHABLE and "no answer within 2.5s" in by_node["pve6"].problem
+    assert elapsed < 2.5 + 1.0
+
+
+async def test_error_banner_node_is_an_smi_error_not_idle(tmp_path):
+    broken = seed_node_state("pve6")
+    broken["smi"] = {"error": (FIXTURES / "nvidia-smi/error/no-driver-comm-shine50.txt").read_text(), "exit": 9}
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve6": broken})
+    try:
+        report = await read_status(transport, inventory, resolve_targets("pve6", inventory))
+    finally:
+        await _stop(nodes, transport)
+    (status,) = report.statuses
+    assert status.state is TargetState.SMI_ERROR and status.rows == ()
+    assert status.snapshot.error.kind is SmiErrorKind.DRIVER_COMMUNICATION_FAILURE
+
+
+async def test_all_across_nodes_costs_about_one_node(tmp_path):
+    states = {}
+    for name in ("pve5", "pve6", "pve7"):
+        slow = seed_node_state(name)
+        slow["smi"] = {"sleep": 1.0}
+        states[name] = slow
+    nodes, inventory, transport = await _nodes(tmp_path, states)
+    try:
+        one = await read_status(transport, inventory, resolve_targets("pve5", inventory))
+        await transport.close()
+        every = await read_status(transport, inventory, resolve_targets("all", inventory))
+    finally:
+        await _stop(nodes, transport)
+    assert [s.state for s in every.statuses] == [TargetState.OK] * 3
+    assert every.elapsed_s < one.elapsed_s + 1.0, (every.elapsed_s, one.elapsed_s)
+
+
+async def test_container_shows_its_own_processes_from_the_host_view(tmp_path):
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve5": seed_node_state("pve5")})
+    node = nodes[0]
+    node.add_process(48211, 0, "python3 -m sglang.launch_server", 44000, 129)
+    node.add_process(5100, 1, "python3 train.py", 20000, 131)
+    try:
+        report = await read_status(transport, inventory, resolve_targets("sglang-a6000", inventory))
+        host = await read_status(transport, inventory, resolve_targets("pve5", inventory))
+    finally:
+        await _stop(nodes, transport)
+    (ct,) = report.statuses
+    assert ct.process_view is ProcessView.FROM_HOST
+    assert [(p.pid, p.vmid) for p in ct.rows[0].processes] == [(48211, 129)]
+    assert ct.rows[1].processes == () and ct.rows[1].other_containers_mib == {131: 20000}
+    (pve5,) = host.statuses
+    assert {(p.pid, p.vmid) for r in pve5.rows for p in r.processes} == {(48211, 129), (5100, 131)}
+
+
+async def test_orphaned_memory_is_flagged(tmp_path):
+    state = seed_node_state("pve5")
+    state["gpus"][1]["orphaned_mib"] = 30000
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve5": state})
+    try:
+        report = await read_status(transport, inventory, resolve_targets("pve5", inventory))
+    finally:
+        await _stop(nodes, transport)
+    rows = report.statuses[0].rows
+    assert rows[0].flags == ()
+    assert rows[1].flags == ("orphaned memory: 30001 MiB held, no process listed",)
+
+
+async def test_stopped_container_is_unreachable_with_pct_message(tmp_path):
+    state = seed_node_state("pve5")
+    state["containers"]["129"]["status"] = "stopped"
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve5": state})
+    try:
+        report = await read_status(transport, inventory, resolve_targets("pve5:129", inventory))
+    finally:
+        await _stop(nodes, transport)
+    (status,) = report.statuses
+    assert status.state is TargetState.UNREACHABLE and "CT 129 not running" in status.problem
+
+
+async def test_concurrent_status_requests_share_one_connection(tmp_path):
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve5": seed_node_state("pve5")})
+    try:
+        reports = await asyncio.gather(*(read_status(transport, inventory, resolve_targets("sglang-a6000", inventory))
+                                         for _ in range(6)))
+    finally:
+        await _stop(nodes, transport)
+    assert all(r.statuses[0].state is TargetState.OK for r in reports)

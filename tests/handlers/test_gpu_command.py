@@ -1,0 +1,87 @@
+"""/gpu through the real Bolt app: signed HTTP in, Slack Web API calls out to the stand-in."""
+
+import json
+import time
+
+import aiohttp
+
+from bot.slack_standin import signed_headers, slash_body
+from bot.store import connect
+from bot.views import blocks_to_text
+
+
+async def _post(lab, body, headers):
+    async with aiohttp.ClientSession() as http, http.post(lab.app_url, data=body, headers=headers) as answer:
+        return answer.status, await answer.text()
+
+
+async def test_signed_gpu_status_acks_fast_and_posts_the_table(lab):
+    body = slash_body("/gpu", "status", response_url=lab.standin.response_url())
+    started = time.monotonic()
+    status, ack = await _post(lab, body, signed_headers(lab.signing_secret, body))
+    ack_s = time.monotonic() - started
+    assert status == 200 and ack == "checking 3 targets…"
+    assert ack_s < 1.0  # acked before any remote work (Slack allows 3 s)
+    calls = await lab.standin.wait_for(lambda calls: any(c.method == "chat.postMessage" for c in calls), 20)
+    (post,) = [c for c in calls if c.method == "chat.postMessage"]
+    assert post.params["channel"] == "C0LAB" and post.headers["Authorization"].startswith("Bearer xoxb-lab-")
+    text = blocks_to_text(post.blocks)
+    assert "*pve5*  driver 580.126.09 · CUDA 13.0 · 2 GPUs" in text
+    assert text.count("RTX A6000") == 2 and "1/49140 MiB" in text
+    assert "[X] *pve6*  nvidia-smi error (nvml-driver-library-mismatch)" in text
+    assert "[X] *pve7*  unreachable" in text
+    assert post.params["text"].startswith("GPU status: 3 targets (1 ok, 1 smi-error, 1 unreachable)")
+
+
+async def test_bad_signature_and_stale_timestamp_are_401(lab):
+    body = slash_body("/gpu", "status")
+    assert (await _post(lab, body, signed_headers("not-the-secret", body)))[0] == 401
+    stale = signed_headers(lab.signing_secret, body, timestamp=int(time.time()) - 6 * 60)
+    assert (await _post(lab, body, stale))[0] == 401
+    assert (await _post(lab, body, {"Content-Type": "application/x-www-form-urlencoded"}))[0] == 401
+    assert lab.standin.of("chat.postMessage") == []
+
+
+async def test_malformed_command_gets_usage_and_no_remote_work(lab):
+    status, ack, calls = await lab.slash("/gpu", "status pve5 pve6")
+    assert status == 200 and "takes one target" in ack and "/gpu status" in ack
+    status, ack, _ = await lab.slash("/gpu", 'status "unbalanced')
+    assert "could not read the command" in ack
+    status, ack, _ = await lab.slash("/gpu", "status nosuchnode")
+    assert "unknown target `nosuchnode`" in ack and "pve5" in ack
+    assert lab.nodes["pve5"].calls() == []
+
+
+async def test_container_status_by_inventory_name(lab):
+    lab.nodes["pve5"].add_process(48211, 0, "python3 -m sglang.launch_server", 44000, 129)
+    status, ack, calls = await lab.slash("/gpu", "status sglang-a6000")
+    assert ack == "checking 1 target…"
+    text = blocks_to_text(next(c for c in calls if c.method == "chat.postMessage").blocks)
+    assert "pve5:129 (sglang-a6000)" in text and "processes of CT 129 (read on node pve5): 1" in text
+    assert "48211" in text and "python3 -m sglang.launch_server" in text
+
+
+async def test_not_in_channel_falls_back_to_response_url(lab):
+    lab.standin.fail["chat.postMessage"] = "not_in_channel"
+    status, ack, calls = await lab.slash("/gpu", "status pve5")
+    responded = [c for c in calls if c.method == "response_url"]
+    assert responded and "pve5" in blocks_to_text(responded[0].blocks)
+
+
+async def test_rate_limited_post_is_retried(lab):
+    lab.standin.rate_limit["chat.postMessage"] = 1
+    status, ack, calls = await lab.slash("/gpu", "status pve5")
+    await lab.standin.wait_for(lambda c: len([x for x in c if x.method == "chat.postMessage"]) >= 2, 10)
+    assert len(lab.standin.of("chat.postMessage")) == 2  # one 429, then delivered
+
+
+async def test_status_is_audited_in_redis(lab, redis_url):
+    await lab.slash("/gpu", "status pve7", user_id="U0BOB")
+    client = connect(redis_url)
+    try:
+        entries = await client.xrange("gpuops:audit")
+    finally:
+        await client.aclose()
+    (entry,) = [fields for _, fields in entries]
+    assert entry["action"] == "gpu.status" and entry["user"] == "U0BOB" and entry["result"] == "pve7=unreachable"
+    assert "xoxb" not in json.dumps(entry)
