@@ -83,6 +83,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from bot.app import build_services
     from bot.config import Settings
     from bot.core.inventory import resolve_targets
+    from bot.core.report import target_view
     from bot.status import read_status
     from bot.views import status_text
 
@@ -95,7 +96,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             report = await read_status(services.transport, services.inventory, targets,
                                        limits=services.limits, deadline_s=settings.status_deadline_s)
             print(status_text(report))
-            return 0 if all(s.state.value == "ok" for s in report.statuses) else 3
+            # exit 3 when any target needs attention: scripts and cron can act on it
+            return 0 if all(target_view(s).state == "ok" for s in report.statuses) else 3
         finally:
             await services.close()
 

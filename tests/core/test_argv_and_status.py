@@ -1,0 +1,124 @@
+import shlex
+
+import pytest
+
+from bot.core.argv import (
+    nvidia_smi_query_apps,
+    nvidia_smi_query_gpu,
+    pct_exec,
+    read_cgroups,
+    to_command,
+    with_timeout,
+)
+from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiSnapshot
+from bot.core.inventory import Target
+from bot.core.report import bar, target_view
+from bot.core.status import TargetState, Thresholds, assess_container, assess_node, attribute, vmids_from_cgroups
+
+
+def test_pct_exec_and_timeout_build_argv_without_a_shell():
+    argv = with_timeout(20, pct_exec(129, ("printf", "%s", "$(reboot); x")))
+    assert argv == ("timeout", "-k", "5", "20", "pct", "exec", "129", "--keep-env", "0", "--", "printf", "%s",
+                    "$(reboot); x")
+    assert shlex.split(to_command(argv)) == list(argv)
+
+
+@pytest.mark.parametrize("vmid", [99, -1, "129", True, 12.5])
+def test_pct_exec_rejects_bad_vmids(vmid):
+    with pytest.raises(ValueError):
+        pct_exec(vmid, ("true",))
+
+
+def test_read_cgroups_validates_pids():
+    assert read_cgroups([7, 3, 7], "/proc") == ("grep", "-H", "-s", "", "/proc/3/cgroup", "/proc/7/cgroup")
+    with pytest.raises(ValueError):
+        read_cgroups([0])
+
+
+def test_queries_ask_for_structured_csv():
+    assert nvidia_smi_query_gpu()[-1] == "--format=csv,noheader,nounits"
+    assert nvidia_smi_query_apps()[1] == "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
+
+
+def test_cgroup_attribution_v1_v2_and_host_processes():
+    text = "\n".join([
+        "/proc/4242/cgroup:0::/lxc/129/ns/user.slice/user-0.slice/session-c1.scope",
+        "/proc/5100/cgroup:12:devices:/lxc/131/ns",
+        "/proc/5100/cgroup:11:memory:/lxc/131/ns",
+        "/proc/777/cgroup:0::/system.slice/ssh.service",
+        "/proc/888/cgroup:0::/lxc.payload.140/init.scope",
+    ])
+    assert vmids_from_cgroups(text) == {4242: 129, 5100: 131, 888: 140}
+    procs = (GpuProcess(4242, "python3", 100), GpuProcess(777, "Xorg", 5))
+    assert [p.vmid for p in attribute(procs, vmids_from_cgroups(text))] == [129, None]
+
+
+def gpu(index=0, used=1, total=49140, **kw):
+    return Gpu(index=index, name="NVIDIA RTX A6000", memory_used_mib=used, memory_total_mib=total,
+               uuid=f"GPU-{index}", **kw)
+
+
+def node_snapshot(gpus, procs=(), listing=ProcessListing.NONE_FOUND):
+    return SmiSnapshot("query", tuple(gpus), "580.126.09", "13.0", process_listing=listing, processes=tuple(procs))
+
+
+def test_orphaned_memory_needs_a_visible_process_list():
+    target = Target("node", "pve5")
+    held = node_snapshot([gpu(used=30000)])
+    assert assess_node(target, held).rows[0].flags == ("orphaned memory: 30000 MiB held, no process listed",)
+    hidden = node_snapshot([gpu(used=30000)], listing=ProcessListing.EMPTY)
+    assert assess_node(target, hidden).rows[0].flags == ()
+    small = node_snapshot([gpu(used=255)])
+    assert assess_node(target, small).rows[0].flags == ()
+
+
+def test_unaccounted_memory_beyond_listed_processes():
+    snap = node_snapshot([gpu(used=40000)], [GpuProcess(1, "python3", 10000, gpu_uuid="GPU-0")],
+                         ProcessListing.LISTED)
+    assert assess_node(Target("node", "n"), snap).rows[0].flags == (
+        "unaccounted memory: 30000 MiB beyond listed processes",)
+
+
+def test_hot_and_power_cap_flags():
+    snap = node_snapshot([gpu(temperature_c=91, power_draw_w=299.5, power_limit_w=300.0)])
+    assert assess_node(Target("node", "n"), snap, Thresholds(hot_c=85)).rows[0].flags == ("hot: 91°C", "power at cap")
+
+
+def test_routine_na_is_not_flagged_but_err_is():
+    quiet = gpu(raw={"fan": "N/A", "power_limit": "N/A"})
+    loud = gpu(raw={"power_draw": "ERR!", "temperature": "N/A"})
+    mig = gpu(raw={"utilization": "N/A"}, mig_mode="Enabled")
+    rows = assess_node(Target("node", "n"), node_snapshot([quiet, loud, mig])).rows
+    assert rows[0].flags == () and rows[2].flags == ()
+    assert rows[1].flags == ("unreadable: power_draw=ERR!, temperature=N/A",)
+
+
+def test_container_view_splits_own_and_other_processes():
+    host = node_snapshot(
+        [gpu(0, used=44000), gpu(1, used=20000)],
+        [GpuProcess(1, "sglang", 44000, gpu_uuid="GPU-0", vmid=129),
+         GpuProcess(2, "train", 20000, gpu_uuid="GPU-1", vmid=131)],
+        ProcessListing.LISTED,
+    )
+    inside = node_snapshot([gpu(0, used=44000), gpu(1, used=20000)], listing=ProcessListing.ABSENT)
+    status = assess_container(Target("container", "pve5", 129), inside, host)
+    assert [len(r.processes) for r in status.rows] == [1, 0]
+    assert status.rows[1].other_containers_mib == {131: 20000}
+    view = target_view(status)
+    assert "GPU 1: 20000 MiB held by CT 131" in view.flag_lines
+
+
+def test_smi_error_without_gpus_is_its_own_state():
+    from bot.core.smi import parse_error
+
+    snap = parse_error("No devices were found\n")
+    status = assess_node(Target("node", "n"), snap)
+    assert status.state is TargetState.SMI_ERROR and status.rows == ()
+    assert target_view(status).state == "smi-error"
+
+
+def test_bar():
+    assert bar(0, 100) == "░" * 10
+    assert bar(100, 100) == "█" * 10
+    assert bar(44, 100) == "████░░░░░░"
+    assert bar(None, 100) == "?" * 10

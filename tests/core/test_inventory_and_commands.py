@@ -1,0 +1,85 @@
+import pytest
+
+from bot.config import parse_inventory
+from bot.core.commands import GpuHelpRequest, GpuStatusRequest, parse_gpu_command
+from bot.core.inventory import Target, resolve_targets
+from bot.errors import ConfigError, TargetError, UsageError
+
+INVENTORY = {
+    "nodes": {
+        "pve5": {"host": "10.0.0.5", "known_hosts": "kh", "key": "k"},
+        "pve6": {"host": "pve6.lan", "port": 2222, "known_hosts": "kh", "key": "k"},
+    },
+    "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129}},
+}
+
+
+def inventory():
+    return parse_inventory(INVENTORY, "inventory.yml")
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("all", [Target("node", "pve5"), Target("node", "pve6")]),
+    ("", [Target("node", "pve5"), Target("node", "pve6")]),
+    ("pve6", [Target("node", "pve6")]),
+    ("sglang-a6000", [Target("container", "pve5", 129, "sglang-a6000")]),
+    ("pve5:129", [Target("container", "pve5", 129, "sglang-a6000")]),
+    ("pve6:4242", [Target("container", "pve6", 4242, None)]),
+])
+def test_resolve_targets(spec, expected):
+    assert resolve_targets(spec, inventory()) == expected
+
+
+@pytest.mark.parametrize("spec", ["pve9", "pve5:12", "pve5:abc", "$(id)", "pve5;reboot", "pve9:129", "a" * 500])
+def test_unknown_or_malformed_targets_are_refused(spec):
+    with pytest.raises(TargetError) as err:
+        resolve_targets(spec, inventory())
+    assert "Known: pve5, pve6, sglang-a6000" in err.value.user_message
+    assert len(err.value.user_message) < 300
+
+
+def test_target_labels():
+    assert Target("container", "pve5", 129, "sglang-a6000").label == "pve5:129 (sglang-a6000)"
+    assert Target("container", "pve5", 130).label == "pve5:130"
+
+
+@pytest.mark.parametrize("data, where", [
+    ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh", "port": 70000}}}, "nodes.pve5.port"),
+    ({"nodes": {"pve5": {"host": "h; rm -rf /", "known_hosts": "kh"}}}, "nodes.pve5.host"),
+    ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh", "user": "root;x"}}}, "nodes.pve5.user"),
+    ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh", "colour": "red"}}}, "nodes.pve5.colour"),
+    ({"nodes": {"pve5": {"host": "h"}}}, "nodes.pve5.known_hosts"),
+    ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh"}}, "containers": {"x": {"node": "pve9", "vmid": 129}}},
+     "container 'x' is on node 'pve9'"),
+    ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh"}}, "containers": {"x": {"node": "pve5", "vmid": 42}}},
+     "containers.x.vmid"),
+    ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh", "proc_root": "../etc"}}}, "nodes.pve5.proc_root"),
+    (["not", "a", "mapping"], "expected a mapping"),
+])
+def test_bad_inventory_names_file_key_and_problem(data, where):
+    with pytest.raises(ConfigError) as err:
+        parse_inventory(data, "inventory.yml")
+    assert err.value.user_message.startswith("inventory.yml: ")
+    assert where in err.value.user_message
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", GpuHelpRequest()),
+    ("help", GpuHelpRequest()),
+    ("status", GpuStatusRequest("all")),
+    ("STATUS pve5", GpuStatusRequest("pve5")),
+    ("status 'pve5:129'", GpuStatusRequest("pve5:129")),
+])
+def test_parse_gpu_command(text, expected):
+    assert parse_gpu_command(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("status a b", "takes one target"),
+    ("reboot", "unknown subcommand `reboot`"),
+    ('status "open', "could not read the command"),
+])
+def test_malformed_gpu_command_is_a_usage_error(text, message):
+    with pytest.raises(UsageError) as err:
+        parse_gpu_command(text)
+    assert message in err.value.user_message and "/gpu status" in err.value.user_message

@@ -1,0 +1,73 @@
+"""`gpuops` in a terminal, run as a separate process like a person would."""
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from bot.lab.nodes import seed_node_state, start_node
+from tests.conftest import FIXTURES, ROOT
+from tests.services import SSH_KIND
+
+
+def gpuops(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "bot.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env=env)
+
+
+def test_smi_parse_json_of_a_table():
+    out = gpuops("smi", "parse", str(FIXTURES / "nvidia-smi/table/cz-580.126.09-l40s-one-proc.txt"), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["driver_version"] == "580.126.09" and data["cuda_version"] == "13.0" and data["error"] is None
+    (gpu,) = data["gpus"]
+    assert (gpu["memory_used_mib"], gpu["memory_total_mib"], gpu["utilization_pct"], gpu["temperature_c"]) == (
+        803, 46068, 0, 39)
+    assert gpu["processes"] == [{"pid": 5997, "name": "python", "used_mib": 794, "type": "C"}]
+
+
+def test_smi_parse_error_banner_and_na():
+    out = gpuops("smi", "parse", str(FIXTURES / "nvidia-smi/error/device-handle-gpu-lost.txt"), "--json")
+    assert json.loads(out.stdout)["error"]["kind"] == "device-handle-gpu-lost"
+    out = gpuops("smi", "parse", str(FIXTURES / "nvidia-smi/csv-gpu/i3py-noheader-nounits-fan-na.csv"), "--json",
+                 "--fields", "memory.total,memory.free,memory.used,temperature.gpu,fan.speed,utilization.gpu,"
+                 "utilization.memory")
+    gpu = json.loads(out.stdout)["gpus"][0]
+    assert gpu["memory_total_mib"] == 2004 and gpu["unreadable"] == {"fan": "[N/A]"}
+
+
+def test_smi_parse_garbage_is_a_clear_error(tmp_path):
+    junk = tmp_path / "junk.txt"
+    junk.write_text("bash: nvidia-smi: command not found\n")
+    out = gpuops("smi", "parse", str(junk))
+    assert out.returncode == 2 and "not a recognised nvidia-smi output" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_status_in_a_terminal(tmp_path):
+    state = seed_node_state("pve5")
+    state["gpus"][0]["orphaned_mib"] = 12000
+    node = await start_node(tmp_path / "pve5", "pve5", state=state, prefer=SSH_KIND)
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"nodes": {"pve5": node.inventory_entry()},
+                                         "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129}}}))
+    env = {"PATH": "/usr/bin:/bin", "GPUOPS_DATA_DIR": str(tmp_path / "data"), "HOME": str(tmp_path)}
+    try:
+        import asyncio
+
+        out = await asyncio.to_thread(gpuops, "status", "--inventory", str(inventory), env=env)
+    finally:
+        await node.stop()
+    assert out.returncode == 3, out.stderr  # 3: a target needs attention
+    assert "== pve5 [ATTENTION] driver 580.126.09 · CUDA 13.0 · 2 GPUs" in out.stdout
+    assert "GPU 0: orphaned memory: 12001 MiB held, no process listed" in out.stdout
+
+
+def test_lab_script_plays_the_skeleton_end_to_end():
+    out = gpuops("lab", "--script", timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    assert "> /gpu status sglang-a6000" in text and "python3 -m sglang.launch_server" in text
+    assert "GPU 0: orphaned memory: 44877 MiB held, no process listed" in text
+    assert "nvidia-smi error (nvml-driver-library-mismatch)" in text and "*pve7*  unreachable" in text
+    assert "Traceback" not in out.stderr

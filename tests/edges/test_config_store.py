@@ -1,0 +1,96 @@
+"""Config loading from files, and the Redis store against a real redis-server."""
+
+import asyncio
+
+import pytest
+
+from bot.config import Settings, load_inventory
+from bot.errors import ConfigError, StoreError
+from bot.store import EmbeddedRedis, Store, connect
+
+
+def write(tmp_path, text):
+    path = tmp_path / "inventory.yml"
+    path.write_text(text)
+    return path
+
+
+def test_inventory_file_paths_are_checked(tmp_path):
+    (tmp_path / "known_hosts").write_text("")
+    path = write(tmp_path, "nodes:\n  pve5:\n    host: 10.0.0.5\n    key: missing_key\n    known_hosts: known_hosts\n")
+    with pytest.raises(ConfigError) as err:
+        load_inventory(path)
+    assert str(path) in err.value.user_message and "nodes.pve5.key" in err.value.user_message
+
+
+def test_inventory_yaml_error_has_a_line(tmp_path):
+    path = write(tmp_path, "nodes:\n  pve5: [unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        load_inventory(path)
+    assert "line" in err.value.user_message and "not valid YAML" in err.value.user_message
+
+
+def test_missing_inventory_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_inventory(tmp_path / "nope.yml")
+    assert "cannot read inventory" in err.value.user_message
+
+
+def test_settings_from_environment_keep_secrets_secret(monkeypatch):
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-very-secret")
+    monkeypatch.setenv("GPUOPS_STATUS_DEADLINE_S", "7.5")
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6390/0")
+    settings = Settings()
+    assert settings.slack_bot_token.get_secret_value() == "xoxb-very-secret"
+    assert "xoxb-very-secret" not in repr(settings) and "xoxb-very-secret" not in str(settings.model_dump())
+    assert settings.status_deadline_s == 7.5 and settings.redis_url == "redis://127.0.0.1:6390/0"
+
+
+async def test_audit_stream_and_once(store):
+    first = await store.audit(action="gpu.status", user="U1", result={"pve5": "ok"})
+    await store.audit(action="gpu.status", user="U2")
+    entries = await store.audit_entries()
+    assert [e["user"] for e in entries] == ["U2", "U1"] and entries[1]["id"] == first
+    assert entries[1]["result"] == '{"pve5": "ok"}'
+    assert await store.once("click:1") is True
+    assert await store.once("click:1") is False
+
+
+async def test_status_snapshot_round_trip(store):
+    await store.save_status("pve5", {"state": "ok", "gpus": 2})
+    assert await store.last_status("pve5") == {"state": "ok", "gpus": 2}
+    assert await store.last_status("pve6") is None
+
+
+async def test_embedded_redis_keeps_data_across_a_restart(tmp_path):
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    store = Store(connect(server.url))
+    await store.audit(action="gpu.status", user="U1")
+    await store.close()
+    await asyncio.to_thread(server.stop)
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    store = Store(connect(server.url))
+    try:
+        assert [e["user"] for e in await store.audit_entries()] == ["U1"]
+    finally:
+        await store.close()
+        server.stop()
+
+
+def test_embedded_redis_refuses_a_data_dir_of_another_major_version(tmp_path):
+    data = tmp_path / "redis"
+    data.mkdir()
+    (data / "redis-version").write_text("1.0.0")
+    with pytest.raises(StoreError) as err:
+        EmbeddedRedis(data).start()
+    assert "written by Redis 1.0.0" in err.value.user_message
+
+
+async def test_unreachable_redis_fails_fast(tmp_path):
+    store = Store(connect(f"unix://{tmp_path}/no.sock"))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(StoreError):
+        await store.ping()
+    assert loop.time() - started < 2.0
+    await store.close()
