@@ -92,7 +92,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def run() -> int:
         services = build_services(settings)
         try:
-            targets = resolve_targets(args.target, services.inventory)
+            targets = resolve_targets(args.target, services.inventory, settings.local_gpus)
             report = await read_status(services.transport, services.inventory, targets,
                                        limits=services.limits, deadline_s=settings.status_deadline_s)
             print(status_text(report))

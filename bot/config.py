@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     ssh_max_channels: int = Field(8, ge=1, le=9)  # OpenSSH MaxSessions is 10 per connection
     status_deadline_s: float = 12.0
 
+    local_gpus: bool = False  # the bot runs on a GPU machine: `local` target read through NVML
     orphaned_memory_mib: int = 256
     hot_c: int = 85
 

@@ -27,6 +27,7 @@ from bot.core.status import (
     vmids_from_cgroups,
 )
 from bot.errors import CommandFailed, GpuopsError, ParseError, RemoteError
+from bot.nvml import read_local
 from bot.ssh import CommandResult
 
 
@@ -99,6 +100,8 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
 
 
 async def read_target(transport: Transport, inventory: Inventory, target: Target, limits: Thresholds) -> TargetStatus:
+    if target.kind == "local":
+        return assess_node(target, await asyncio.to_thread(read_local), limits)
     node = inventory.nodes[target.node]
     try:
         if target.kind == "node":

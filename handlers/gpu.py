@@ -23,7 +23,7 @@ def register(app: AsyncApp, services: Services) -> None:
             if isinstance(request, GpuHelpRequest):
                 await ack(views.help_text(services.inventory))
                 return
-            targets = resolve_targets(request.target, services.inventory)
+            targets = resolve_targets(request.target, services.inventory, services.settings.local_gpus)
         except GpuopsError as exc:
             await ack(views.usage_text(exc.user_message, services.inventory))
             return

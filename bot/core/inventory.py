@@ -90,27 +90,33 @@ class Inventory(BaseModel):
 
 @dataclass(frozen=True)
 class Target:
-    kind: Literal["node", "container"]
+    kind: Literal["node", "container", "local"]
     node: str
     vmid: int | None = None
     name: str | None = None  # inventory name of a container
 
     @property
     def label(self) -> str:
-        if self.kind == "node":
+        if self.kind in ("node", "local"):
             return self.node
         base = f"{self.node}:{self.vmid}"
         return f"{base} ({self.name})" if self.name else base
 
 
-def resolve_targets(spec: str, inventory: Inventory) -> list[Target]:
-    """``all`` | ``<node>`` | ``<node>:<vmid>`` | ``<container name>`` -> targets.
+LOCAL = Target("local", "local")
 
-    ``all`` means every node (the host view shows every container's GPU use).
+
+def resolve_targets(spec: str, inventory: Inventory, local: bool = False) -> list[Target]:
+    """``all`` | ``<node>`` | ``<node>:<vmid>`` | ``<container name>`` | ``local`` -> targets.
+
+    ``all`` means every node (the host view shows every container's GPU use), plus the
+    bot's own GPUs when ``local`` is enabled.
     """
     spec = spec.strip()
     if spec in ("", "all"):
-        return [Target("node", n) for n in inventory.nodes]
+        return [Target("node", n) for n in inventory.nodes] + ([LOCAL] if local else [])
+    if spec == "local" and local:
+        return [LOCAL]
     if spec in inventory.nodes:
         return [Target("node", spec)]
     if spec in inventory.containers:
@@ -121,6 +127,6 @@ def resolve_targets(spec: str, inventory: Inventory) -> list[Target]:
         node, vmid = match.group(1), int(match.group(2))
         name = next((n for n, c in inventory.containers.items() if c.node == node and c.vmid == vmid), None)
         return [Target("container", node, vmid, name)]
-    known = ", ".join(sorted([*inventory.nodes, *inventory.containers])) or "(none)"
+    known = ", ".join(sorted([*inventory.nodes, *inventory.containers, *(["local"] if local else [])])) or "(none)"
     shown = spec if len(spec) <= 40 else spec[:40] + "…"
     raise TargetError(f"unknown target `{shown}`. Known: {known}, or `all`, or `<node>:<vmid>`")
