@@ -92,41 +92,9 @@ def _read(proc_root: Path) -> SmiSnapshot:
             gpus.append(Gpu(index=index, name=None, raw={"device": _marker(exc)}))
             lost = SmiError(kind, (f"Unable to determine the device handle for GPU {index}: {exc}",))
             return SmiSnapshot("nvml", tuple(gpus), driver, cuda, error=lost)
-        raw: dict[str, str] = {}
-
-        def get(key: str, call: Callable[[], T], raw: dict[str, str] = raw) -> T | None:
-            try:
-                return call()
-            except pynvml.NVMLError as exc:
-                raw[key] = _marker(exc)
-                return None
-
-        memory = get("memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
-        util = get("utilization", lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
-        power = get("power_draw", lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
-        limit = get("power_limit", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle))
-        uuid = get("uuid", lambda: _text(pynvml.nvmlDeviceGetUUID(handle)))
-        gpus.append(Gpu(
-            index=index,
-            name=get("name", lambda: _text(pynvml.nvmlDeviceGetName(handle))),
-            memory_used_mib=int(memory.used) // MIB if memory is not None else None,
-            memory_total_mib=int(memory.total) // MIB if memory is not None else None,
-            utilization_pct=int(util.gpu) if util is not None else None,
-            temperature_c=get("temperature", lambda: int(pynvml.nvmlDeviceGetTemperature(
-                handle, pynvml.NVML_TEMPERATURE_GPU))),
-            power_draw_w=power / 1000 if power is not None else None,
-            power_limit_w=limit / 1000 if limit is not None else None,
-            fan_pct=get("fan", lambda: int(pynvml.nvmlDeviceGetFanSpeed(handle))),
-            uuid=uuid,
-            raw=raw,
-        ))
-        for proc in get("processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []:
-            used = proc.usedGpuMemory
-            processes.append(GpuProcess(
-                pid=int(proc.pid), name=_process_name(proc_root, int(proc.pid)),
-                used_mib=int(used) // MIB if used is not None else None,
-                used_raw=None if used is not None else "[N/A]", gpu_index=index, gpu_uuid=uuid, type="C",
-            ))
+        gpu, found = _read_device(index, handle, proc_root)
+        gpus.append(gpu)
+        processes.extend(found)
     cgroups = []
     for proc in processes:
         try:
@@ -137,3 +105,43 @@ def _read(proc_root: Path) -> SmiSnapshot:
     attributed = attribute(tuple(processes), vmids_from_cgroups("\n".join(cgroups)))
     return SmiSnapshot("nvml", tuple(gpus), driver, cuda, process_listing=(
         ProcessListing.LISTED if processes else ProcessListing.NONE_FOUND), processes=attributed)
+
+
+def _read_device(index: int, handle: Any, proc_root: Path) -> tuple[Gpu, list[GpuProcess]]:
+    raw: dict[str, str] = {}
+
+    def get(key: str, call: Callable[[], T]) -> T | None:
+        try:
+            return call()
+        except pynvml.NVMLError as exc:
+            raw[key] = _marker(exc)
+            return None
+
+    memory = get("memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
+    util = get("utilization", lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
+    power = get("power_draw", lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
+    limit = get("power_limit", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+    uuid = get("uuid", lambda: _text(pynvml.nvmlDeviceGetUUID(handle)))
+    gpu = Gpu(
+        index=index,
+        name=get("name", lambda: _text(pynvml.nvmlDeviceGetName(handle))),
+        memory_used_mib=int(memory.used) // MIB if memory is not None else None,
+        memory_total_mib=int(memory.total) // MIB if memory is not None else None,
+        utilization_pct=int(util.gpu) if util is not None else None,
+        temperature_c=get("temperature", lambda: int(pynvml.nvmlDeviceGetTemperature(
+            handle, pynvml.NVML_TEMPERATURE_GPU))),
+        power_draw_w=power / 1000 if power is not None else None,
+        power_limit_w=limit / 1000 if limit is not None else None,
+        fan_pct=get("fan", lambda: int(pynvml.nvmlDeviceGetFanSpeed(handle))),
+        uuid=uuid,
+        raw=raw,
+    )
+    processes = []
+    for proc in get("processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []:
+        used = proc.usedGpuMemory
+        processes.append(GpuProcess(
+            pid=int(proc.pid), name=_process_name(proc_root, int(proc.pid)),
+            used_mib=int(used) // MIB if used is not None else None,
+            used_raw=None if used is not None else "[N/A]", gpu_index=index, gpu_uuid=uuid, type="C",
+        ))
+    return gpu, processes
