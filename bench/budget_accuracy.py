@@ -1,0 +1,220 @@
+"""Score the memory-budget engine against real SGLang startup logs.
+
+    python bench/budget_accuracy.py CASES.jsonl --configs DIR [-v]
+
+CASES.jsonl is in the corpus format (../shared/corpus/sglang-startup); DIR is laid out like
+../shared/corpus/model-configs (``index.jsonl`` maps case model names to config folders).
+Each case is predicted from its inputs only: model config, flags, version, and the logged
+free memory before load. Logged results are used only to score. Prints one line per case,
+then ``budget: kv_tokens within 2%: P/N, weights within 3%: P/N, verdicts: P/N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version  # noqa: E402
+from bot.core.flags import LaunchFlags  # noqa: E402
+from bot.core.model import quantization_from, read_config  # noqa: E402
+
+# when a case names no version, the release current at the log's date (research notes §0)
+RELEASES_BY_MONTH = [
+    ("2024-12", "0.4.0"), ("2025-03", "0.4.3"), ("2025-05", "0.4.6"), ("2025-06", "0.4.7"),
+    ("2025-08", "0.4.10"), ("2025-10", "0.5.3"), ("2025-12", "0.5.6"), ("2026-01", "0.5.8"),
+    ("2026-02", "0.5.9"), ("2026-04", "0.5.10"), ("2026-05", "0.5.11"), ("2026-06", "0.5.13"),
+    ("2026-07", "0.5.15"),
+]
+
+
+def case_version(text: str | None) -> str:
+    text = text or ""
+    current = re.search(r"v?(\d+\.\d+\.\d+)(?:\.post\d+)? was current", text)
+    if current:
+        return current.group(1)
+    for pattern in (r"=\s*v?(\d+\.\d+\.\d+)", r"v(\d+\.\d+\.\d+)", r"\b(\d+\.\d+\.\d+)\b"):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(1)
+    dated = re.search(r"(20\d\d-\d\d)", text)
+    if dated:
+        month = dated.group(1)
+        chosen = RELEASES_BY_MONTH[0][1]
+        for start, release in RELEASES_BY_MONTH:
+            if month >= start:
+                chosen = release
+        return chosen
+    return "current"
+
+
+def case_flags(case: dict[str, Any]) -> LaunchFlags:
+    other = case.get("other_flags") or {}
+    quant_text = (case.get("dtype_or_quant") or "").lower()
+    kv = "auto"
+    if "fp8_e5m2" in quant_text:
+        kv = "fp8_e5m2"
+    elif "kv_cache_dtype=fp8" in quant_text or "kv-cache-dtype fp8" in quant_text or "kv cache dtype: torch.float8" in \
+            quant_text:
+        kv = "fp8_e4m3"
+    spec = other.get("speculative_algorithm")
+    if isinstance(spec, str):
+        spec = spec.split()[0].upper()
+        spec = "EAGLE" if spec in ("NEXTN", "MTP") else spec
+    return LaunchFlags(
+        tp=int(case.get("tp") or 1),
+        mem_fraction_static=case.get("mem_fraction_static"),
+        context_length=case.get("context_length"),
+        max_running_requests=other.get("max_running_requests"),
+        max_total_tokens=other.get("max_total_tokens"),
+        chunked_prefill_size=other.get("chunked_prefill_size"),
+        cuda_graph_max_bs=other.get("cuda_graph_max_bs"),
+        disable_cuda_graph=bool(other.get("disable_cuda_graph")),
+        page_size=other.get("page_size"),
+        disable_radix_cache=bool(other.get("disable_radix_cache")),
+        speculative_algorithm=spec,
+        speculative_num_steps=other.get("speculative_num_steps"),
+        speculative_eagle_topk=other.get("speculative_eagle_topk"),
+        speculative_num_draft_tokens=other.get("speculative_num_draft_tokens"),
+        speculative_draft_model_path=other.get("speculative_draft_model_path"),
+        mamba_full_memory_ratio=other.get("mamba_full_memory_ratio"),
+        max_mamba_cache_size=other.get("max_mamba_cache_size"),
+        mamba_scheduler_strategy=other.get("mamba_scheduler_strategy"),
+        swa_full_tokens_ratio=other.get("swa_full_tokens_ratio"),
+        kv_cache_dtype=kv,
+    )
+
+
+def case_quant(case: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The checkpoint's weight format, from what the case shows: its dtype/quant text or the
+    checkpoint name (SGLang reads it from the checkpoint's own config, which the corpus lacks)."""
+    text = (case.get("dtype_or_quant") or "").lower()
+    name = (case.get("model") or "").lower()
+    if "awq" in text or "auto-round" in text or "bits=4" in text or "-awq" in name:
+        return quantization_from("awq")
+    if text.startswith("fp8") or "fp8 checkpoint" in text or "quant=fp8" in text or re.search(r"[-_]fp8\b", name):
+        return quantization_from("fp8")
+    return None
+
+
+def load_configs(root: Path) -> dict[str, Path]:
+    index: dict[str, Path] = {}
+    for line in (root / "index.jsonl").read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            for name in entry.get("case_model_names", []):
+                index[name] = root / entry["dir"] / "config.json"
+    return index
+
+
+def expected_tokens(logged: dict[str, Any]) -> int | None:
+    for key in ("kv_tokens", "max_total_num_tokens", "full_layer_tokens"):
+        if isinstance(logged.get(key), int):
+            return int(logged[key])
+    return None
+
+
+def expected_weights(logged: dict[str, Any]) -> float | None:
+    if logged.get("weight_load_mem_usage_gb") is not None:
+        return float(logged["weight_load_mem_usage_gb"])
+    return None
+
+
+def expected_failure(logged: dict[str, Any]) -> str | None:
+    if logged.get("error_text") and "exceeds the maximum allowed length" not in logged["error_text"]:
+        return str(logged["error_text"])
+    if logged.get("profiled_max_total_num_tokens") is not None and logged["profiled_max_total_num_tokens"] < 0:
+        return "Not enough memory. Please try to increase --mem-fraction-static."
+    return None
+
+
+def error_family(text: str | None) -> str | None:
+    if not text:
+        return None
+    for key, family in (("Not enough memory", "E1"), ("Loaded weights leave no GPU memory", "E2"),
+                        ("hybrid (mamba/linear-attention) state cache", "E3/E4"),
+                        ("OutOfMemoryError", "OOM"), ("not compatible with radix cache", "E5")):
+        if key in text:
+            return family
+    return "other"
+
+
+def predict(case: dict[str, Any], config_path: Path) -> Budget:
+    spec = read_config(json.loads(config_path.read_text()), case["model"])
+    logged = case.get("logged") or {}
+    pre = logged.get("pre_load_avail_mem_gb")
+    total = case.get("gpu_mem_mib") or (round((pre + 1.0) * 1024) if pre else None)
+    gpus = GpuPlan(case.get("gpu_name") or "?", total, int(case.get("tp") or 1), pre_gib=pre)
+    inp = BudgetInput(spec, case_flags(case), gpus, parse_version(case_version(case.get("sglang_version"))),
+                      quant=case_quant(case))
+    return compute_budget(inp, with_remedies=False)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases")
+    parser.add_argument("--configs", required=True)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    configs = load_configs(Path(args.configs))
+    cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
+    kv_ok = kv_n = w_ok = w_n = v_ok = v_n = 0
+    skipped: list[str] = []
+    for case in cases:
+        cid = case["id"]
+        config = configs.get(case.get("model") or "")
+        logged = case.get("logged") or {}
+        if config is None:
+            skipped.append(f"{cid} (no config for model {case.get('model')!r})")
+            print(f"skip {cid}: no config for {case.get('model')!r}")
+            continue
+        complete = str(case.get("completeness") or "").startswith("full")
+        try:
+            budget = predict(case, config)
+        except ValueError as exc:
+            pre_missing = logged.get("pre_load_avail_mem_gb") is None
+            skipped.append(f"{cid} ({'no pre-load free memory logged' if pre_missing else exc})")
+            print(f"skip {cid}: {exc}")
+            continue
+        parts = [f"{cid} v{budget.version} {budget.era}"]
+        want_w = expected_weights(logged)
+        if want_w is not None:  # weights are logged before any failure: scored on every case that shows them
+            w_n += 1
+            err = abs(budget.weights_gib - want_w) / want_w
+            w_ok += err <= 0.03
+            parts.append(f"weights {budget.weights_gib:.2f}/{want_w:.2f} GiB ({err:+.1%})")
+        failure = expected_failure(logged)
+        want_t = expected_tokens(logged)
+        if want_t is not None and failure is None and logged.get("pre_load_avail_mem_gb") is not None:
+            kv_n += 1
+            err = abs(budget.kv_tokens - want_t) / want_t
+            kv_ok += err <= 0.02
+            parts.append(f"kv {budget.kv_tokens:,}/{want_t:,} ({err:+.1%})")
+        if logged.get("mamba_max_cache_size") is not None:
+            parts.append(f"slots {budget.mamba_slots}/{logged['mamba_max_cache_size']}")
+        started = failure is None
+        predicted_started = budget.error_text is None
+        if complete or failure is not None:
+            v_n += 1
+            predicted_family = error_family(budget.error_text)
+            same = started == predicted_started and (started or predicted_family == error_family(failure))
+            v_ok += same
+            parts.append(f"verdict {budget.verdict.value}{'' if predicted_started else ' ' + str(predicted_family)}"
+                         f" / {'started' if started else 'failed ' + str(error_family(failure))}"
+                         f" {'ok' if same else 'WRONG'}")
+        print("  ".join(parts))
+        if args.verbose:
+            for line in budget.lines:
+                print(f"      {line.label}: {line.gib if line.gib is None else round(line.gib, 3)} {line.value or ''}")
+    print(f"skipped {len(skipped)}: " + "; ".join(skipped))
+    print(f"budget: kv_tokens within 2%: {kv_ok}/{kv_n}, weights within 3%: {w_ok}/{w_n}, verdicts: {v_ok}/{v_n}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,683 @@
+"""Will this SGLang launch fit, and why: SGLang's own memory arithmetic, by version.
+
+The model follows ../shared/research/sglang-memory.md (formulas tied to SGLang's source):
+
+    pre   = free GiB per GPU after distributed init (min over ranks)
+    slack = pre * (1 - mem_fraction_static)      # graphs, activations, (old eras) draft model
+    rest  = (pre - weights) - slack              # KV pool (+ hybrid state pools)
+    tokens = rest * 2^30 / cell_bytes            # cell counts only full-attention layers
+
+with each version's defaults, hybrid-state rules and exact error texts. Everything here is
+pure: a :class:`BudgetInput` in, a :class:`Budget` (lines, verdict, remedies) out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from bot.core.flags import LaunchFlags
+from bot.core.model import (
+    DTYPE_BYTES,
+    GIB,
+    ModelSpec,
+    Quantization,
+    kv_bytes_per_token,
+    mamba_bytes_per_request,
+    mtp_params,
+    weight_bytes_per_gpu,
+)
+
+MIB = 1 << 20
+CURRENT = (0, 5, 15)  # the newest SGLang release modelled
+
+
+# --------------------------------------------------------------------------- versions
+
+@dataclass(frozen=True, order=True)
+class SglangVersion:
+    major: int
+    minor: int
+    patch: int
+    label: str = field(compare=False, default="")
+
+    @property
+    def tuple(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
+    @property
+    def era(self) -> str:
+        """A: <=0.4.x; B: 0.5.0-0.5.9; C1: 0.5.10-11; C2: 0.5.12-13; D: >=0.5.14."""
+        v = self.tuple
+        if v < (0, 5, 0):
+            return "A"
+        if v < (0, 5, 10):
+            return "B"
+        if v < (0, 5, 12):
+            return "C1"
+        if v < (0, 5, 14):
+            return "C2"
+        return "D"
+
+    def __str__(self) -> str:
+        return self.label or f"{self.major}.{self.minor}.{self.patch}"
+
+
+def parse_version(text: str | None) -> SglangVersion:
+    """``0.5.9``, ``v0.5.10.post1``, ``0.5.0rc2``, ``current``/None (the newest modelled)."""
+    if not text or text.strip().lower() in ("current", "latest", "head", "main"):
+        return SglangVersion(*CURRENT, label=f"{'.'.join(map(str, CURRENT))} (current)")
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        raise ValueError(f"not an SGLang version: {text!r}")
+    return SglangVersion(int(match.group(1)), int(match.group(2)), int(match.group(3) or 0),
+                         label=text.strip().lstrip("v"))
+
+
+# minimum SGLang per model type, and the version the model card asks for
+@dataclass(frozen=True)
+class Support:
+    loads_from: tuple[int, int, int]
+    recommended: tuple[int, int, int]
+    why: str
+
+
+SUPPORT: dict[str, Support] = {
+    "qwen3_next": Support((0, 5, 2), (0, 5, 2), "Qwen3-Next support arrived in 0.5.2"),
+    "qwen3_5": Support((0, 5, 9), (0, 5, 10), "Qwen3.5 support arrived in 0.5.9; the Qwen3.6 cookbook "
+                       "requires SGLang >= 0.5.10 (0.5.9 loads it but output quality is degraded)"),
+    "qwen3_5_moe": Support((0, 5, 9), (0, 5, 10), "Qwen3.5/3.6 MoE: as qwen3_5"),
+    "gemma4": Support((0, 5, 11), (0, 5, 12), "Gemma 4 support"),
+    "gemma4_unified": Support((0, 5, 11), (0, 5, 12), "Gemma 4 support"),
+    "deepseek_v4": Support((0, 5, 14), (0, 5, 14), "DeepSeek-V4 pools (DSV4PoolConfigurator)"),
+    "glm_moe_dsa": Support((0, 5, 8), (0, 5, 8), "GLM-5 DSA support"),
+}
+
+
+# --------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """The GPUs a launch will use: name, total MiB each, and free MiB each when read live."""
+
+    name: str
+    total_mib: int | None
+    count: int
+    free_mib: tuple[int, ...] = ()
+    pre_gib: float | None = None  # measured pre-load free memory (from a previous log), if known
+
+    def pre_load_gib(self, tp: int) -> tuple[float, str]:
+        """Free GiB per GPU after CUDA context + NCCL, and how it was obtained."""
+        if self.pre_gib is not None:
+            return self.pre_gib, "given (measured by SGLang's `Load weight begin` on this host)"
+        overhead = 0.75 + (0.35 if tp > 1 else 0.0)  # CUDA context (+NCCL buffers), observed 0.7-1.1 GiB
+        if self.free_mib:
+            return min(self.free_mib) / 1024 - overhead, (
+                f"min free {min(self.free_mib)} MiB over the GPUs minus ~{overhead:.2f} GiB CUDA context/NCCL")
+        if self.total_mib:
+            return self.total_mib / 1024 - overhead, (
+                f"{self.total_mib} MiB total (GPUs assumed empty) minus ~{overhead:.2f} GiB CUDA context/NCCL")
+        raise ValueError("GPU memory unknown: give total MiB or free MiB per GPU")
+
+    @property
+    def total_for_defaults(self) -> int | None:
+        return self.total_mib
+
+    @property
+    def vendor(self) -> str:
+        return "amd" if re.search(r"\bAMD\b|Radeon|Instinct|\bMI\d{3}", self.name) else "nvidia"
+
+
+@dataclass(frozen=True)
+class BudgetInput:
+    model: ModelSpec
+    flags: LaunchFlags
+    gpus: GpuPlan
+    version: SglangVersion
+    weights_bytes_total: int | None = None  # safetensors total_size, when known: beats the estimate
+    quant: Quantization | None = None  # overrides the config's (e.g. an AWQ build of a base config)
+    draft_weights_gib: float | None = None  # a separate EAGLE draft checkpoint's size per GPU
+
+
+# --------------------------------------------------------------------------- outputs
+
+class VerdictKind(StrEnum):
+    FITS = "fits"
+    FAILS = "fails"
+    DEGRADED = "degraded"  # starts, but with a limit that defeats the plan
+
+
+@dataclass(frozen=True)
+class BudgetLine:
+    label: str
+    gib: float | None
+    why: str
+    value: str | None = None  # for lines that are counts (tokens, slots) rather than GiB
+
+
+@dataclass(frozen=True)
+class Remedy:
+    change: str  # e.g. "--mem-fraction-static 0.91"
+    flags: LaunchFlags | None
+    effect: str
+    cost_rank: int  # lower is cheaper: keeps capability, then trades capacity, then hardware
+
+
+@dataclass(frozen=True)
+class Budget:
+    version: SglangVersion
+    era: str
+    mem_fraction_static: float
+    mfs_auto: bool
+    pre_gib: float
+    weights_gib: float
+    draft_weights_gib: float
+    slack_gib: float
+    rest_gib: float
+    kv_cell_bytes: float
+    kv_tokens: int
+    swa_tokens: int | None
+    mamba_per_request_bytes: float
+    mamba_slots: int | None
+    mamba_state_gib: float
+    spec_state_gib: float
+    max_running_requests: int | None
+    context_len: int | None
+    runtime_need_gib: float
+    headroom_gib: float
+    verdict: VerdictKind
+    error_text: str | None
+    reasons: tuple[str, ...]
+    lines: tuple[BudgetLine, ...]
+    remedies: tuple[Remedy, ...] = ()
+    not_modelled: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict is VerdictKind.FITS
+
+
+# --------------------------------------------------------------------------- defaults
+
+def default_chunked_prefill(total_mib: int | None, era: str) -> int:
+    if era == "A" or total_mib is None:
+        return 8192
+    gib = total_mib / 1024
+    if gib < 35:
+        return 2048
+    if gib < 60:
+        return 4096
+    if gib < 160:
+        return 8192
+    return 16384
+
+
+def default_cuda_graph_max_bs(total_mib: int | None, tp: int, era: str) -> int:
+    if era == "A" or total_mib is None:
+        return 160
+    gib = total_mib / 1024
+    if gib < 20:
+        return 8
+    if gib < 35:
+        return 24 if tp < 4 else 80
+    if gib < 60:
+        return 32 if tp < 4 else 160
+    return 256 if tp < 4 else 512
+
+
+def vlm_factor(model: ModelSpec) -> float:
+    """adjust_mem_fraction_for_vlm: more slack for bigger vision towers."""
+    if not model.vision_layers or not model.vision_hidden:
+        return 1.0
+    size = model.vision_layers * model.vision_hidden**2 / (24 * 1024**2)
+    return 0.95 * min(1.05, max(0.8, 1 - 0.1 * (size - 1)))
+
+
+def default_mem_fraction_static(model: ModelSpec, flags: LaunchFlags, total_mib: int | None,
+                                version: SglangVersion, chunk: int, graph_bs: int) -> tuple[float, str]:
+    """SGLang's automatic --mem-fraction-static for this version, GPU size and launch."""
+    v = version.tuple
+    tp_pp = flags.tp * flags.pp
+    if total_mib is None:
+        return 0.88, "GPU size unknown: SGLang's fallback 0.88"
+    gib = total_mib / 1024
+    if v <= (0, 4, 6):
+        if total_mib <= 81920:
+            table = [(16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)]
+            mfs = next((m for t, m in table if flags.tp >= t), 0.88)
+            return mfs, f"0.4.6 table for tp={flags.tp}"
+        return (total_mib - 13 * 1024) / total_mib, "0.4.6: (gpu_mem - 13 GiB)/gpu_mem"
+    if v < (0, 5, 3):
+        reserved = 32.0 if gib >= 160 else 12 + tp_pp / 2 if gib >= 90 else 9.5 + tp_pp / 2 if gib >= 35 \
+            else 2.8 + tp_pp / 10
+        reserved += 2 if flags.speculative else 0
+        reserved += 4 if flags.enable_dp_attention else 0
+        return (gib - reserved) / gib, f"0.4.7-0.5.2: {reserved:.1f} GiB reserved for this GPU class"
+    reserved_mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp_pp / 8 * 1024
+    why = f"512 + {max(chunk, 2048)}*1.5 + {graph_bs}*2 + {tp_pp}/8*1024 MiB"
+    if v >= (0, 5, 10) and not flags.enable_torch_compile and not model.multimodal and not flags.disable_cuda_graph:
+        reserved_mib += 512  # piecewise prefill graphs
+        why += " + 512 MiB piecewise graphs"
+    if gib > 60:
+        reserved_mib = max(reserved_mib, 10 * 1024)
+    if flags.speculative:
+        extra = 6 if flags.speculative_algorithm == "STANDALONE" else (4 if v >= (0, 5, 9) else 2)
+        if v < (0, 5, 13):
+            reserved_mib += extra * 1024
+            why += f" + {extra} GiB speculative"
+    mfs = round((total_mib - reserved_mib) / total_mib, 3)
+    factor = vlm_factor(model)
+    if factor != 1.0:
+        mfs = mfs * factor
+        why += f", x{factor:.3f} for the vision tower"
+    return mfs, why
+
+
+# --------------------------------------------------------------------------- error texts
+
+def not_enough_memory_text(version: SglangVersion, mfs: float) -> str:
+    base = "Not enough memory. Please try to increase --mem-fraction-static."
+    v = version.tuple
+    if v < (0, 5, 3):
+        return base
+    if v < (0, 5, 10):
+        return f"{base} Current value: self.server_args.mem_fraction_static={mfs:g}"
+    return f"{base} Current value: mem_fraction_static={mfs:g}"
+
+
+def e2_text(mfs: float, minimum: float) -> str:
+    return (f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs:g}. "
+            f"Raise --mem-fraction-static above {minimum:.4f} (minimum viable = 1 - available/pre = {minimum:.4f}). "
+            "If using speculative decoding, draft weights are now counted.")
+
+
+def e5_text(architecture: str) -> str:
+    return (f"Speculative decoding for {architecture} is not compatible with radix cache when using "
+            "--mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use "
+            "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1.")
+
+
+# --------------------------------------------------------------------------- the engine
+
+@dataclass
+class _Work:
+    """Mutable scratch of one computation (kept private; the result is frozen)."""
+
+    lines: list[BudgetLine] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def line(self, label: str, gib: float | None, why: str, value: str | None = None) -> None:
+        self.lines.append(BudgetLine(label, gib, why, value))
+
+
+def compute_budget(inp: BudgetInput, with_remedies: bool = True) -> Budget:
+    budget = _compute(inp)
+    if with_remedies and not budget.fits:
+        budget = replace(budget, remedies=tuple(find_remedies(inp, budget)))
+    return budget
+
+
+def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGLang's startup order
+    model, flags, version = inp.model, inp.flags, inp.version
+    era = version.era
+    w = _Work()
+    tp = flags.tp
+    total_mib = inp.gpus.total_for_defaults
+    error: str | None = None
+    degraded: list[str] = []
+
+    support = SUPPORT.get(model.model_type)
+    if support and version.tuple < support.loads_from:
+        error = f"model type {model.model_type} is not supported by SGLang {version} ({support.why})"
+    elif support and version.tuple < support.recommended:
+        degraded.append(f"SGLang {version} is below {'.'.join(map(str, support.recommended))} for "
+                        f"{model.model_type}: {support.why}")
+
+    # defaults that depend on version and GPU size
+    chunk = flags.chunked_prefill_size or default_chunked_prefill(total_mib, era)
+    graph_bs = flags.cuda_graph_max_bs or default_cuda_graph_max_bs(total_mib, tp, era)
+    if flags.mem_fraction_static is not None:
+        mfs, mfs_why, mfs_auto = flags.mem_fraction_static, "--mem-fraction-static as given", False
+    else:
+        mfs, mfs_why = default_mem_fraction_static(model, flags, total_mib, version, chunk, graph_bs)
+        mfs_auto = True
+    spec = flags.speculative
+    mrr_requested = flags.max_running_requests or (48 if spec and flags.speculative_algorithm != "NGRAM" else None)
+    context_len = flags.context_length or model.max_context
+
+    pre, pre_why = inp.gpus.pre_load_gib(tp)
+    w.line("free before load (pre)", pre, pre_why)
+
+    # weights
+    quant = inp.quant or model.quant
+    if inp.weights_bytes_total:
+        weights = inp.weights_bytes_total / tp / GIB
+        weights_why = f"checkpoint size {inp.weights_bytes_total / GIB:.2f} GiB / tp {tp}"
+    else:
+        # AWQ/GPTQ MoE runs on Marlin kernels, which are CUDA-only: on ROCm the fused-MoE layer
+        # creates its expert weights unquantized (a startup OOM that the int4 byte count hides)
+        experts_dense = bool(model.moe) and quant.method in ("awq", "gptq") and inp.gpus.vendor == "amd"
+        weights = weight_bytes_per_gpu(model, tp, quant, experts_unquantized=experts_dense) / GIB
+        weights_why = (f"{_params(model) / 1e9:.2f} B params x {quant.label if quant.method != 'none' else model.dtype}"
+                       f", sharded over tp={tp} (embeddings vocab-parallel; norms replicated)")
+        if experts_dense:
+            weights_why += f"; MoE experts in {model.dtype}: no AWQ MoE kernel on ROCm"
+    w.line("target weights", weights, weights_why)
+    draft_layers = 0
+    draft_weights = 0.0
+    if spec:
+        if inp.draft_weights_gib is not None:
+            draft_weights = inp.draft_weights_gib
+            draft_layers = 1
+        elif model.mtp_layers and flags.speculative_algorithm == "EAGLE" and not flags.speculative_draft_model_path:
+            draft_layers = model.mtp_layers
+            draft_weights = mtp_params(model) * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
+        else:
+            draft_layers = 1  # an EAGLE/EAGLE3 draft is one decoder layer (embeddings shared)
+            draft_weights = (4 * model.hidden**2 + 3 * model.hidden * max(model.intermediate, model.hidden)) \
+                * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
+        where = "counted before sizing the pools" if era == "D" else "loaded after the target: comes out of the slack"
+        w.line("draft weights", draft_weights, f"{draft_layers} draft layer(s), {where}")
+
+    if weights + (draft_weights if era == "D" else 0) >= pre and error is None:
+        error = ("torch.OutOfMemoryError: CUDA out of memory (while loading weights: "
+                 f"{weights:.2f} GiB of weights per GPU, {pre:.2f} GiB free)")
+
+    avail = pre - weights - (draft_weights if era == "D" else 0.0)
+    slack = pre * (1 - mfs)
+    rest = avail - slack
+    w.line("static reserve pre x (1 - mfs)", slack,
+           f"mem_fraction_static {mfs:.3f} ({mfs_why}); holds CUDA graphs, activations, torch.compile"
+           + (", and the draft model" if spec and era != "D" else ""))
+    w.line("left for KV/state pools", rest, "free after weights - static reserve")
+
+    # radix cache / hybrid strategy resolution
+    hybrid = model.is_hybrid_linear
+    radix_off = flags.disable_radix_cache
+    strategy = flags.mamba_scheduler_strategy or "auto"
+    if strategy == "auto":
+        strategy = "extra_buffer" if version.tuple >= (0, 5, 14) and not flags.disable_overlap_schedule \
+            else "no_buffer"
+    overlap = not flags.disable_overlap_schedule and strategy != "no_buffer"
+    if hybrid and spec and not radix_off and strategy == "no_buffer" and error is None:
+        if version.tuple >= (0, 5, 10):
+            error = e5_text(model.architecture)
+        else:
+            radix_off = True
+            degraded.append("radix cache silently disabled: speculative decoding on a hybrid model "
+                            "(`Disabling radix cache since speculative decoding ... is not supported`)")
+
+    # hybrid linear-attention state
+    per_conv, per_ssm = mamba_bytes_per_request(model, tp, flags.mamba_ssm_dtype)
+    per = per_conv + per_ssm
+    mamba_slots: int | None = None
+    mamba_gib = spec_gib = 0.0
+    mrr_final = mrr_requested
+    ratio = 1
+    if hybrid and error is None:
+        ratio = 1 if radix_off else 3 + (0 if strategy == "no_buffer" else (2 if overlap else 1))
+        r = flags.mamba_full_memory_ratio if flags.mamba_full_memory_ratio is not None else (
+            0.9 if version.tuple >= (0, 5, 4) else 0.0)
+        d = flags.num_draft_tokens
+        slots, reserved_bytes, spec_bytes, mamba_error = _mamba_plan(
+            version, rest, per, r, d, ratio, radix_off, mrr_requested, flags.max_mamba_cache_size, spec)
+        mamba_slots = slots
+        mamba_gib = (slots or 0) * per / GIB
+        spec_gib = spec_bytes / GIB
+        rest -= reserved_bytes / GIB
+        w.line("hybrid state per request", per / MIB / 1024,
+               f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB "
+               f"({model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype})"
+               f" x {model.linear_layers} linear layers, per GPU")
+        w.line("hybrid state pool", mamba_gib,
+               f"{slots} state slots (mamba_ratio {ratio}, --mamba-full-memory-ratio {r})",
+               value=f"{slots} slots")
+        if spec_gib:
+            w.line("speculative state", spec_gib, f"intermediate SSM state for {d} draft tokens per request")
+        if mamba_error:
+            error = mamba_error
+        elif slots is not None:
+            cap = slots // ratio
+            estimated = mrr_final if mrr_final is not None else 4096
+            if cap < estimated:
+                mrr_final = cap
+                if cap <= 0:
+                    degraded.append(f"max_running_requests = {slots}//{ratio} = 0: the server starts but cannot "
+                                    "admit a request")
+                elif mrr_requested is not None and cap < mrr_requested:
+                    degraded.append(f"max_running_requests capped to {cap} by the hybrid state pool "
+                                    f"({slots} slots, {ratio} per request)")
+
+    # KV cell and tokens
+    kv_bytes = 1.0 if flags.kv_cache_dtype.startswith("fp8") else 0.5 if flags.kv_cache_dtype.startswith("fp4") \
+        else DTYPE_BYTES.get(model.dtype if flags.kv_cache_dtype == "auto" else "bfloat16", 2.0)
+    full_cell, swa_cell = kv_bytes_per_token(model, tp, kv_bytes)
+    cell = full_cell
+    why_cell = _cell_why(model, tp, kv_bytes)
+    if spec and era == "D" and model.full_layers:
+        cell = full_cell * (1 + draft_layers / model.full_layers)
+        why_cell += f", x(1 + {draft_layers}/{model.full_layers}) for the draft KV"
+    swa_ratio = flags.swa_full_tokens_ratio if flags.swa_full_tokens_ratio is not None else 0.8
+    if model.is_hybrid_swa:
+        cell = full_cell + swa_ratio * swa_cell
+        why_cell += f"; sliding layers at --swa-full-tokens-ratio {swa_ratio}"
+    w.line("KV bytes per token", None, why_cell, value=f"{cell:,.0f} B")
+
+    tokens = 0
+    swa_tokens: int | None = None
+    if error is None:
+        if rest <= 0:
+            if era == "D":
+                minimum = 1 - avail / pre if pre > 0 else 1.0
+                error = e2_text(mfs, minimum)
+            else:
+                error = not_enough_memory_text(version, mfs)
+        else:
+            tokens = int(rest * GIB // cell) if cell else 0
+            if flags.max_total_tokens:
+                tokens = min(tokens, flags.max_total_tokens)
+            page = flags.page_size or 1
+            tokens = tokens // page * page
+            if tokens <= 0:
+                error = not_enough_memory_text(version, mfs)
+    if model.is_hybrid_swa and tokens:
+        swa_tokens = int(tokens * swa_ratio)
+    w.line("KV cache capacity", tokens * cell / GIB if tokens else 0.0,
+           "tokens the full-attention pool holds" + (f"; sliding pool {swa_tokens:,}" if swa_tokens else ""),
+           value=f"{tokens:,} tokens")
+
+    if error is None and spec and not hybrid and flags.max_running_requests is None:
+        mrr_final = 48
+    if error is None and context_len and tokens and tokens < context_len:
+        degraded.append(f"KV pool ({tokens:,} tokens) is smaller than the context length ({context_len:,}): "
+                        f"requests longer than {tokens - 1:,} tokens will be rejected")
+
+    # what the slack must hold at runtime (estimates: SGLang does not pre-compute these)
+    need, need_lines = _runtime_need(model, flags, version, tokens, chunk, graph_bs, draft_weights,
+                                     draft_layers, kv_bytes, era, mrr_final)
+    for label, gib, why in need_lines:
+        w.line(label, gib, why)
+    headroom = slack - need
+    w.line("runtime headroom (estimate)", headroom, "static reserve - runtime needs above")
+    if error is None and headroom < 0:
+        degraded.append(f"the static reserve ({slack:.2f} GiB) is {-headroom:.2f} GiB short of the runtime needs: "
+                        "expect a CUDA out of memory at graph capture or the first long prefill")
+
+    kind = VerdictKind.FAILS if error else VerdictKind.DEGRADED if degraded else VerdictKind.FITS
+    not_modelled = tuple(flags.unknown)
+    return Budget(
+        version=version, era=era, mem_fraction_static=mfs, mfs_auto=mfs_auto, pre_gib=pre, weights_gib=weights,
+        draft_weights_gib=draft_weights, slack_gib=slack, rest_gib=rest, kv_cell_bytes=cell, kv_tokens=tokens,
+        swa_tokens=swa_tokens, mamba_per_request_bytes=per, mamba_slots=mamba_slots, mamba_state_gib=mamba_gib,
+        spec_state_gib=spec_gib, max_running_requests=mrr_final, context_len=context_len, runtime_need_gib=need,
+        headroom_gib=headroom, verdict=kind, error_text=error, reasons=tuple(degraded), lines=tuple(w.lines),
+        not_modelled=not_modelled,
+    )
+
+
+def _params(model: ModelSpec) -> int:
+    from bot.core.model import weight_parts
+
+    return sum(p.params for p in weight_parts(model))
+
+
+def _cell_why(model: ModelSpec, tp: int, kv_bytes: float) -> str:
+    if model.mla is not None:
+        m = model.mla
+        return f"MLA: ({m.kv_lora_rank} + {m.qk_rope_head_dim}) x {model.full_layers} layers x {kv_bytes:g} B"
+    heads = max(1, (model.full_kv_heads or model.kv_heads) // tp)
+    dim = model.full_head_dim or model.head_dim
+    return (f"{heads} KV heads/GPU x ({dim} + {dim}) x {model.full_layers} full-attention layers x {kv_bytes:g} B"
+            + (f" (the {model.linear_layers} linear layers hold state, not KV)" if model.linear_layers else ""))
+
+
+def _mamba_plan(version: SglangVersion, rest_gib: float, per: float, r: float, d: int, ratio: int, radix_off: bool,
+                mrr: int | None, explicit: int | None, spec: bool) -> tuple[int, float, float, str | None]:
+    """State slots K, bytes reserved (state + speculative), speculative bytes, error text."""
+    v = version.tuple
+    rest = rest_gib * GIB
+    if per <= 0:
+        return 0, 0.0, 0.0, None
+    if v < (0, 5, 4):  # Qwen3-Next launch: radix forced off
+        k = explicit or mrr or 512
+        return k, k * per, 0.0, None
+    joint = v >= (0, 5, 12)
+    spec_bytes = 0.0
+    if explicit or (radix_off and (mrr or v < (0, 5, 9))):
+        k = explicit or mrr or 512
+        if spec and v >= (0, 5, 7):
+            spec_bytes = per * (mrr or k) * d
+        return k, k * per + spec_bytes, spec_bytes, None
+    if not joint:
+        if spec and v >= (0, 5, 7):
+            spec_bytes = per * (mrr or 48) * d
+        budget = (rest - spec_bytes) * r / (1 + r)
+        k = max(0, math.floor(budget / per))
+        return k, k * per + spec_bytes, spec_bytes, None
+    budget = rest * r / (1 + r)
+    k = math.floor(budget / (per * (1 + d / ratio))) if budget > 0 else 0
+    if k <= 0:
+        return k, 0.0, 0.0, (
+            f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed max_mamba_cache_size={k} "
+            f"(total_rest_memory={rest_gib:.2f} GB, mamba_cache_per_req={per / MIB:.2f} MB). Try: (1) reduce "
+            "--max-running-requests, (2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, "
+            "or (4) use GPUs with more memory.")
+    capped = min(mrr if mrr is not None else k // ratio, k // ratio)
+    if capped <= 0:
+        return k, k * per, 0.0, (
+            "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+            f"max_mamba_cache_size={k}, mamba_ratio={ratio}, resulting max_num_reqs={capped}. "
+            "Try: (1) reduce --max-running-requests, "
+            "(2) increase --mem-fraction-static, or (3) use GPUs with more memory.")
+    spec_bytes = per * capped * d if spec else 0.0
+    return k, k * per + spec_bytes, spec_bytes, None
+
+
+def _runtime_need(model: ModelSpec, flags: LaunchFlags, version: SglangVersion, tokens: int, chunk: int,
+                  graph_bs: int, draft_weights: float, draft_layers: int, kv_bytes: float, era: str,
+                  mrr: int | None) -> tuple[float, list[tuple[str, float, str]]]:
+    """Estimates of what must fit in the static reserve once the pools are allocated."""
+    lines: list[tuple[str, float, str]] = []
+    h = model.hidden
+    tp = flags.tp
+    act = chunk * (2 * max(model.intermediate, model.hidden) / tp + 4 * h) * 2 / GIB + 0.25
+    lines.append(("activations (estimate)", act, f"chunked prefill of {chunk} tokens + attention workspace"))
+    if not flags.disable_cuda_graph:
+        bs = min(graph_bs, mrr or graph_bs)
+        verify = flags.num_draft_tokens if flags.speculative else 1
+        graphs = 0.1 + 0.004 * bs * verify * (h / 4096) ** 0.5
+        lines.append(("CUDA graphs (estimate)", graphs,
+                      f"decode graphs up to bs {bs}" + (f" x {verify} verify tokens" if verify > 1 else "")))
+    if flags.enable_torch_compile:
+        lines.append(("torch.compile (estimate)", 0.5, f"compiled decode graphs up to bs "
+                                                        f"{flags.torch_compile_max_bs or 32}"))
+    if flags.speculative and era != "D":
+        draft_kv = tokens * draft_layers * (kv_bytes_per_token(model, tp, kv_bytes)[0] / max(1, model.full_layers)) \
+            / GIB
+        lines.append(("draft model (weights + KV + graphs)", draft_weights + draft_kv + 0.2,
+                      f"before 0.5.14 the draft is built after the target, from the reserve: {draft_weights:.2f} GiB "
+                      f"weights + {draft_kv:.2f} GiB KV for {tokens:,} tokens"))
+    return sum(g for _, g, _ in lines), lines
+
+
+# --------------------------------------------------------------------------- remedies
+
+def _good(b: Budget, need_tokens: int | None) -> bool:
+    return b.verdict is not VerdictKind.FAILS and b.headroom_gib >= 0 and (
+        need_tokens is None or b.kv_tokens >= need_tokens) and (b.max_running_requests is None
+                                                                 or b.max_running_requests > 0)
+
+
+def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
+    """The smallest changes that make the launch fit, each with its computed threshold."""
+    flags = inp.flags
+    model = inp.model
+    remedies: list[Remedy] = []
+    need_tokens = min(failed.context_len or 0, 4096 * 8) or None
+
+    def trial(**changes: object) -> Budget:
+        return _compute(replace(inp, flags=flags.changed(**changes)))
+
+    if failed.error_text and "no_buffer" in failed.error_text:
+        changed = trial(mamba_scheduler_strategy="extra_buffer")
+        remedies.append(Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",
+                               flags.changed(mamba_scheduler_strategy="extra_buffer"),
+                               _effect(changed), 0))
+    mfs0 = failed.mem_fraction_static
+    for step in range(1, 40):
+        mfs = round(mfs0 + 0.01 * step, 2)
+        if mfs > 0.95:
+            break
+        b = trial(mem_fraction_static=mfs)
+        if _good(b, need_tokens):
+            remedies.append(Remedy(f"--mem-fraction-static {mfs:.2f}", flags.changed(mem_fraction_static=mfs),
+                                   f"smallest value that fits: {_effect(b)}", 1))
+            break
+    if model.is_hybrid_linear and (flags.mamba_ssm_dtype or (model.linear and model.linear.ssm_dtype)) == "float32":
+        b = trial(mamba_ssm_dtype="bfloat16")
+        if _good(b, need_tokens):
+            remedies.append(Remedy("--mamba-ssm-dtype bfloat16", flags.changed(mamba_ssm_dtype="bfloat16"),
+                                   f"halves the hybrid state: {_effect(b)}", 2))
+    if model.is_hybrid_linear and (flags.speculative or flags.disable_radix_cache):
+        start = flags.max_running_requests or 48
+        for mrr in (32, 24, 16, 12, 8, 6, 4, 2, 1):
+            if mrr >= start:
+                continue
+            b = trial(max_running_requests=mrr)
+            if _good(b, need_tokens):
+                remedies.append(Remedy(f"--max-running-requests {mrr}", flags.changed(max_running_requests=mrr),
+                                       f"largest concurrency that fits: {_effect(b)}", 3))
+                break
+    if failed.context_len and failed.kv_tokens and failed.kv_tokens < failed.context_len:
+        ctx = failed.kv_tokens // 1024 * 1024
+        if ctx > 0:
+            remedies.append(Remedy(f"--context-length {ctx}", flags.changed(context_length=ctx),
+                                   f"fits the KV pool of {failed.kv_tokens:,} tokens", 4))
+    if flags.kv_cache_dtype == "auto" and model.dtype in ("bfloat16", "float16"):
+        b = trial(kv_cache_dtype="fp8_e4m3")
+        if _good(b, need_tokens):
+            remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
+                                   f"halves KV bytes per token: {_effect(b)}", 5))
+    if inp.gpus.count >= flags.tp * 2:
+        b = trial(tp=flags.tp * 2)
+        if _good(b, need_tokens):
+            remedies.append(Remedy(f"--tp-size {flags.tp * 2}", flags.changed(tp=flags.tp * 2),
+                                   f"uses {flags.tp * 2} GPUs: {_effect(b)}", 6))
+    elif not any(r.cost_rank < 6 for r in remedies):
+        remedies.append(Remedy(f"tp {flags.tp * 2} (needs {flags.tp * 2} GPUs; {inp.gpus.count} available)", None,
+                               "more GPUs share the weights", 7))
+    return sorted(remedies, key=lambda r: r.cost_rank)
+
+
+def _effect(b: Budget) -> str:
+    parts = [f"{b.kv_tokens:,} KV tokens"]
+    if b.mamba_slots is not None:
+        parts.append(f"{b.mamba_slots} state slots")
+    if b.max_running_requests is not None:
+        parts.append(f"max {b.max_running_requests} running requests")
+    parts.append(f"{b.headroom_gib:.2f} GiB headroom")
+    if b.verdict is not VerdictKind.FITS:
+        parts.append(f"({b.verdict.value})")
+    return ", ".join(parts)

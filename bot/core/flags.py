@@ -1,0 +1,244 @@
+"""SGLang launch flags: the known set with typed values, and the ones the budget models.
+
+``parse_sglang_flags`` reads an argv the way SGLang's argparse does (``--flag value``,
+``--flag=value``, boolean switches, unique prefixes). Flags that matter for memory become
+:class:`LaunchFlags` fields; known flags that do not are kept as ``passthrough``; unknown
+flags are listed, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from bot.errors import UsageError
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _int(text: str) -> int:
+    return int(text)
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+def _text(text: str) -> str:
+    if not text or "\n" in text or "\0" in text:
+        raise ValueError("must be a single-line value")
+    return text
+
+
+SWITCH = None  # marker: a boolean flag that takes no value
+
+# flag -> (LaunchFlags field or None, value parser or SWITCH)
+MODELLED: dict[str, tuple[str, Callable[[str], Any] | None]] = {
+    "--tp-size": ("tp", _positive),
+    "--pp-size": ("pp", _positive),
+    "--dp-size": ("dp", _positive),
+    "--mem-fraction-static": ("mem_fraction_static", _fraction),
+    "--context-length": ("context_length", _positive),
+    "--max-running-requests": ("max_running_requests", _positive),
+    "--max-total-tokens": ("max_total_tokens", _positive),
+    "--chunked-prefill-size": ("chunked_prefill_size", _int),
+    "--cuda-graph-max-bs": ("cuda_graph_max_bs", _positive),
+    "--disable-cuda-graph": ("disable_cuda_graph", SWITCH),
+    "--enable-torch-compile": ("enable_torch_compile", SWITCH),
+    "--torch-compile-max-bs": ("torch_compile_max_bs", _positive),
+    "--kv-cache-dtype": ("kv_cache_dtype", _choice("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16", "fp4_e2m1")),
+    "--page-size": ("page_size", _positive),
+    "--disable-radix-cache": ("disable_radix_cache", SWITCH),
+    "--speculative-algorithm": ("speculative_algorithm",
+                                _choice("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE", "NGRAM", "DFLASH")),
+    "--speculative-num-steps": ("speculative_num_steps", _positive),
+    "--speculative-eagle-topk": ("speculative_eagle_topk", _positive),
+    "--speculative-num-draft-tokens": ("speculative_num_draft_tokens", _positive),
+    "--speculative-draft-model-path": ("speculative_draft_model_path", _text),
+    "--mamba-full-memory-ratio": ("mamba_full_memory_ratio", _ratio),
+    "--max-mamba-cache-size": ("max_mamba_cache_size", _positive),
+    "--mamba-ssm-dtype": ("mamba_ssm_dtype", _choice("float32", "bfloat16", "float16")),
+    "--mamba-scheduler-strategy": ("mamba_scheduler_strategy",
+                                   _choice("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")),
+    "--swa-full-tokens-ratio": ("swa_full_tokens_ratio", _ratio),
+    "--quantization": ("quantization", _text),
+    "--dtype": ("dtype", _choice("auto", "half", "float16", "bfloat16", "float", "float32")),
+    "--disable-overlap-schedule": ("disable_overlap_schedule", SWITCH),
+    "--enable-dp-attention": ("enable_dp_attention", SWITCH),
+}
+ALIASES = {
+    "--tp": "--tp-size", "--tensor-parallel-size": "--tp-size", "--pp": "--pp-size",
+    "--pipeline-parallel-size": "--pp-size", "--dp": "--dp-size", "--data-parallel-size": "--dp-size",
+    "--mamba-radix-cache-strategy": "--mamba-scheduler-strategy",
+}
+# known, not memory-relevant: accepted and passed to the server unchanged
+PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
+    "--model-path": _text, "--model": _text, "--tokenizer-path": _text, "--host": _text, "--port": _positive,
+    "--served-model-name": _text, "--trust-remote-code": SWITCH, "--reasoning-parser": _text,
+    "--tool-call-parser": _text, "--chat-template": _text, "--attention-backend": _text,
+    "--linear-attn-backend": _text, "--sampling-backend": _text, "--log-level": _text,
+    "--disable-custom-all-reduce": SWITCH, "--enable-metrics": SWITCH, "--api-key": _text,
+    "--random-seed": _int, "--max-prefill-tokens": _positive, "--schedule-policy": _text,
+    "--is-embedding": SWITCH, "--revision": _text, "--load-format": _text, "--download-dir": _text,
+    "--speculative-draft-model-quantization": _text, "--watchdog-timeout": _ratio,
+    "--nnodes": _positive, "--node-rank": _int, "--dist-init-addr": _text, "--enable-mixed-chunk": SWITCH,
+    "--skip-server-warmup": SWITCH, "--mm-attention-backend": _text, "--grammar-backend": _text,
+}
+
+
+@dataclass(frozen=True)
+class LaunchFlags:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    mem_fraction_static: float | None = None  # None: SGLang's automatic default for the version and GPU
+    context_length: int | None = None
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs: int | None = None
+    disable_cuda_graph: bool = False
+    enable_torch_compile: bool = False
+    torch_compile_max_bs: int | None = None
+    kv_cache_dtype: str = "auto"
+    page_size: int | None = None
+    disable_radix_cache: bool = False
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_draft_model_path: str | None = None
+    mamba_full_memory_ratio: float | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_ssm_dtype: str | None = None
+    mamba_scheduler_strategy: str | None = None
+    swa_full_tokens_ratio: float | None = None
+    quantization: str | None = None
+    dtype: str | None = None
+    disable_overlap_schedule: bool = False
+    enable_dp_attention: bool = False
+    passthrough: tuple[str, ...] = ()  # known flags the budget does not model, as given
+    unknown: tuple[str, ...] = ()  # flags SGLang's known set does not have
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculative_algorithm is not None and self.speculative_algorithm != "NGRAM"
+
+    @property
+    def num_draft_tokens(self) -> int:
+        if not self.speculative:
+            return 0
+        if self.speculative_num_draft_tokens:
+            return self.speculative_num_draft_tokens
+        steps = self.speculative_num_steps or 3
+        return steps + 1 if (self.speculative_eagle_topk or 1) == 1 else steps * (self.speculative_eagle_topk or 1)
+
+    def changed(self, **values: Any) -> LaunchFlags:
+        return replace(self, **values)
+
+    def to_argv(self) -> list[str]:
+        """The modelled flags that differ from defaults, then the passthrough ones."""
+        argv: list[str] = []
+        defaults = LaunchFlags()
+        reverse = {f: name for name, (f, _) in MODELLED.items()}
+        for item in fields(self):
+            if item.name in ("passthrough", "unknown"):
+                continue
+            value = getattr(self, item.name)
+            if value == getattr(defaults, item.name):
+                continue
+            flag = reverse[item.name]
+            if value is True:
+                argv.append(flag)
+            elif value is not False and value is not None:
+                argv += [flag, str(value)]
+        return argv + list(self.passthrough) + list(self.unknown)
+
+
+def _resolve(name: str) -> str | None:
+    name = ALIASES.get(name, name)
+    if name in MODELLED or name in PASSTHROUGH:
+        return name
+    candidates = [f for f in (*MODELLED, *PASSTHROUGH, *ALIASES) if f.startswith(name)]
+    resolved = {ALIASES.get(c, c) for c in candidates}
+    return resolved.pop() if len(resolved) == 1 else None
+
+
+def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
+    """Typed flags from an argv; raises :class:`UsageError` on a bad value, naming the flag."""
+    values: dict[str, Any] = {}
+    passthrough: list[str] = []
+    unknown: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("--"):
+            raise UsageError(f"unexpected argument `{token[:40]}`: SGLang flags start with --")
+        raw_name, eq, inline = token.partition("=")
+        name = _resolve(raw_name)
+        if name is None:
+            unknown.append(token)
+            # keep a following value with the unknown flag
+            if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                unknown.append(argv[i + 1])
+                i += 1
+            i += 1
+            continue
+        target, parser = MODELLED[name] if name in MODELLED else (None, PASSTHROUGH[name])
+        if parser is SWITCH:
+            if eq:
+                raise UsageError(f"`{name}` is a switch and takes no value")
+            if target:
+                values[target] = True
+            else:
+                passthrough.append(name)
+            i += 1
+            continue
+        if eq:
+            text = inline
+        else:
+            if i + 1 >= len(argv):
+                raise UsageError(f"`{name}` needs a value")
+            text = argv[i + 1]
+            i += 1
+        try:
+            value = parser(text) if parser is not None else text
+        except ValueError as exc:
+            raise UsageError(f"`{name} {text[:40]}`: {exc}") from None
+        if target:
+            values[target] = value
+        else:
+            passthrough += [name, str(text)]
+        i += 1
+    if values.get("speculative_algorithm") in ("NEXTN", "MTP"):
+        values["speculative_algorithm"] = "EAGLE"  # SGLang rewrites NEXTN to EAGLE
+    return LaunchFlags(**values, passthrough=tuple(passthrough), unknown=tuple(unknown))
+
+
+MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
+__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "parse_sglang_flags", "field"]

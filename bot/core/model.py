@@ -1,0 +1,447 @@
+"""A model's geometry from its Hugging Face ``config.json``: what the memory budget needs.
+
+Handles dense MHA/GQA, MLA (DeepSeek/Kimi/GLM-DSA), sliding-window hybrids (Gemma),
+hybrid linear attention (Qwen3-Next, Qwen3.5/3.6 Gated DeltaNet), MoE, multimodal wrappers
+with a nested ``text_config``, and MTP heads. Weights are counted per component from the
+geometry, then turned into bytes per GPU for a dtype or quantization and a TP size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+GIB = 1 << 30
+
+DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "float8": 1.0}
+LayerKind = Literal["full", "sliding", "linear"]
+
+
+class ModelConfigError(ValueError):
+    """The config lacks something the budget needs (named in the message)."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Bytes per weight of the quantized linear layers; everything else stays in the model dtype."""
+
+    method: str  # none | fp8 | awq | gptq | int4 | nvfp4 | compressed-tensors
+    bytes_per_param: float
+    experts_only: bool = False  # e.g. Kimi-K2.5: only routed experts are INT4
+
+    @property
+    def label(self) -> str:
+        return self.method
+
+
+NO_QUANT = Quantization("none", 0.0)
+
+
+def quantization_from(name: str | None, bits: int | None = None, group_size: int | None = None,
+                      experts_only: bool = False) -> Quantization:
+    """Storage cost of a weight-quantization scheme, scales and zero-points included."""
+    if not name or name in ("none", "None"):
+        return NO_QUANT
+    method = name.lower().replace("_marlin", "").replace("-", "_")
+    if method in ("fp8", "w8a8_fp8", "fbgemm_fp8", "modelopt_fp8"):
+        return Quantization("fp8", 1.0 + 4 / (128 * 128), experts_only)  # block-wise fp32 scales
+    if method in ("awq", "gptq", "auto_round", "autoround", "int4", "w4a16"):
+        group = group_size or 128
+        bits = bits or 4
+        # packed weights + one fp16 scale and one packed zero-point per group
+        return Quantization("awq" if method == "awq" else method, bits / 8 + 2 / group + (bits / 8) / group,
+                            experts_only)
+    if method in ("nvfp4", "modelopt_fp4", "modelopt"):
+        return Quantization("nvfp4", 0.5 + 1 / 16, experts_only)  # fp8 scale per 16 weights
+    if method in ("compressed_tensors", "pack_quantized"):
+        group = group_size or 32
+        return Quantization("compressed-tensors", (bits or 4) / 8 + 2 / group, experts_only)
+    raise ModelConfigError(f"unknown quantization {name!r}")
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """Gated DeltaNet / mamba-style layers: per-request conv + SSM state instead of KV."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    ssm_dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Mla:
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None
+    index_head_dim: int | None = None  # DSA indexer (GLM-5, DeepSeek-V3.2)
+
+
+@dataclass(frozen=True)
+class Moe:
+    num_experts: int
+    intermediate: int
+    shared_intermediate: int  # 0 when none
+    dense_layers: frozenset[int]  # layers with a dense MLP instead of experts
+    dense_and_moe: bool = False  # Gemma 4 26B: a dense MLP *and* the experts in each layer
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    architecture: str
+    model_type: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+    dtype: str
+    max_context: int | None
+    layer_kinds: tuple[LayerKind, ...]
+    sliding_window: int | None = None
+    full_kv_heads: int | None = None  # Gemma 4 global layers: their own KV geometry
+    full_head_dim: int | None = None
+    full_k_eq_v: bool = False
+    mla: Mla | None = None
+    linear: LinearAttention | None = None
+    moe: Moe | None = None
+    mtp_layers: int = 0
+    attn_output_gate: bool = False
+    qkv_bias: bool = False
+    vision_params: int = 0
+    quant: Quantization = NO_QUANT
+    multimodal: bool = False
+    vision_layers: int = 0
+    vision_hidden: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def full_layers(self) -> int:
+        return sum(1 for k in self.layer_kinds if k == "full")
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(1 for k in self.layer_kinds if k == "sliding")
+
+    @property
+    def linear_layers(self) -> int:
+        return sum(1 for k in self.layer_kinds if k == "linear")
+
+    @property
+    def is_hybrid_linear(self) -> bool:
+        return self.linear is not None and self.linear_layers > 0
+
+    @property
+    def is_hybrid_swa(self) -> bool:
+        return self.sliding_layers > 0 and self.full_layers > 0
+
+
+def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def _need(cfg: dict[str, Any], key: str, where: str) -> Any:
+    if cfg.get(key) is None:
+        raise ModelConfigError(f"{where}: `{key}` is missing")
+    return cfg[key]
+
+
+def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
+    """Parse a config.json (flat, or a multimodal wrapper with ``text_config``)."""
+    text = config.get("text_config") or config
+    where = "config.json" + (" text_config" if text is not config else "")
+    architecture = (config.get("architectures") or text.get("architectures") or ["?"])[0]
+    model_type = str(config.get("model_type") or text.get("model_type") or "?")
+    hidden = int(_need(text, "hidden_size", where))
+    layers = int(_need(text, "num_hidden_layers", where))
+    heads = int(_need(text, "num_attention_heads", where))
+    kv_heads = int(_get(text, "num_key_value_heads", default=heads))
+    head_dim = int(_get(text, "head_dim", default=hidden // heads))
+    dtype = str(_get(text, "torch_dtype", "dtype", default=None) or _get(config, "torch_dtype", "dtype",
+                                                                        default="bfloat16"))
+    tied = bool(_get(text, "tie_word_embeddings", default=_get(config, "tie_word_embeddings", default=False)))
+    vocab = int(_need(text, "vocab_size", where))
+    kinds = _layer_kinds(text, layers)
+    linear = None
+    if "linear" in kinds:
+        linear = LinearAttention(
+            num_key_heads=int(_need(text, "linear_num_key_heads", where)),
+            num_value_heads=int(_need(text, "linear_num_value_heads", where)),
+            key_head_dim=int(_need(text, "linear_key_head_dim", where)),
+            value_head_dim=int(_need(text, "linear_value_head_dim", where)),
+            conv_kernel=int(_get(text, "linear_conv_kernel_dim", default=4)),
+            ssm_dtype=str(_get(text, "mamba_ssm_dtype", default="float32")),
+        )
+    mla = None
+    if text.get("kv_lora_rank"):
+        mla = Mla(
+            kv_lora_rank=int(text["kv_lora_rank"]),
+            qk_rope_head_dim=int(_need(text, "qk_rope_head_dim", where)),
+            qk_nope_head_dim=int(_get(text, "qk_nope_head_dim", default=128)),
+            v_head_dim=int(_get(text, "v_head_dim", default=128)),
+            q_lora_rank=_get(text, "q_lora_rank"),
+            index_head_dim=_get(text, "index_head_dim"),
+        )
+    moe = _moe(text, layers)
+    intermediate = int(_get(text, "intermediate_size", default=0))
+    vision = config.get("vision_config") or {}
+    vision_layers = int(_get(vision, "depth", "num_hidden_layers", default=0) or 0)
+    vision_hidden = int(_get(vision, "hidden_size", default=0) or 0)
+    vision_inter = int(_get(vision, "intermediate_size", default=4 * vision_hidden) or 0)
+    # a ViT block: qkv + proj (4h^2) and an MLP (2*h*inter), plus the patch merger into the LM
+    vision_params = vision_layers * (4 * vision_hidden**2 + 2 * vision_hidden * vision_inter)
+    if vision_params:
+        out = int(_get(vision, "out_hidden_size", default=hidden) or hidden)
+        merge = 4 * vision_hidden
+        vision_params += merge * merge + merge * out
+    quant = _quantization(config, text)
+    return ModelSpec(
+        name=name,
+        architecture=architecture,
+        model_type=model_type,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=int(_get(text, "v_head_dim", default=head_dim)) if mla is None else head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        tied_embeddings=tied,
+        dtype=dtype.replace("torch.", ""),
+        max_context=_get(text, "max_position_embeddings"),
+        layer_kinds=kinds,
+        sliding_window=_get(text, "sliding_window") if "sliding" in kinds else None,
+        full_kv_heads=_get(text, "num_global_key_value_heads"),
+        full_head_dim=_get(text, "global_head_dim"),
+        full_k_eq_v=bool(_get(text, "attention_k_eq_v", default=False)),
+        mla=mla,
+        linear=linear,
+        moe=moe,
+        mtp_layers=int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+        attn_output_gate=bool(_get(text, "attn_output_gate", default=False)),
+        qkv_bias=bool(_get(text, "attention_bias", default=model_type.startswith("qwen2"))),
+        vision_params=vision_params,
+        quant=quant,
+        multimodal=bool(vision) or "ConditionalGeneration" in architecture,
+        vision_layers=vision_layers,
+        vision_hidden=vision_hidden,
+    )
+
+
+def _layer_kinds(text: dict[str, Any], layers: int) -> tuple[LayerKind, ...]:
+    names = text.get("layer_types")
+    if names:
+        mapping: dict[str, LayerKind] = {
+            "full_attention": "full", "attention": "full", "sliding_attention": "sliding",
+            "linear_attention": "linear", "mamba": "linear",
+        }
+        kinds = []
+        for n in names[:layers]:
+            if n not in mapping:
+                raise ModelConfigError(f"layer type {n!r} not understood")
+            kinds.append(mapping[n])
+        return tuple(kinds)
+    interval = text.get("full_attention_interval")
+    if interval and text.get("linear_num_value_heads"):
+        return tuple("full" if (i + 1) % int(interval) == 0 else "linear" for i in range(layers))
+    return tuple("full" for _ in range(layers))
+
+
+def _moe(text: dict[str, Any], layers: int) -> Moe | None:
+    experts = _get(text, "num_experts", "n_routed_experts", "num_local_experts")
+    if not experts:
+        return None
+    inter = int(_get(text, "moe_intermediate_size", default=_get(text, "intermediate_size", default=0)))
+    shared = int(_get(text, "shared_expert_intermediate_size", default=0) or 0)
+    if not shared and _get(text, "n_shared_experts"):
+        shared = int(text["n_shared_experts"]) * inter
+    dense = set(range(int(_get(text, "first_k_dense_replace", default=0) or 0)))
+    dense.update(int(i) for i in (text.get("mlp_only_layers") or []))
+    step = int(_get(text, "decoder_sparse_step", default=1) or 1)
+    if step > 1:
+        dense.update(i for i in range(layers) if (i + 1) % step != 0)
+    return Moe(int(experts), inter, shared, frozenset(dense), dense_and_moe=bool(text.get("enable_moe_block")))
+
+
+def _quantization(config: dict[str, Any], text: dict[str, Any]) -> Quantization:
+    q = config.get("quantization_config") or text.get("quantization_config")
+    if not q:
+        return NO_QUANT
+    method = str(q.get("quant_method", "")).lower()
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        first: dict[str, Any] = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
+        weights = first.get("weights") or {}
+        targets = " ".join(str(t) for t in first.get("targets", []))
+        return quantization_from("compressed-tensors", weights.get("num_bits", 4), weights.get("group_size", 32),
+                                 experts_only="expert" in targets.lower() or bool(q.get("ignore")))
+    if method == "modelopt":
+        algo = str(q.get("quant_algo", "")).lower()
+        return quantization_from("fp8" if "fp8" in algo and "fp4" not in algo else "nvfp4")
+    return quantization_from(method, q.get("bits"), q.get("group_size"))
+
+
+# ----------------------------------------------------------------------------- weights
+
+@dataclass(frozen=True)
+class WeightPart:
+    name: str
+    params: int
+    sharded: bool  # split across tensor-parallel ranks
+    quantizable: bool  # a linear layer that weight quantization applies to
+    expert: bool = False
+
+
+def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]:
+    """Parameter counts by component, from the geometry (biases and norms included)."""
+    h = spec.hidden
+    parts = [WeightPart("embeddings", spec.vocab * h, True, False)]
+    if not spec.tied_embeddings:
+        parts.append(WeightPart("lm_head", spec.vocab * h, True, False))
+    attention = mlp = experts = linear = norms = 0
+    for index, kind in enumerate(spec.layer_kinds):
+        attention_i, linear_i = _attention_params(spec, kind)
+        attention += attention_i
+        linear += linear_i
+        dense_i, experts_i = _mlp_params(spec, index)
+        mlp += dense_i
+        experts += experts_i
+        norms += 2 * h
+    parts += [
+        WeightPart("attention", attention, True, True),
+        WeightPart("linear attention", linear, True, True),
+        WeightPart("mlp", mlp, True, True),
+        WeightPart("experts", experts, True, True, expert=True),
+        WeightPart("norms and routers", norms + h + _router_params(spec), False, False),
+    ]
+    if spec.vision_params:
+        parts.append(WeightPart("vision tower", spec.vision_params, True, False))
+    if include_mtp and spec.mtp_layers:
+        parts.append(WeightPart("mtp head", mtp_params(spec), True, True))
+    return [p for p in parts if p.params]
+
+
+def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int]:
+    h = spec.hidden
+    if kind == "linear":
+        la = spec.linear
+        assert la is not None
+        key_dim = la.num_key_heads * la.key_head_dim
+        value_dim = la.num_value_heads * la.value_head_dim
+        in_proj = h * (2 * key_dim + 2 * value_dim) + h * 2 * la.num_value_heads  # qkvz + beta/alpha
+        conv = (2 * key_dim + value_dim) * la.conv_kernel
+        out = value_dim * h + 3 * la.num_value_heads + la.value_head_dim
+        return 0, in_proj + conv + out
+    if spec.mla is not None:
+        m = spec.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            q = h * m.q_lora_rank + m.q_lora_rank * spec.heads * qk + m.q_lora_rank
+        else:
+            q = h * spec.heads * qk
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * spec.heads * (
+            m.qk_nope_head_dim + m.v_head_dim)
+        out = spec.heads * m.v_head_dim * h
+        indexer = 0
+        if m.index_head_dim:
+            indexer = h * m.index_head_dim + (m.q_lora_rank or h) * 32 * m.index_head_dim + h * 32
+        return q + kv + out + m.kv_lora_rank + indexer, 0
+    heads_dim = spec.head_dim
+    kv_heads = spec.kv_heads
+    k_eq_v = False
+    if kind == "full" and spec.full_head_dim:
+        heads_dim = spec.full_head_dim
+        kv_heads = spec.full_kv_heads or kv_heads
+        k_eq_v = spec.full_k_eq_v
+    q_out = spec.heads * heads_dim * (2 if spec.attn_output_gate else 1)
+    kv = kv_heads * heads_dim * (1 if k_eq_v else 2)
+    bias = (q_out + kv) if spec.qkv_bias else 0
+    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + 2 * heads_dim, 0
+
+
+def _mlp_params(spec: ModelSpec, index: int) -> tuple[int, int]:
+    h = spec.hidden
+    moe = spec.moe
+    if moe is None or index in moe.dense_layers:
+        return 3 * h * spec.intermediate, 0
+    experts = moe.num_experts * 3 * h * moe.intermediate
+    shared = 3 * h * moe.shared_intermediate
+    dense = 3 * h * spec.intermediate if moe.dense_and_moe else 0
+    return dense + shared, experts
+
+
+def _router_params(spec: ModelSpec) -> int:
+    if spec.moe is None:
+        return 0
+    moe_layers = spec.layers - len(spec.moe.dense_layers)
+    return moe_layers * spec.hidden * spec.moe.num_experts
+
+
+def mtp_params(spec: ModelSpec) -> int:
+    """One decoder layer plus its input projection (embeddings and lm_head are shared)."""
+    attention, _ = _attention_params(spec, "full")
+    dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
+    return spec.mtp_layers * (attention + dense + experts + 2 * spec.hidden * spec.hidden)
+
+
+def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = None,
+                         include_mtp: bool = False, experts_unquantized: bool = False) -> float:
+    """Bytes one GPU holds: sharded parts / tp, replicated parts whole."""
+    quant = quant or spec.quant
+    base = DTYPE_BYTES.get(spec.dtype, 2.0)
+    total = 0.0
+    for part in weight_parts(spec, include_mtp):
+        per_param = base
+        if part.expert and experts_unquantized:
+            pass
+        elif part.quantizable and quant.method != "none" and (part.expert or not quant.experts_only):
+            per_param = quant.bytes_per_param
+        share = part.params / tp if part.sharded else part.params
+        total += share * per_param
+    return total
+
+
+def kv_bytes_per_token(spec: ModelSpec, tp: int, kv_dtype_bytes: float) -> tuple[float, float]:
+    """(full-attention layer bytes, sliding-window layer bytes) of one token on one GPU, all layers."""
+    if spec.mla is not None:
+        m = spec.mla
+        per_layer = (m.kv_lora_rank + m.qk_rope_head_dim) * kv_dtype_bytes
+        if m.index_head_dim:
+            per_layer += m.index_head_dim + m.index_head_dim / 128 * 4  # fp8 indexer keys + fp32 scales
+        return per_layer * spec.full_layers, 0.0
+    full_heads = spec.full_kv_heads or spec.kv_heads
+    full_dim = spec.full_head_dim or spec.head_dim
+    full_v = 0 if spec.full_k_eq_v and spec.full_head_dim else full_dim
+    if spec.full_k_eq_v and spec.full_head_dim:
+        full_v = full_dim  # SGLang keeps a V buffer even when K and V share the projection
+    full = max(1, full_heads // tp) * (full_dim + full_v) * kv_dtype_bytes * spec.full_layers
+    sliding = max(1, spec.kv_heads // tp) * (spec.head_dim + spec.v_head_dim) * kv_dtype_bytes * spec.sliding_layers
+    return full, sliding
+
+
+def mamba_bytes_per_request(spec: ModelSpec, tp: int, ssm_dtype: str | None = None) -> tuple[float, float]:
+    """(conv state, SSM state) bytes of one request on one GPU, over all linear layers."""
+    la = spec.linear
+    if la is None:
+        return 0.0, 0.0
+    groups = la.num_key_heads
+    if groups % tp:
+        groups += tp - groups % tp  # padded to a multiple of TP
+    conv_dim = la.value_head_dim * la.num_value_heads + 2 * groups * la.key_head_dim
+    conv = conv_dim / tp * (la.conv_kernel - 1) * 2  # bf16
+    ssm_bytes = DTYPE_BYTES[(ssm_dtype or la.ssm_dtype).replace("torch.", "")]
+    ssm = la.num_value_heads / tp * la.value_head_dim * la.key_head_dim * ssm_bytes
+    return conv * spec.linear_layers, ssm * spec.linear_layers
