@@ -104,6 +104,57 @@ def cmd_status(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_budget(args: argparse.Namespace) -> int:
+    from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
+    from bot.core.flags import parse_sglang_flags
+    from bot.core.gpus import gpu_total_mib
+    from bot.core.model import read_config
+    from bot.errors import UsageError
+    from bot.views import budget_text
+
+    path = Path(args.model)
+    config_path = path / "config.json" if path.is_dir() else path
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read model config {config_path}: {exc}") from None
+    total_size = None
+    index = config_path.parent / "model.safetensors.index.json"
+    if index.is_file():
+        total_size = json.loads(index.read_text()).get("metadata", {}).get("total_size")
+    total = args.total_mib or gpu_total_mib(args.gpu)
+    free = tuple(int(x) for x in args.free_mib.split(",")) if args.free_mib else ()
+    if total is None and not free:
+        raise UsageError(f"unknown GPU {args.gpu!r}: give --total-mib (or --free-mib)")
+    flags = parse_sglang_flags(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
+    if flags.tp > args.gpus:
+        raise UsageError(f"--tp-size {flags.tp} needs {flags.tp} GPUs, --gpus is {args.gpus}")
+    gpus = GpuPlan(args.gpu, total, args.gpus, free)
+    model = read_config(config, name=config_path.parent.name)
+    budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), total_size))
+    title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}"
+    if args.json:
+        print(json.dumps(_budget_json(budget), indent=2))
+    else:
+        print(budget_text(budget, title))
+    if args.chart:
+        from bot.chart import budget_png
+
+        totals = [(total or max(free)) / 1024 for _ in range(flags.tp)]
+        Path(args.chart).write_bytes(budget_png(budget, totals, title))
+    return {"fits": 0, "degraded": 3, "fails": 4}[budget.verdict.value]
+
+
+def _budget_json(budget: Any) -> dict[str, Any]:
+    data = {k: v for k, v in asdict(budget).items() if k not in ("lines", "remedies", "version")}
+    data["version"] = str(budget.version)
+    data["verdict"] = budget.verdict.value
+    data["lines"] = [asdict(line) for line in budget.lines]
+    data["remedies"] = [{"change": r.change, "effect": r.effect, "argv": r.flags.to_argv() if r.flags else None}
+                        for r in budget.remedies]
+    return data
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from bot.lab.console import run_lab
 
@@ -135,6 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("--format", choices=["table", "csv-gpu", "csv-apps", "xml", "q-text", "error"])
     parse.add_argument("--fields", help="for headerless CSV: the --query-gpu/--query-compute-apps field list")
     parse.set_defaults(func=cmd_smi_parse)
+
+    budget = sub.add_parser("budget", help="will an SGLang launch fit, and why (before the 10-minute load)")
+    budget.add_argument("--model", required=True, help="model directory (config.json) or a config.json file")
+    budget.add_argument("--gpu", required=True, help='GPU model, e.g. "RTX A6000"')
+    budget.add_argument("--gpus", type=int, default=1, help="how many GPUs the launch may use")
+    budget.add_argument("--total-mib", type=int, help="GPU memory, when the GPU name is not known")
+    budget.add_argument("--free-mib", help="free MiB per GPU as nvidia-smi shows them, comma-separated")
+    budget.add_argument("--sglang", default="current", help="SGLang version, e.g. 0.5.9 (default: current)")
+    budget.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    budget.add_argument("--chart", help="also write a per-GPU stacked bar PNG here")
+    budget.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
+    budget.set_defaults(func=cmd_budget)
 
     lab = sub.add_parser("lab", help="run the embedded lab with a console that shows what Slack would show")
     lab.add_argument("--script", action="store_true", help="play a scripted session instead of reading commands")

@@ -21,6 +21,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from bot.core.budget import Budget
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
 from bot.status import StatusReport
@@ -173,3 +174,44 @@ def _plain(text: str) -> str:
     ):
         text = text.replace(icon, word)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+# ----------------------------------------------------------------------------- budgets
+
+VERDICT_WORD = {"fits": "FITS", "fails": "WILL FAIL", "degraded": "STARTS, DEGRADED"}
+VERDICT_ICON = {"fits": ":large_green_circle:", "fails": ":red_circle:", "degraded": ":large_yellow_circle:"}
+
+
+def budget_text(budget: Budget, title: str) -> str:
+    return render("budget.txt.j2", b=budget, title=title, verdict_word=VERDICT_WORD[budget.verdict.value])
+
+
+def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
+    """The explanation as Block Kit: summary, the per-GPU table, the verdict, the remedies."""
+    word = VERDICT_WORD[budget.verdict.value]
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=render(
+        "budget_summary.mrkdwn.j2", icon=VERDICT_ICON[budget.verdict.value], title=escape_mrkdwn(title), b=budget,
+        verdict_word=word)))]
+    table = []
+    for line in budget.lines:
+        amount = f"{line.gib:9.2f} GiB" if line.gib is not None else " " * 13
+        value = f"  [{line.value}]" if line.value else ""
+        table.append(f"{line.label[:34]:<34} {amount}{value}")
+        table.append(f"    {line.why}")
+    blocks += monospace_sections(table)
+    verdict_lines = []
+    if budget.error_text:
+        verdict_lines.append(f":x: SGLang would print: `{escape_mrkdwn(budget.error_text)}`")
+    verdict_lines += [f":warning: {escape_mrkdwn(r)}" for r in budget.reasons]
+    for part in _split_text("\n".join(verdict_lines)):
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=part)))
+    if budget.remedies:
+        remedy_text = "*Remedies, cheapest first:*\n" + "\n".join(
+            f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
+        blocks += [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text(remedy_text)]
+    if budget.not_modelled:
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(
+            text="Not modelled (passed through): " + escape_mrkdwn(" ".join(budget.not_modelled))[:2900])]))
+    dicts = [b.to_dict() for b in blocks]
+    return [SlackMessage(f"{title}: {word}", dicts[i:i + BLOCKS_PER_MESSAGE])
+            for i in range(0, len(dicts), BLOCKS_PER_MESSAGE)]

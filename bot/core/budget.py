@@ -193,6 +193,12 @@ class Budget:
     lines: tuple[BudgetLine, ...]
     remedies: tuple[Remedy, ...] = ()
     not_modelled: tuple[str, ...] = ()
+    reason_kinds: tuple[str, ...] = ()  # one per reason: support, radix, admit, capped, context, headroom
+
+    @property
+    def fixable(self) -> frozenset[str]:
+        """Degradations a launch flag can change (not the SGLang version or a silent radix switch)."""
+        return frozenset(self.reason_kinds) - {"support", "radix"}
 
     @property
     def fits(self) -> bool:
@@ -326,14 +332,14 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
     tp = flags.tp
     total_mib = inp.gpus.total_for_defaults
     error: str | None = None
-    degraded: list[str] = []
+    degraded: list[tuple[str, str]] = []  # (kind, text); kinds: support, radix, admit, capped, context, headroom
 
     support = SUPPORT.get(model.model_type)
     if support and version.tuple < support.loads_from:
         error = f"model type {model.model_type} is not supported by SGLang {version} ({support.why})"
     elif support and version.tuple < support.recommended:
-        degraded.append(f"SGLang {version} is below {'.'.join(map(str, support.recommended))} for "
-                        f"{model.model_type}: {support.why}")
+        degraded.append(("support", f"SGLang {version} is below {'.'.join(map(str, support.recommended))} for "
+                                    f"{model.model_type}: {support.why}"))
 
     # defaults that depend on version and GPU size
     chunk = flags.chunked_prefill_size or default_chunked_prefill(total_mib, era)
@@ -406,8 +412,8 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
             error = e5_text(model.architecture)
         else:
             radix_off = True
-            degraded.append("radix cache silently disabled: speculative decoding on a hybrid model "
-                            "(`Disabling radix cache since speculative decoding ... is not supported`)")
+            degraded.append(("radix", "radix cache silently disabled: speculative decoding on a hybrid model "
+                                      "(`Disabling radix cache since speculative decoding ... is not supported`)"))
 
     # hybrid linear-attention state
     per_conv, per_ssm = mamba_bytes_per_request(model, tp, flags.mamba_ssm_dtype)
@@ -427,15 +433,16 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
         mamba_gib = (slots or 0) * per / GIB
         spec_gib = spec_bytes / GIB
         rest -= reserved_bytes / GIB
-        w.line("hybrid state per request", per / MIB / 1024,
+        w.line("hybrid state per request", None,
                f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB "
                f"({model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype})"
-               f" x {model.linear_layers} linear layers, per GPU")
+               f" x {model.linear_layers} linear layers, per GPU", value=f"{per / MIB:.2f} MiB")
         w.line("hybrid state pool", mamba_gib,
                f"{slots} state slots (mamba_ratio {ratio}, --mamba-full-memory-ratio {r})",
                value=f"{slots} slots")
         if spec_gib:
             w.line("speculative state", spec_gib, f"intermediate SSM state for {d} draft tokens per request")
+        w.line("left for KV after state", rest, "pools left for the full-attention KV cache")
         if mamba_error:
             error = mamba_error
         elif slots is not None:
@@ -444,11 +451,11 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
             if cap < estimated:
                 mrr_final = cap
                 if cap <= 0:
-                    degraded.append(f"max_running_requests = {slots}//{ratio} = 0: the server starts but cannot "
-                                    "admit a request")
+                    degraded.append(("admit", f"max_running_requests = {slots}//{ratio} = 0: the server starts "
+                                              "but cannot admit a request"))
                 elif mrr_requested is not None and cap < mrr_requested:
-                    degraded.append(f"max_running_requests capped to {cap} by the hybrid state pool "
-                                    f"({slots} slots, {ratio} per request)")
+                    degraded.append(("capped", f"max_running_requests capped to {cap} by the hybrid state pool "
+                                               f"({slots} slots, {ratio} per request)"))
 
     # KV cell and tokens
     kv_bytes = 1.0 if flags.kv_cache_dtype.startswith("fp8") else 0.5 if flags.kv_cache_dtype.startswith("fp4") \
@@ -491,8 +498,8 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
     if error is None and spec and not hybrid and flags.max_running_requests is None:
         mrr_final = 48
     if error is None and context_len and tokens and tokens < context_len:
-        degraded.append(f"KV pool ({tokens:,} tokens) is smaller than the context length ({context_len:,}): "
-                        f"requests longer than {tokens - 1:,} tokens will be rejected")
+        degraded.append(("context", f"KV pool ({tokens:,} tokens) is smaller than the context length "
+                                    f"({context_len:,}): requests longer than {tokens - 1:,} tokens will be rejected"))
 
     # what the slack must hold at runtime (estimates: SGLang does not pre-compute these)
     need, need_lines = _runtime_need(model, flags, version, tokens, chunk, graph_bs, draft_weights,
@@ -502,8 +509,9 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
     headroom = slack - need
     w.line("runtime headroom (estimate)", headroom, "static reserve - runtime needs above")
     if error is None and headroom < 0:
-        degraded.append(f"the static reserve ({slack:.2f} GiB) is {-headroom:.2f} GiB short of the runtime needs: "
-                        "expect a CUDA out of memory at graph capture or the first long prefill")
+        degraded.append(("headroom", f"the static reserve ({slack:.2f} GiB) is {-headroom:.2f} GiB short of the "
+                                     "runtime needs: expect a CUDA out of memory at graph capture or the first long "
+                                     "prefill"))
 
     kind = VerdictKind.FAILS if error else VerdictKind.DEGRADED if degraded else VerdictKind.FITS
     not_modelled = tuple(flags.unknown)
@@ -512,7 +520,8 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
         draft_weights_gib=draft_weights, slack_gib=slack, rest_gib=rest, kv_cell_bytes=cell, kv_tokens=tokens,
         swa_tokens=swa_tokens, mamba_per_request_bytes=per, mamba_slots=mamba_slots, mamba_state_gib=mamba_gib,
         spec_state_gib=spec_gib, max_running_requests=mrr_final, context_len=context_len, runtime_need_gib=need,
-        headroom_gib=headroom, verdict=kind, error_text=error, reasons=tuple(degraded), lines=tuple(w.lines),
+        headroom_gib=headroom, verdict=kind, error_text=error, reasons=tuple(text for _, text in degraded),
+        reason_kinds=tuple(k for k, _ in degraded), lines=tuple(w.lines),
         not_modelled=not_modelled,
     )
 
@@ -604,10 +613,15 @@ def _runtime_need(model: ModelSpec, flags: LaunchFlags, version: SglangVersion, 
 
 # --------------------------------------------------------------------------- remedies
 
-def _good(b: Budget, need_tokens: int | None) -> bool:
-    return b.verdict is not VerdictKind.FAILS and b.headroom_gib >= 0 and (
-        need_tokens is None or b.kv_tokens >= need_tokens) and (b.max_running_requests is None
-                                                                 or b.max_running_requests > 0)
+def _good(b: Budget, original: Budget, need_tokens: int | None) -> bool:
+    """A change helps when it removes the failure, or some of the degradations, and breaks nothing."""
+    if b.verdict is VerdictKind.FAILS or b.headroom_gib < 0:
+        return False
+    if need_tokens is not None and b.kv_tokens < need_tokens and original.verdict is VerdictKind.FAILS:
+        return False
+    if original.verdict is VerdictKind.FAILS:
+        return "admit" not in b.fixable
+    return b.fixable < original.fixable
 
 
 def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
@@ -615,57 +629,80 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     flags = inp.flags
     model = inp.model
     remedies: list[Remedy] = []
-    need_tokens = min(failed.context_len or 0, 4096 * 8) or None
+    need_tokens = min(failed.context_len or 0, 32768) or None
 
     def trial(**changes: object) -> Budget:
         return _compute(replace(inp, flags=flags.changed(**changes)))
 
+    def good(b: Budget) -> bool:
+        return _good(b, failed, need_tokens)
+
     if failed.error_text and "no_buffer" in failed.error_text:
         changed = trial(mamba_scheduler_strategy="extra_buffer")
         remedies.append(Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",
-                               flags.changed(mamba_scheduler_strategy="extra_buffer"),
-                               _effect(changed), 0))
+                               flags.changed(mamba_scheduler_strategy="extra_buffer"), _effect(changed), 0))
     mfs0 = failed.mem_fraction_static
     for step in range(1, 40):
         mfs = round(mfs0 + 0.01 * step, 2)
         if mfs > 0.95:
             break
         b = trial(mem_fraction_static=mfs)
-        if _good(b, need_tokens):
+        if good(b):
             remedies.append(Remedy(f"--mem-fraction-static {mfs:.2f}", flags.changed(mem_fraction_static=mfs),
-                                   f"smallest value that fits: {_effect(b)}", 1))
+                                   f"smallest value that helps: {_effect(b)}", 1))
             break
-    if model.is_hybrid_linear and (flags.mamba_ssm_dtype or (model.linear and model.linear.ssm_dtype)) == "float32":
+    linear = model.linear
+    if linear is not None and (flags.mamba_ssm_dtype or linear.ssm_dtype) == "float32":
         b = trial(mamba_ssm_dtype="bfloat16")
-        if _good(b, need_tokens):
+        if good(b) or (b.verdict is not VerdictKind.FAILS and (b.mamba_slots or 0) > (failed.mamba_slots or 0)):
             remedies.append(Remedy("--mamba-ssm-dtype bfloat16", flags.changed(mamba_ssm_dtype="bfloat16"),
                                    f"halves the hybrid state: {_effect(b)}", 2))
-    if model.is_hybrid_linear and (flags.speculative or flags.disable_radix_cache):
+    if "capped" in failed.fixable or "admit" in failed.fixable:
+        base = flags.mamba_full_memory_ratio or 0.9
+        ratios = [r for r in (0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if r > base]
+        lifted = next(((r, b) for r in ratios if good(b := trial(mamba_full_memory_ratio=r))), None)
+        if lifted is not None:
+            remedies.append(Remedy(f"--mamba-full-memory-ratio {lifted[0]:g}",
+                                   flags.changed(mamba_full_memory_ratio=lifted[0]),
+                                   f"smallest ratio that lifts the concurrency cap: {_effect(lifted[1])}", 2))
+        elif ratios and base < 2.0:
+            b = trial(mamba_full_memory_ratio=2.0)
+            more = (b.max_running_requests or 0) > (failed.max_running_requests or 0)
+            if b.verdict is not VerdictKind.FAILS and more:
+                remedies.append(Remedy("--mamba-full-memory-ratio 2", flags.changed(mamba_full_memory_ratio=2.0),
+                                       f"more state slots for fewer KV tokens (no ratio reaches the requested "
+                                       f"concurrency): {_effect(b)}", 2))
+        if failed.max_running_requests and failed.max_running_requests > 0:
+            cap = failed.max_running_requests
+            remedies.append(Remedy(f"--max-running-requests {cap}", flags.changed(max_running_requests=cap),
+                                   f"accept the {cap} concurrent requests the state pool allows, explicitly", 3))
+    hybrid_failure = model.is_hybrid_linear and failed.verdict is VerdictKind.FAILS
+    if hybrid_failure and (flags.speculative or flags.disable_radix_cache):
         start = flags.max_running_requests or 48
         for mrr in (32, 24, 16, 12, 8, 6, 4, 2, 1):
             if mrr >= start:
                 continue
             b = trial(max_running_requests=mrr)
-            if _good(b, need_tokens):
+            if good(b):
                 remedies.append(Remedy(f"--max-running-requests {mrr}", flags.changed(max_running_requests=mrr),
                                        f"largest concurrency that fits: {_effect(b)}", 3))
                 break
-    if failed.context_len and failed.kv_tokens and failed.kv_tokens < failed.context_len:
+    if "context" in failed.fixable and failed.kv_tokens:
         ctx = failed.kv_tokens // 1024 * 1024
         if ctx > 0:
             remedies.append(Remedy(f"--context-length {ctx}", flags.changed(context_length=ctx),
                                    f"fits the KV pool of {failed.kv_tokens:,} tokens", 4))
     if flags.kv_cache_dtype == "auto" and model.dtype in ("bfloat16", "float16"):
         b = trial(kv_cache_dtype="fp8_e4m3")
-        if _good(b, need_tokens):
+        if good(b):
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
                                    f"halves KV bytes per token: {_effect(b)}", 5))
     if inp.gpus.count >= flags.tp * 2:
         b = trial(tp=flags.tp * 2)
-        if _good(b, need_tokens):
+        if good(b):
             remedies.append(Remedy(f"--tp-size {flags.tp * 2}", flags.changed(tp=flags.tp * 2),
                                    f"uses {flags.tp * 2} GPUs: {_effect(b)}", 6))
-    elif not any(r.cost_rank < 6 for r in remedies):
+    elif failed.verdict is VerdictKind.FAILS and not any(r.cost_rank < 6 for r in remedies):
         remedies.append(Remedy(f"tp {flags.tp * 2} (needs {flags.tp * 2} GPUs; {inp.gpus.count} available)", None,
                                "more GPUs share the weights", 7))
     return sorted(remedies, key=lambda r: r.cost_rank)

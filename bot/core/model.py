@@ -117,6 +117,7 @@ class ModelSpec:
     mtp_layers: int = 0
     attn_output_gate: bool = False
     qkv_bias: bool = False
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3/4)
     vision_params: int = 0
     quant: Quantization = NO_QUANT
     multimodal: bool = False
@@ -233,6 +234,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         mtp_layers=int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
         attn_output_gate=bool(_get(text, "attn_output_gate", default=False)),
         qkv_bias=bool(_get(text, "attention_bias", default=model_type.startswith("qwen2"))),
+        qk_norm=str(text.get("model_type", model_type)).startswith(("qwen3", "gemma3", "gemma4", "olmo2")),
         vision_params=vision_params,
         quant=quant,
         multimodal=bool(vision) or "ConditionalGeneration" in architecture,
@@ -369,7 +371,8 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int]:
     q_out = spec.heads * heads_dim * (2 if spec.attn_output_gate else 1)
     kv = kv_heads * heads_dim * (1 if k_eq_v else 2)
     bias = (q_out + kv) if spec.qkv_bias else 0
-    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + 2 * heads_dim, 0
+    norms = 2 * heads_dim if spec.qk_norm else 0
+    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + norms, 0
 
 
 def _mlp_params(spec: ModelSpec, index: int) -> tuple[int, int]:

@@ -1,0 +1,277 @@
+"""The budget engine, family by family, with arithmetic worked by hand (see the comments)."""
+
+import json
+import math
+
+import pytest
+
+from bot.core.budget import (
+    BudgetInput,
+    GpuPlan,
+    VerdictKind,
+    compute_budget,
+    default_mem_fraction_static,
+    not_enough_memory_text,
+    parse_version,
+    vlm_factor,
+)
+from bot.core.flags import LaunchFlags, parse_sglang_flags
+from bot.core.model import (
+    GIB,
+    kv_bytes_per_token,
+    mamba_bytes_per_request,
+    read_config,
+    weight_bytes_per_gpu,
+    weight_parts,
+)
+from bot.errors import UsageError
+from tests.conftest import FIXTURES
+
+CONFIGS = FIXTURES / "model-configs"
+
+
+def spec(name):
+    return read_config(json.loads((CONFIGS / name / "config.json").read_text()), name)
+
+
+def run(model, argv, version="current", total_mib=49140, count=2, pre=None, **kw):
+    flags = parse_sglang_flags(argv)
+    return compute_budget(BudgetInput(model, flags, GpuPlan("NVIDIA RTX A6000", total_mib, count, pre_gib=pre),
+                                      parse_version(version), **kw))
+
+
+# --------------------------------------------------------------------------- dense GQA
+
+def test_llama_8b_weights_equal_the_published_checkpoint_size():
+    # 128256x4096 embed + lm_head, 32 x (q 4096^2 + kv 2x4096x1024 + o 4096^2 + mlp 3x4096x14336 + 2 norms) + norm
+    # = 8,030,261,248 params; x2 bytes = 16,060,522,496, the safetensors total_size of this checkpoint
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    assert weight_bytes_per_gpu(llama, 1) == 16_060_522_496
+
+
+def test_llama_8b_kv_cell_and_tokens_by_hand():
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    # 8 KV heads x (128 + 128) x 32 layers x 2 B = 131,072 B per token
+    assert kv_bytes_per_token(llama, 1, 2.0) == (131_072, 0)
+    # pre 47.27 GiB, weights fixed at 15.05 GiB: rest = 32.22 - 47.27 x 0.12 = 26.5476 GiB
+    b = run(llama, ["--mem-fraction-static", "0.88"], version="0.4.6", count=1, pre=47.27,
+            weights_bytes_total=int(15.05 * GIB))
+    assert b.kv_tokens == math.floor(26.5476 * GIB / 131_072)  # 217,478; the log showed 217,512
+    assert b.verdict is VerdictKind.FITS
+
+
+def test_tp_splits_kv_heads_and_weights():
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    assert kv_bytes_per_token(llama, 2, 2.0)[0] == 65_536  # 4 heads per GPU
+    assert kv_bytes_per_token(llama, 16, 2.0)[0] == 16_384  # never fewer than 1 head per GPU
+    assert weight_bytes_per_gpu(llama, 2) < weight_bytes_per_gpu(llama, 1) / 2 + 1_000_000  # norms replicated
+
+
+# --------------------------------------------------------------------------- MLA
+
+def test_mla_cell_counts_latent_and_rope_only():
+    r1 = spec("deepseek-ai__DeepSeek-R1")
+    # (kv_lora_rank 512 + rope 64) x 2 B x 61 layers = 70,272 B, whatever the 128 nominal KV heads say
+    assert kv_bytes_per_token(r1, 8, 2.0) == (70_272, 0)
+    assert r1.mla is not None and r1.mtp_layers == 1
+
+
+def test_dsa_indexer_adds_its_keys():
+    glm = spec("zai-org__GLM-5.1")
+    # fp8 KV: (512 + 64) x 1 B + indexer 128 B + 128/128 x 4 B scale = 708 B x 78 layers
+    assert kv_bytes_per_token(glm, 8, 1.0) == (708 * 78, 0)
+
+
+# --------------------------------------------------------------------------- sliding-window hybrid
+
+def test_gemma4_sliding_and_global_layers_by_hand():
+    gemma = spec("google__gemma-4-12B")
+    assert (gemma.full_layers, gemma.sliding_layers, gemma.sliding_window) == (8, 40, 1024)
+    full, sliding = kv_bytes_per_token(gemma, 2, 2.0)
+    # global layers: max(1, 1 KV head // 2) x (512 + 512) x 2 B x 8 = 16,384 B
+    # sliding layers: 8 // 2 heads x (256 + 256) x 2 B x 40 = 163,840 B
+    assert (full, sliding) == (16_384, 163_840)
+    # with --swa-full-tokens-ratio 0.8 a full token costs 16,384 + 0.8 x 163,840 = 147,456 B
+    b = run(gemma, ["--tp", "2", "--mem-fraction-static", "0.85", "--swa-full-tokens-ratio", "0.8"],
+            version="0.5.12", total_mib=24576, pre=22.91, weights_bytes_total=int(2 * 5.42 * GIB))
+    rest = 22.91 - 5.42 - 22.91 * 0.15
+    assert b.kv_cell_bytes == 147_456
+    assert b.kv_tokens == math.floor(rest * GIB / 147_456)
+    assert b.swa_tokens == int(b.kv_tokens * 0.8)
+
+
+# --------------------------------------------------------------------------- hybrid linear attention (GDN)
+
+def test_qwen36_geometry_and_state_by_hand():
+    q = spec("Qwen__Qwen3.6-27B")
+    assert (q.full_layers, q.linear_layers, q.mtp_layers) == (16, 48, 1)
+    # KV: 4 // 2 heads x (256 + 256) x 16 full layers x 2 B = 32,768 B per token
+    assert kv_bytes_per_token(q, 2, 2.0)[0] == 32_768
+    # conv: (128 x 48 + 2 x 16 x 128) / 2 x (4 - 1) x 2 B = 30,720 B per layer
+    # ssm: 48 / 2 x 128 x 128 x 4 B (fp32) = 1,572,864 B per layer; x 48 linear layers
+    conv, ssm = mamba_bytes_per_request(q, 2)
+    assert (conv, ssm) == (30_720 * 48, 1_572_864 * 48)
+    assert conv + ssm == 76_972_032  # 73.41 MiB per request
+    assert sum(mamba_bytes_per_request(q, 2, "bfloat16")) == 30_720 * 48 + 786_432 * 48
+
+
+def test_qwen3_next_layer_pattern_from_interval():
+    nxt = spec("Qwen__Qwen3-Next-80B-A3B-Instruct")
+    assert nxt.layer_kinds[3] == "full" and nxt.layer_kinds[0] == "linear"
+    assert (nxt.full_layers, nxt.linear_layers) == (12, 36)
+
+
+def test_era_d_folds_the_mtp_draft_into_the_cell():
+    q = spec("Qwen__Qwen3.6-27B")
+    b = run(q, ["--tp", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "4"], pre=47.0)
+    assert b.era == "D" and b.kv_cell_bytes == 32_768 * (1 + 1 / 16)  # 34,816 B
+
+
+# --------------------------------------------------------------------------- MoE and multimodal
+
+def test_moe_expert_parameters_by_hand():
+    moe = spec("Qwen__Qwen3-235B-A22B-Instruct-2507")
+    experts = next(p for p in weight_parts(moe) if p.name == "experts")
+    assert experts.params == 94 * 128 * 3 * 4096 * 1536
+    assert 234e9 < sum(p.params for p in weight_parts(moe)) < 236e9  # the model's name says 235B
+
+
+def test_multimodal_wrapper_reads_the_nested_text_config():
+    vl = spec("Qwen__Qwen3-VL-32B-Instruct")
+    assert (vl.layers, vl.kv_heads, vl.head_dim, vl.multimodal) == (64, 8, 128, True)
+    assert vl.vision_params > 0
+    # 0.95 x clamp(1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)) = 0.95 x 0.95762 = 0.9097
+    assert vlm_factor(spec("Qwen__Qwen3.6-27B")) == pytest.approx(0.9097, abs=1e-4)
+
+
+def test_awq_moe_on_rocm_materialises_experts_unquantized():
+    moe = spec("nvidia__Qwen3.6-35B-A3B-NVFP4")
+    argv = ["--tp", "2", "--quantization", "awq"]
+    from bot.core.model import quantization_from
+
+    rocm = compute_budget(BudgetInput(moe, parse_sglang_flags(argv), GpuPlan("AMD Radeon AI PRO R9700", 32624, 2,
+                                                                             pre_gib=31.46), parse_version("0.5.11"),
+                                      quant=quantization_from("awq")))
+    cuda = compute_budget(BudgetInput(moe, parse_sglang_flags(argv), GpuPlan("NVIDIA RTX A6000", 49140, 2,
+                                                                             pre_gib=31.46), parse_version("0.5.11"),
+                                      quant=quantization_from("awq")))
+    assert rocm.verdict is VerdictKind.FAILS and "OutOfMemoryError" in rocm.error_text
+    assert cuda.weights_gib < 12 and rocm.weights_gib > 30
+
+
+# --------------------------------------------------------------------------- versions, defaults, errors
+
+def test_error_text_by_version():
+    assert not_enough_memory_text(parse_version("0.5.2"), 0.85) == \
+        "Not enough memory. Please try to increase --mem-fraction-static."
+    assert not_enough_memory_text(parse_version("0.5.9"), 0.85).endswith(
+        "Current value: self.server_args.mem_fraction_static=0.85")
+    assert not_enough_memory_text(parse_version("0.5.11"), 0.88).endswith("Current value: mem_fraction_static=0.88")
+
+
+@pytest.mark.parametrize("version, speculative, expected", [
+    ("0.5.8", False, 0.858), ("0.5.8", True, 0.816), ("0.5.9", True, 0.775), ("0.5.13", True, 0.858),
+])
+def test_default_mem_fraction_for_an_a6000_pair(version, speculative, expected):
+    # reserved = 512 + 4096 x 1.5 + 32 x 2 + 2/8 x 1024 = 6,976 MiB (+2 or +4 GiB speculative);
+    # (49140 - reserved) / 49140, torch.compile on so no piecewise graphs
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    flags = LaunchFlags(tp=2, enable_torch_compile=True, speculative_algorithm="EAGLE" if speculative else None)
+    mfs, _ = default_mem_fraction_static(llama, flags, 49140, parse_version(version), 4096, 32)
+    assert mfs == pytest.approx(expected, abs=0.0015)
+
+
+def test_weights_larger_than_the_gpu_fail_before_any_pool():
+    b = run(spec("meta-llama__Llama-3.1-70B-Instruct"), ["--tp", "1"], count=1, pre=47.0)
+    assert b.verdict is VerdictKind.FAILS and b.error_text.startswith("torch.OutOfMemoryError")
+    assert any(r.change.startswith("tp 2") or r.change.startswith("--tp-size") for r in b.remedies)
+
+
+def test_pool_smaller_than_context_is_degraded_with_a_context_remedy():
+    # 22.9 - 15.26 GiB weights - 22.9 x 0.1 = 5.35 GiB / 147,456 B (8 x 256 x 36 x 2) = ~38,950 tokens
+    b = run(spec("Qwen__Qwen3-8B"), ["--context-length", "131072", "--mem-fraction-static", "0.9"], count=1,
+            total_mib=24576, pre=22.9)
+    assert b.verdict is VerdictKind.DEGRADED and b.kv_tokens < 131072
+    assert any("smaller than the context length" in r for r in b.reasons)
+
+
+# --------------------------------------------------------------------------- flags
+
+def test_flags_parse_aliases_prefixes_and_passthrough():
+    f = parse_sglang_flags(["--tp", "2", "--mem-fraction-static=0.88", "--speculative-algo", "NEXTN",
+                            "--model-path", "/models/q", "--trust-remote-code", "--frobnicate", "7"])
+    assert (f.tp, f.mem_fraction_static, f.speculative_algorithm) == (2, 0.88, "EAGLE")
+    assert f.passthrough == ("--model-path", "/models/q", "--trust-remote-code")
+    assert f.unknown == ("--frobnicate", "7")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mem-fraction-static", "1.5"], "--mem-fraction-static 1.5"),
+    (["--tp-size", "two"], "--tp-size two"),
+    (["--kv-cache-dtype", "int3"], "must be one of"),
+    (["--context-length"], "needs a value"),
+    (["positional"], "start with --"),
+])
+def test_bad_flag_values_name_the_flag(argv, message):
+    with pytest.raises(UsageError) as err:
+        parse_sglang_flags(argv)
+    assert message in err.value.user_message
+
+
+# --------------------------------------------------------------------------- the seed case
+
+SEED = ["--tp", "2", "--enable-torch-compile", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--mamba-full-memory-ratio", "0.5"]
+
+
+def seed(version, mfs, context):
+    gpus = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139))  # two clean A6000s as nvidia-smi shows
+    flags = parse_sglang_flags([*SEED, "--mem-fraction-static", mfs, "--context-length", str(context)])
+    return compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), flags, gpus, parse_version(version)))
+
+
+@pytest.mark.parametrize("context", [65536, 32768])
+@pytest.mark.parametrize("mfs", ["0.85", "0.88"])
+def test_seed_on_sglang_059_fails_like_the_real_launch(mfs, context):
+    b = seed("0.5.9", mfs, context)
+    # 0.5.9 turns the radix cache off silently for MTP on a hybrid model, so the state pool is
+    # 48 slots (the implicit max_running_requests) + the MTP intermediate state for 48 x 4 draft tokens:
+    # 73.41 MiB x 48 x (1 + 4) = 17.2 GiB, more than the ~14 GiB left after 25.5 GiB of weights
+    assert b.verdict is VerdictKind.FAILS
+    assert b.error_text == f"Not enough memory. Please try to increase --mem-fraction-static. " \
+                           f"Current value: self.server_args.mem_fraction_static={mfs}"
+    assert b.mamba_slots == 48 and b.spec_state_gib == pytest.approx(76_972_032 * 48 * 4 / GIB)
+    assert 25.3 < b.weights_gib < 25.7
+    changes = [r.change for r in b.remedies]
+    assert "--mamba-ssm-dtype bfloat16" in changes
+    assert any(c.startswith("--max-running-requests") for c in changes)
+    assert any(c.startswith("--mem-fraction-static") for c in changes)
+    assert any("below 0.5.10" in r for r in b.reasons)
+
+
+def test_seed_remedies_are_computed_thresholds():
+    b = seed("0.5.9", "0.85", 65536)
+    mrr = next(r for r in b.remedies if r.change.startswith("--max-running-requests"))
+    assert mrr.change == "--max-running-requests 32"  # 24 fits too; 32 is the largest that does
+    assert seed_with(b, mrr).verdict is not VerdictKind.FAILS
+    mfs = next(r for r in b.remedies if r.change.startswith("--mem-fraction-static"))
+    value = float(mfs.change.split()[1])
+    assert seed_with(b, mfs).verdict is not VerdictKind.FAILS
+    below = seed("0.5.9", f"{value - 0.01:.2f}", 65536)
+    # the threshold is the smallest value that starts, keeps headroom and holds a 32K request
+    assert below.verdict is VerdictKind.FAILS or below.headroom_gib < 0 or below.kv_tokens < 32768
+
+
+def seed_with(budget, remedy):
+    gpus = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139))
+    return compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), remedy.flags, gpus, budget.version))
+
+
+@pytest.mark.parametrize("mfs, low, high", [("0.85", 280_000, 305_000), ("0.88", 310_000, 335_000)])
+def test_seed_on_current_sglang_starts_but_caps_concurrency(mfs, low, high):
+    b = seed("current", mfs, 65536)
+    # era D: draft weights counted, KV cell 34,816 B, state slots ~rest x 0.5/1.5 / (73.4 MiB x (1 + 4/5))
+    assert b.verdict is VerdictKind.DEGRADED and b.error_text is None
+    assert low < b.kv_tokens < high
+    assert b.max_running_requests in (6, 7, 8)
+    assert any("capped" in r for r in b.reasons)
