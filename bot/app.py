@@ -77,9 +77,10 @@ def build_app(services: Services) -> AsyncApp:
         ref = uuid.uuid4().hex[:8]
         logger.exception("unhandled error ref=%s in %s", ref, body.get("command") or body.get("type"), exc_info=error)
 
-    from handlers import gpu
+    from handlers import gpu, sglang
 
     gpu.register(app, services)
+    sglang.register(app, services)
     return app
 
 

@@ -60,3 +60,9 @@ async def post_messages(
             await respond(text=message.text, blocks=message.blocks, response_type="ephemeral",
                           replace_original=False)
     return posted
+
+
+async def upload_png(client: AsyncWebClient, channel: str, thread_ts: str | None, png: bytes, filename: str,
+                     title: str) -> None:
+    """Attach a picture to a thread (files.getUploadURLExternal -> upload -> completeUploadExternal)."""
+    await client.files_upload_v2(channel=channel, thread_ts=thread_ts, content=png, filename=filename, title=title)

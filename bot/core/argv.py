@@ -55,5 +55,44 @@ def with_timeout(seconds: int, argv: Argv, kill_after: int = 5) -> Argv:
     return ("timeout", "-k", _check_int(kill_after, "kill_after", 1), _check_int(seconds, "seconds", 1), *argv)
 
 
+def read_file(path: str) -> Argv:
+    return ("cat", "--", checked_path(path))
+
+
+def safetensors_sizes(directory: str) -> Argv:
+    """Byte size of each ``*.safetensors`` file directly in ``directory`` (no shell glob)."""
+    return ("find", checked_path(directory), "-maxdepth", "1", "-name", "*.safetensors", "-printf", r"%s\n")
+
+
+# prints {"package": "version" | null, ...} for the packages named in argv (a fixed script: no user text in it)
+VERSIONS_SCRIPT = (
+    "import json, sys, importlib.metadata as m\n"
+    "out = {}\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        out[name] = m.version(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        out[name] = None\n"
+    "print(json.dumps(out))\n"
+)
+PACKAGE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+def python_package_versions(python: str, packages: Sequence[str]) -> Argv:
+    import re
+
+    for name in packages:
+        if not re.match(PACKAGE_RE, name):
+            raise ValueError(f"not a package name: {name!r}")
+    return (python, "-c", VERSIONS_SCRIPT, *packages)
+
+
+def checked_path(path: str) -> str:
+    """An absolute path without NUL, newlines or '..' (it is still passed as one argv element)."""
+    if not path.startswith("/") or "\0" in path or "\n" in path or "/../" in path + "/" or len(path) > 4096:
+        raise ValueError(f"not an absolute path: {path[:80]!r}")
+    return path
+
+
 def to_command(argv: Argv) -> str:
     return shlex.join(argv)

@@ -637,6 +637,15 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     def good(b: Budget) -> bool:
         return _good(b, failed, need_tokens)
 
+    gpus = inp.gpus
+    if gpus.free_mib and gpus.total_mib and gpus.pre_gib is None:
+        held_gib = (gpus.total_mib - min(gpus.free_mib)) / 1024
+        if held_gib > 1.0:
+            clean_gpus = replace(gpus, free_mib=tuple(gpus.total_mib - 1 for _ in gpus.free_mib))
+            clean = _compute(replace(inp, gpus=clean_gpus))
+            remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
+                                   f"{held_gib:.1f} GiB per GPU is in use before the launch; on clean GPUs: "
+                                   f"{_effect(clean)}", 0))
     if failed.error_text and "no_buffer" in failed.error_text:
         changed = trial(mamba_scheduler_strategy="extra_buffer")
         remedies.append(Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",

@@ -44,3 +44,41 @@ def parse_gpu_command(text: str) -> GpuRequest:
         return GpuStatusRequest(args[0] if args else "all")
     shown = verb if len(verb) <= 30 else verb[:30] + "…"
     raise UsageError(f"unknown subcommand `{shown}`. {GPU_USAGE}")
+
+
+SGLANG_USAGE = ("usage: `/sglang budget <container> <model path in the container> [sglang flags]` "
+                "or `/sglang help`")
+
+
+@dataclass(frozen=True)
+class SglangBudgetRequest:
+    target: str
+    model_path: str
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SglangHelpRequest:
+    pass
+
+
+SglangRequest = SglangBudgetRequest | SglangHelpRequest
+
+
+def parse_sglang_command(text: str) -> SglangRequest:
+    try:
+        words = shlex.split(text or "")
+    except ValueError as exc:
+        raise UsageError(f"could not read the command ({exc}). {SGLANG_USAGE}") from None
+    if not words or words[0] in ("help", "-h", "--help"):
+        return SglangHelpRequest()
+    verb, args = words[0].lower(), words[1:]
+    if verb == "budget":
+        if len(args) < 2 or args[0].startswith("-") or args[1].startswith("-"):
+            raise UsageError(f"`budget` needs a container and a model path. {SGLANG_USAGE}")
+        if not args[1].startswith("/"):
+            raise UsageError(f"the model path must be absolute inside the container, got `{args[1][:60]}`. "
+                             f"{SGLANG_USAGE}")
+        return SglangBudgetRequest(args[0], args[1], tuple(args[2:]))
+    shown = verb if len(verb) <= 30 else verb[:30] + "…"
+    raise UsageError(f"unknown subcommand `{shown}`. {SGLANG_USAGE}")

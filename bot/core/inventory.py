@@ -58,6 +58,14 @@ class Container(BaseModel):
 
     node: str
     vmid: int = Field(ge=100, le=999_999_999)  # Proxmox guest ids start at 100
+    python: str = "python3"  # the interpreter of the SGLang environment inside the container
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str) -> str:
+        if not re.fullmatch(r"(/[A-Za-z0-9_.+-]+)+|[A-Za-z0-9_.+-]+", value):
+            raise ValueError("must be an absolute path or a command name")
+        return value
 
 
 class Inventory(BaseModel):

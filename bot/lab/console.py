@@ -25,7 +25,7 @@ from aiohttp import web
 
 from bot.app import Services, build_app, build_services, serve_http
 from bot.config import Settings, parse_inventory
-from bot.lab.nodes import LabNode, free_port, seed_node_state, start_node
+from bot.lab.nodes import LabNode, container_path, free_port, seed_node_state, start_node
 from bot.slack_standin import Call, SlackStandIn, signed_headers, slash_body
 from bot.views import blocks_to_text
 
@@ -56,7 +56,7 @@ class Lab:
                 **{name: node.inventory_entry() for name, node in self.nodes.items()},
                 "pve7": {**self.nodes["pve5"].inventory_entry(), "port": self.unreachable_port},
             },
-            "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129}},
+            "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129, "python": sys.executable}},
         }
         inventory_path = self.workdir / "inventory.yml"
         inventory_path.write_text(yaml.safe_dump(inventory_data, sort_keys=False))
@@ -95,7 +95,7 @@ class Lab:
             self.app_url, data=body, headers=signed_headers(self.signing_secret, body)
         ) as answer:
             status, ack = answer.status, await answer.text()
-        if ack.startswith("checking"):
+        if ack.endswith("…"):  # acknowledged: the answer follows as a message
             await self.standin.wait_for(
                 lambda calls: any(c.method in ("chat.postMessage", "response_url") and c.delivered
                                   for c in calls[before:]),
@@ -117,6 +117,13 @@ SCRIPT: list[tuple[str, Callable[[Lab], None] | None]] = [
     ("/gpu status", None),
     ("/gpu status sglang-a6000", lambda lab: _start_server(lab.nodes["pve5"])),
     ("/gpu status pve5", lambda lab: _leave_orphaned_memory(lab.nodes["pve5"])),
+    ("/sglang budget sglang-a6000 {model} --tp 2 --context-length 65536 --mem-fraction-static 0.85 "
+     "--enable-torch-compile --speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+     "--speculative-num-draft-tokens 4 --mamba-full-memory-ratio 0.5", None),
+    ("/gpu status pve5", lambda lab: _free_gpus(lab.nodes["pve5"])),
+    ("/sglang budget sglang-a6000 {model} --tp 2 --context-length 65536 --mem-fraction-static 0.85 "
+     "--enable-torch-compile --speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+     "--speculative-num-draft-tokens 4 --mamba-full-memory-ratio 0.5", None),
     ("/gpu status pve5:999", None),
     ("/gpu frobnicate", None),
 ]
@@ -137,6 +144,15 @@ def _leave_orphaned_memory(node: LabNode) -> None:
     node.write_state(state)
 
 
+def _free_gpus(node: LabNode) -> None:
+    """The held memory is released (the container was restarted): clean GPUs, as in seed step 4."""
+    state = node.read_state()
+    state["processes"] = []
+    for gpu in state["gpus"]:
+        gpu.pop("orphaned_mib", None)
+    node.write_state(state)
+
+
 async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gpuops-lab-"))
     lab = Lab(workdir)
@@ -150,11 +166,14 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             for command, before in SCRIPT:
                 if before is not None:
                     before(lab)
+                command = command.format(model=container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B"))
                 name, _, text = command.partition(" ")
                 status, ack, calls = await lab.slash(name, text)
                 out(transcript(command, status, ack, calls) + "\n")
             return 0
-        out("Type a slash command (e.g. `/gpu status`), or `quit`.")
+        model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+        out("Type a slash command (e.g. `/gpu status`), or `quit`. Container 129's model is at\n"
+            f"  {model}\n  e.g. /sglang budget sglang-a6000 {model} --tp 2 --mem-fraction-static 0.85")
         while True:
             line = await asyncio.to_thread(_read_line)
             if line is None or line.strip() in ("quit", "exit"):

@@ -48,7 +48,7 @@ def main(argv):
     if ct.get("status", "running") != "running":
         print(f"CT {vmid} not running", file=sys.stderr)
         sys.exit(255)
-    env = dict(os.environ, FAKE_CT=vmid)
+    env = dict(os.environ, FAKE_CT=vmid, **ct.get("env", {}))
     try:
         os.execvpe(rest[1], rest[1:], env)  # noqa: S606 - argv verbatim, like lxc-attach
     except FileNotFoundError:

@@ -57,8 +57,36 @@ def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
         "cuda_version": "13.0",
         "gpus": gpus,
         "processes": [],
-        "containers": {str(vmid): {"status": "running", "name": "sglang-a6000", "gpus": [g["index"] for g in gpus]}},
+        "containers": {str(vmid): {"status": "running", "name": "sglang-a6000", "gpus": [g["index"] for g in gpus],
+                                   "sglang_version": "0.5.9", "models": ["Qwen3.6-27B"]}},
     }
+
+
+def provision_containers(state_dir: Path, state: dict[str, Any]) -> None:
+    """Give each lab container a filesystem: its models' config.json and an installed `sglang`
+    distribution of the scenario's version (found by importlib.metadata through PYTHONPATH,
+    which the fake pct sets as that container's environment)."""
+    for vmid, ct in state.get("containers", {}).items():
+        root = state_dir / "ct" / vmid
+        site = root / "site"
+        version = ct.get("sglang_version")
+        if version:
+            (site / "sglang").mkdir(parents=True, exist_ok=True)
+            (site / "sglang" / "__init__.py").write_text(f'__version__ = "{version}"\n')
+            info = site / f"sglang-{version}.dist-info"
+            info.mkdir(exist_ok=True)
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+            ct["env"] = {"PYTHONPATH": str(site)}
+        for model in ct.get("models", []):
+            target = root / "models" / model
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(LAB_DIR / "data" / "models" / model / "config.json", target / "config.json")
+        ct["root"] = str(root)
+
+
+def container_path(node: LabNode, vmid: int, *parts: str) -> str:
+    """Where a path inside a lab container lives (the lab's containers share the node's filesystem)."""
+    return str(node.state_dir.joinpath("ct", str(vmid), *parts))
 
 
 @dataclass
@@ -177,7 +205,9 @@ async def start_node(
     (state_dir / "proc").mkdir(parents=True, exist_ok=True)
     bin_dir = workdir / "bin"
     _install_fakes(bin_dir)
-    (state_dir / "node.json").write_text(json.dumps(state or seed_node_state(name), indent=1))
+    state = state or seed_node_state(name)
+    provision_containers(state_dir, state)
+    (state_dir / "node.json").write_text(json.dumps(state, indent=1))
     host_key, host_key_path, _client_key, client_key_path = _keys(workdir)
     port = free_port(host)
     known_hosts = workdir / "known_hosts"

@@ -70,4 +70,40 @@ def test_lab_script_plays_the_skeleton_end_to_end():
     assert "> /gpu status sglang-a6000" in text and "python3 -m sglang.launch_server" in text
     assert "GPU 0: orphaned memory: 44877 MiB held, no process listed" in text
     assert "nvidia-smi error (nvml-driver-library-mismatch)" in text and "*pve7*  unreachable" in text
+    # the pre-flight first sees the held memory, then, on clean GPUs, the real shortfall (seed steps 2-5)
+    assert "free the GPUs first" in text
+    assert "SGLang would print: `Not enough memory. Please try to increase --mem-fraction-static. Current value: " \
+           "self.server_args.mem_fraction_static=0.85`" in text
     assert "Traceback" not in out.stderr
+
+
+SEED_FLAGS = ["--tp", "2", "--context-length", "65536", "--enable-torch-compile", "--speculative-algorithm", "NEXTN",
+              "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+              "--mamba-full-memory-ratio", "0.5"]
+
+
+def test_budget_in_a_terminal_with_json_and_chart(tmp_path):
+    chart = tmp_path / "budget.png"
+    out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3.6-27B"), "--gpu", "RTX A6000",
+                 "--gpus", "2", "--sglang", "0.5.9", "--json", "--chart", str(chart), "--",
+                 *SEED_FLAGS, "--mem-fraction-static", "0.85", "--model-path", "/models/q", "--frobnicate")
+    assert out.returncode == 4, out.stderr  # 4: the launch would fail
+    data = json.loads(out.stdout)
+    assert data["verdict"] == "fails" and data["error_text"].startswith("Not enough memory.")
+    assert data["mamba_slots"] == 48 and data["not_modelled"] == ["--frobnicate"]
+    assert any(r["argv"] and "--mamba-ssm-dtype" in r["argv"] for r in data["remedies"])
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_budget_text_names_the_error_and_remedies():
+    out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3.6-27B/config.json"), "--gpu",
+                 "A6000", "--gpus", "2", "--sglang", "current", "--", *SEED_FLAGS, "--mem-fraction-static", "0.88")
+    assert out.returncode == 3, out.stderr  # starts, degraded
+    assert "VERDICT: STARTS, DEGRADED" in out.stdout and "capped to" in out.stdout
+    assert "REMEDIES (cheapest first):" in out.stdout
+
+
+def test_budget_unknown_gpu_is_a_usage_error():
+    out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "Voodoo 5", "--",
+                 "--tp", "1")
+    assert out.returncode == 2 and "unknown GPU 'Voodoo 5'" in out.stderr

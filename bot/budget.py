@@ -1,0 +1,92 @@
+"""Use case: the memory budget of a launch, with the facts read from the container itself:
+the model's config.json and checkpoint size, the installed SGLang version, and the GPUs'
+live free memory. Slack, the CLI and the launch pre-flight call :func:`plan_budget`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+from bot.core import argv as remote
+from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
+from bot.core.flags import parse_sglang_flags
+from bot.core.inventory import Inventory, Target
+from bot.core.model import ModelConfigError, read_config
+from bot.errors import CommandFailed, UsageError
+from bot.status import Transport, read_gpus
+
+PACKAGES = ("sglang", "transformers", "torch", "flashinfer-python")
+
+
+@dataclass(frozen=True)
+class PlannedBudget:
+    budget: Budget
+    title: str
+    gpu_totals_gib: tuple[float, ...]
+    versions: dict[str, str | None]
+    weights_source: str
+
+
+async def plan_budget(transport: Transport, inventory: Inventory, target: Target, model_path: str,
+                      flag_argv: tuple[str, ...]) -> PlannedBudget:
+    if target.kind != "container" or target.vmid is None:
+        raise UsageError("a budget is planned for a container (`<node>:<vmid>` or its name)")
+    flags = parse_sglang_flags(flag_argv)
+    try:
+        config_path = remote.checked_path(model_path.rstrip("/") + "/config.json")
+        index_path = remote.checked_path(model_path.rstrip("/") + "/model.safetensors.index.json")
+        sizes_argv = remote.safetensors_sizes(model_path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    container = next((c for c in inventory.containers.values()
+                      if c.node == target.node and c.vmid == target.vmid), None)
+    python = container.python if container else "python3"
+
+    def inside(argv: remote.Argv) -> remote.Argv:
+        assert target.vmid is not None
+        return remote.pct_exec(target.vmid, argv)
+
+    config_out, index_out, sizes_out, versions_out, gpus = await asyncio.gather(
+        transport.run(target.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
+        transport.run(target.node, inside(remote.read_file(index_path)), ok_exit=(0, 1)),
+        transport.run(target.node, inside(sizes_argv), ok_exit=(0, 1)),
+        transport.run(target.node, inside(remote.python_package_versions(python, PACKAGES)), ok_exit=(0, 1, 127)),
+        read_gpus(transport, target.node, target.vmid),
+    )
+    if config_out.exit_status != 0:
+        raise UsageError(f"no config.json at `{model_path}` in container {target.label}")
+    try:
+        model = read_config(json.loads(config_out.stdout), name=model_path.rstrip("/").rsplit("/", 1)[-1])
+    except (json.JSONDecodeError, ModelConfigError) as exc:
+        raise UsageError(f"`{config_path}` is not a usable config.json: {exc}") from None
+    weights_total, source = None, "estimated from config.json (no checkpoint size found)"
+    if index_out.exit_status == 0:
+        try:
+            weights_total = int(json.loads(index_out.stdout)["metadata"]["total_size"])
+            source = "model.safetensors.index.json total_size"
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            pass
+    if weights_total is None and sizes_out.exit_status == 0 and sizes_out.stdout.strip():
+        weights_total = sum(int(x) for x in sizes_out.stdout.split() if x.isdigit())
+        source = "sum of the *.safetensors file sizes"
+    try:
+        versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
+    except json.JSONDecodeError:
+        versions = {}
+    if flags.tp > len(gpus.gpus):
+        raise UsageError(f"--tp-size {flags.tp} needs {flags.tp} GPUs; container {target.label} sees {len(gpus.gpus)}")
+    used = gpus.gpus[:flags.tp]
+    totals = [g.memory_total_mib for g in used if g.memory_total_mib]
+    free = tuple(g.memory_total_mib - g.memory_used_mib for g in used
+                 if g.memory_total_mib is not None and g.memory_used_mib is not None)
+    name = (used[0].name or "GPU") if used else "GPU"
+    plan = GpuPlan(name, min(totals) if totals else None, len(gpus.gpus), free)
+    sglang = versions.get("sglang")
+    budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total))
+    installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
+    title = f"{model.name} on {target.label}: {flags.tp}x {name.removeprefix('NVIDIA ')}, {installed}"
+    return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, source)
+
+
+__all__ = ["CommandFailed", "PlannedBudget", "plan_budget"]

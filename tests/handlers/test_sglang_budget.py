@@ -1,0 +1,47 @@
+"""/sglang budget through the real app: facts read from the lab container over SSH."""
+
+from bot.lab.nodes import container_path
+from bot.views import blocks_to_text
+
+SEED_FLAGS = ("--tp 2 --context-length 65536 --enable-torch-compile --speculative-algorithm NEXTN "
+              "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 "
+              "--mamba-full-memory-ratio 0.5")
+
+
+async def test_budget_of_the_seed_launch_is_explained_with_a_chart(lab):
+    model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+    status, ack, _ = await lab.slash("/sglang", f"budget sglang-a6000 {model} {SEED_FLAGS} --mem-fraction-static 0.85")
+    assert status == 200 and ack == "planning the memory budget on pve5:129 (sglang-a6000)…"
+    calls = await lab.standin.wait_for(lambda c: any(x.method == "files.completeUploadExternal" for x in c), 30)
+    post = next(c for c in calls if c.method == "chat.postMessage")
+    text = blocks_to_text(post.blocks)
+    # read from the container: SGLang 0.5.9 installed, two A6000s with 49140 MiB, the real config.json
+    assert "SGLang 0.5.9" in text and "2x RTX A6000" in text and "WILL FAIL" in text
+    assert "Current value: self.server_args.mem_fraction_static=0.85" in text
+    assert "--mamba-ssm-dtype bfloat16" in text and "below 0.5.10" in text
+    upload = next(c for c in calls if c.method == "upload")
+    assert upload.params["content"].count(b"\x89PNG") == 1
+    complete = next(c for c in calls if c.method == "files.completeUploadExternal")
+    assert complete.params.get("thread_ts") == post.answer["ts"]
+
+
+async def test_budget_refuses_a_relative_model_path_and_a_node_target(lab):
+    _, ack, _ = await lab.slash("/sglang", "budget sglang-a6000 models/Qwen3.6-27B --tp 2")
+    assert "must be absolute" in ack
+    _, ack, _ = await lab.slash("/sglang", "budget pve5 /models/x")
+    assert "is not one container" in ack
+
+
+async def test_budget_with_a_bad_flag_value_says_which(lab):
+    model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+    _, ack, calls = await lab.slash("/sglang", f"budget sglang-a6000 {model} --mem-fraction-static 1.7")
+    responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c), 20)
+    text = next(c for c in responded if c.method == "response_url").params["text"]
+    assert "--mem-fraction-static 1.7" in text and "between 0 and 1" in text
+
+
+async def test_missing_model_config_is_a_clear_answer(lab):
+    _, ack, _ = await lab.slash("/sglang", "budget sglang-a6000 /nonexistent/model --tp 2")
+    responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c), 20)
+    text = next(c for c in responded if c.method == "response_url").params["text"]
+    assert "no config.json at `/nonexistent/model`" in text
