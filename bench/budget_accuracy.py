@@ -185,15 +185,15 @@ def main(argv: list[str]) -> int:
         want_w = expected_weights(logged)
         if want_w is not None:  # weights are logged before any failure: scored on every case that shows them
             w_n += 1
-            err = abs(budget.weights_gib - want_w) / want_w
-            w_ok += err <= 0.03
+            err = (budget.weights_gib - want_w) / want_w
+            w_ok += abs(err) <= 0.03
             parts.append(f"weights {budget.weights_gib:.2f}/{want_w:.2f} GiB ({err:+.1%})")
         failure = expected_failure(logged)
         want_t = expected_tokens(logged)
         if want_t is not None and failure is None and logged.get("pre_load_avail_mem_gb") is not None:
             kv_n += 1
-            err = abs(budget.kv_tokens - want_t) / want_t
-            kv_ok += err <= 0.02
+            err = (budget.kv_tokens - want_t) / want_t
+            kv_ok += abs(err) <= 0.02
             parts.append(f"kv {budget.kv_tokens:,}/{want_t:,} ({err:+.1%})")
         if logged.get("mamba_max_cache_size") is not None:
             parts.append(f"slots {budget.mamba_slots}/{logged['mamba_max_cache_size']}")

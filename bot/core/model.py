@@ -324,7 +324,9 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
         norms += 2 * h
     parts += [
         WeightPart("attention", attention, True, True),
-        WeightPart("linear attention", linear, True, True),
+        # weight-only quantizers keep recurrent/state-space (DeltaNet, mamba) projections in the model
+        # dtype, like routers, embeddings and vision towers (Qwen's FP8 releases, AutoAWQ's hybrid models)
+        WeightPart("linear attention", linear, True, False),
         WeightPart("mlp", mlp, True, True),
         WeightPart("experts", experts, True, True, expert=True),
         WeightPart("norms and routers", norms + h + _router_params(spec), False, False),
