@@ -5,6 +5,12 @@ Key shapes (all under the ``gpuops:`` prefix):
     gpuops:status:last:<target>     JSON of the last status answer for a target (TTL 8 days)
     gpuops:audit                    stream: who did what, where, with which result
     gpuops:once:<key>               SET NX marker for de-duplicating double clicks / retries
+    gpuops:attempt:<id>             JSON of one launch attempt (kept: it is the history)
+    gpuops:attempts:<node>:<vmid>   sorted set of attempt ids by creation time, per container
+    gpuops:attempts                 sorted set of every attempt id by creation time
+    gpuops:lock:launch:<node>:<vmid>  the attempt id holding the container's launch lock (expires)
+    gpuops:pending:<id>             a destructive action waiting for its confirmation click (expires)
+    gpuops:tracker:<attempt>        the replica following an attempt's progress (a renewed lease)
 
 By default the bot runs its own Redis (an embedded real ``redis-server`` on a unix socket
 in the data dir, with AOF persistence); ``REDIS_URL`` points it at an external one.
@@ -27,6 +33,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from bot.core.attempts import Attempt
 from bot.errors import StoreError
 
 PREFIX = "gpuops:"
@@ -170,3 +177,80 @@ class Store:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+
+# compare-and-delete: only the holder releases a lock or lease
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+_RENEW = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) "
+          "else return 0 end")
+
+
+class AttemptStore:
+    """Attempts, launch locks, pending confirmations and tracker leases."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.redis = client
+
+    async def save(self, attempt: Attempt) -> None:
+        key = f"{PREFIX}attempts:{attempt.node}:{attempt.vmid}"
+        try:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.set(f"{PREFIX}attempt:{attempt.id}", json.dumps(attempt.to_dict()))
+            pipe.zadd(key, {attempt.id: attempt.created_at})
+            pipe.zadd(f"{PREFIX}attempts", {attempt.id: attempt.created_at})
+            await pipe.execute()
+        except RedisError as exc:
+            raise StoreError(f"attempt {attempt.id} not saved: {type(exc).__name__}") from None
+
+    async def get(self, attempt_id: str) -> Attempt | None:
+        raw = await self.redis.get(f"{PREFIX}attempt:{attempt_id}")
+        return Attempt.from_dict(json.loads(raw)) if raw else None
+
+    async def recent(self, node: str | None = None, vmid: int | None = None, count: int = 10) -> list[Attempt]:
+        key = f"{PREFIX}attempts:{node}:{vmid}" if node is not None else f"{PREFIX}attempts"
+        ids = await self.redis.zrevrange(key, 0, count - 1)
+        found = [await self.get(str(i)) for i in ids]
+        return [a for a in found if a is not None]
+
+    async def latest(self, node: str, vmid: int) -> Attempt | None:
+        found = await self.recent(node, vmid, 1)
+        return found[0] if found else None
+
+    async def with_status(self, *statuses: str, count: int = 200) -> list[Attempt]:
+        return [a for a in await self.recent(count=count) if a.status.value in statuses]
+
+    async def lock(self, node: str, vmid: int, holder: str, ttl_s: int) -> str | None:
+        """Take the container's launch lock; returns None on success, else the current holder."""
+        key = f"{PREFIX}lock:launch:{node}:{vmid}"
+        if await self.redis.set(key, holder, nx=True, ex=ttl_s):
+            return None
+        return str(await self.redis.get(key) or "(expired)")
+
+    async def lock_holder(self, node: str, vmid: int) -> str | None:
+        value = await self.redis.get(f"{PREFIX}lock:launch:{node}:{vmid}")
+        return str(value) if value else None
+
+    async def unlock(self, node: str, vmid: int, holder: str) -> bool:
+        return bool(await self.redis.eval(_RELEASE, 1, f"{PREFIX}lock:launch:{node}:{vmid}", holder))
+
+    async def put_pending(self, pending_id: str, action: dict[str, Any], ttl_s: int) -> None:
+        await self.redis.set(f"{PREFIX}pending:{pending_id}", json.dumps(action), ex=ttl_s)
+
+    async def take_pending(self, pending_id: str) -> dict[str, Any] | None:
+        """Consume a pending action once: a second click finds nothing."""
+        raw = await self.redis.getdel(f"{PREFIX}pending:{pending_id}")
+        return json.loads(raw) if raw else None
+
+    async def lease(self, attempt_id: str, replica: str, ttl_s: int) -> bool:
+        """Take or renew the tracking lease of an attempt."""
+        key = f"{PREFIX}tracker:{attempt_id}"
+        if await self.redis.set(key, replica, nx=True, ex=ttl_s):
+            return True
+        return bool(await self.redis.eval(_RENEW, 1, key, replica, ttl_s))
+
+    async def drop_lease(self, attempt_id: str, replica: str) -> None:
+        await self.redis.eval(_RELEASE, 1, f"{PREFIX}tracker:{attempt_id}", replica)
+
+
+def now() -> float:
+    return time.time()

@@ -96,3 +96,83 @@ def checked_path(path: str) -> str:
 
 def to_command(argv: Argv) -> str:
     return shlex.join(argv)
+
+
+# --------------------------------------------------------------------------- SGLang lifecycle
+
+# Start detached in a new session (its own process group: pid == pgid) writing to a NEW log whose
+# first line names the attempt. Every user value arrives as a positional parameter, never in the script.
+LAUNCH_SCRIPT = (
+    'log="$1"; attempt="$2"; shift 2\n'
+    'mkdir -p -- "$(dirname -- "$log")" || exit 3\n'
+    'if [ -e "$log" ]; then echo "refusing to reuse existing log $log" >&2; exit 4; fi\n'
+    'printf "gpuops attempt %s started %s\\n" "$attempt" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$log" || exit 3\n'
+    'setsid -- "$@" >>"$log" 2>&1 </dev/null &\n'
+    'echo "$!"\n'
+)
+
+
+def sglang_launch(python: str, log_path: str, attempt_id: str, flags: Sequence[str]) -> Argv:
+    """argv that starts ``python -m sglang.launch_server <flags>`` detached and prints its PID."""
+    return ("bash", "-c", LAUNCH_SCRIPT, "gpuops-launch", checked_path(log_path), attempt_id, python, "-m",
+            "sglang.launch_server", *flags)
+
+
+def kill_group(pgid: int, signal: str) -> Argv:
+    if signal not in ("TERM", "KILL", "INT"):
+        raise ValueError(f"signal {signal!r} not allowed")
+    return ("kill", f"-{signal}", "--", f"-{_check_int(pgid, 'pgid', 2)}")
+
+
+def kill_pids(pids: Iterable[int], signal: str) -> Argv:
+    if signal not in ("TERM", "KILL"):
+        raise ValueError(f"signal {signal!r} not allowed")
+    return ("kill", f"-{signal}", "--", *(_check_int(p, "pid", 2) for p in sorted(set(pids))))
+
+
+def process_alive(pid: int) -> Argv:
+    return ("kill", "-0", _check_int(pid, "pid", 2))
+
+
+def read_log_from(path: str, offset: int) -> Argv:
+    """The log's bytes from ``offset`` on (tail counts from 1)."""
+    return ("tail", "-c", f"+{int(_check_int(offset, 'offset', 0)) + 1}", checked_path(path))
+
+
+PORT_SCRIPT = (
+    "import socket, sys\n"
+    "s = socket.socket()\n"
+    "s.settimeout(1)\n"
+    "sys.exit(0 if s.connect_ex(('127.0.0.1', int(sys.argv[1]))) == 0 else 1)\n"
+)
+
+
+def port_in_use(python: str, port: int) -> Argv:
+    """Exit 0 when something accepts connections on 127.0.0.1:port inside the container."""
+    return (python, "-c", PORT_SCRIPT, _check_int(port, "port", 1))
+
+
+HEALTH_SCRIPT = (
+    "import json, sys, urllib.request\n"
+    "base = 'http://127.0.0.1:%d' % int(sys.argv[1])\n"
+    "out = {}\n"
+    "def get(path, body=None):\n"
+    "    data = None if body is None else json.dumps(body).encode()\n"
+    "    req = urllib.request.Request(base + path, data=data, headers={'Content-Type': 'application/json'})\n"
+    "    with urllib.request.urlopen(req, timeout=30) as r:\n"
+    "        return r.status, r.read().decode(errors='replace')\n"
+    "try:\n"
+    "    out['health'] = get('/health')[0]\n"
+    "    models = json.loads(get('/v1/models')[1])\n"
+    "    out['models'] = [m.get('id') for m in models.get('data', [])]\n"
+    "    name = out['models'][0] if out['models'] else 'default'\n"
+    "    gen = json.loads(get('/v1/completions', {'model': name, 'prompt': 'Say OK.', 'max_tokens': 8})[1])\n"
+    "    out['generation'] = gen['choices'][0]['text']\n"
+    "except Exception as exc:\n"
+    "    out['error'] = type(exc).__name__ + ': ' + str(exc)[:300]\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def health_check(python: str, port: int) -> Argv:
+    return (python, "-c", HEALTH_SCRIPT, _check_int(port, "port", 1))

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bot.core.roles import RoleConfig
 from bot.errors import TargetError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -59,6 +60,15 @@ class Container(BaseModel):
     node: str
     vmid: int = Field(ge=100, le=999_999_999)  # Proxmox guest ids start at 100
     python: str = "python3"  # the interpreter of the SGLang environment inside the container
+    log_dir: str = "/var/log/gpuops"  # one new log file per attempt is written here
+    port: int = Field(30000, ge=1, le=65535)  # default SGLang port of this container
+
+    @field_validator("log_dir")
+    @classmethod
+    def _log_dir(cls, value: str) -> str:
+        if not re.fullmatch(r"(/[A-Za-z0-9_.+-]+)+", value) or ".." in value:
+            raise ValueError("must be an absolute path")
+        return value
 
     @field_validator("python")
     @classmethod
@@ -68,11 +78,26 @@ class Container(BaseModel):
         return value
 
 
+class LaunchProfile(BaseModel):
+    """A named launch config: `/sglang launch <profile>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    container: str
+    model_path: str
+    flags: tuple[str, ...] = ()
+
+
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     nodes: dict[str, Node]
     containers: dict[str, Container] = Field(default_factory=dict)
+    roles: RoleConfig = Field(default_factory=RoleConfig)
+    profiles: dict[str, LaunchProfile] = Field(default_factory=dict)
+
+    def container_at(self, node: str, vmid: int) -> Container | None:
+        return next((c for c in self.containers.values() if c.node == node and c.vmid == vmid), None)
 
     @field_validator("nodes", "containers")
     @classmethod
@@ -81,6 +106,13 @@ class Inventory(BaseModel):
             if not NAME_RE.match(name):
                 raise ValueError(f"name {name!r} must be letters, digits, '_', '.', '-'")
         return value
+
+    @model_validator(mode="after")
+    def _profiles_name_containers(self) -> Inventory:
+        for name, profile in self.profiles.items():
+            if profile.container not in self.containers:
+                raise ValueError(f"profile {name!r} names container {profile.container!r}, which is not in containers")
+        return self
 
     @model_validator(mode="after")
     def _containers_on_known_nodes(self) -> Inventory:

@@ -73,10 +73,16 @@ def provision_containers(state_dir: Path, state: dict[str, Any]) -> None:
         if version:
             (site / "sglang").mkdir(parents=True, exist_ok=True)
             (site / "sglang" / "__init__.py").write_text(f'__version__ = "{version}"\n')
+            (site / "sglang" / "launch_server.py").write_text(
+                "import sys\nfrom bot.lab.fake_sglang import main\nsys.exit(main(sys.argv[1:]))\n")
             info = site / f"sglang-{version}.dist-info"
             info.mkdir(exist_ok=True)
             (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
-            ct["env"] = {"PYTHONPATH": str(site)}
+            scenario = root / "scenario.json"
+            scenario.write_text(json.dumps({"queue": [], "delay_s": 0.05}))
+            ct["env"] = {"PYTHONPATH": str(site), "GPUOPS_LAB_SCENARIO": str(scenario),
+                         "GPUOPS_LAB_SGLANG_VERSION": version}
+            (root / "logs").mkdir(parents=True, exist_ok=True)
         for model in ct.get("models", []):
             target = root / "models" / model
             target.mkdir(parents=True, exist_ok=True)
@@ -100,6 +106,7 @@ class LabNode:
     known_hosts_path: Path
     kind: str  # "openssh" | "asyncssh"
     _process: subprocess.Popen[bytes] | None = None
+    _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _server: asyncssh.SSHAcceptor | None = None
     _extra: dict[str, Any] = field(default_factory=dict)
 
@@ -127,6 +134,19 @@ class LabNode:
         owner = f"0::/lxc/{vmid}/ns/user.slice/user-0.slice/session-c1.scope" if vmid else "0::/user.slice"
         cgroup.write_text(owner + "\n")
 
+    def spawn_holder(self, gpu_index: int, name: str, used_mib: int, vmid: int | None) -> int:
+        """A real process of the lab's own (so that stopping it by PID is safe) holding GPU memory."""
+        process = subprocess.Popen(["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+        self._children.append(process)
+        self.add_process(process.pid, gpu_index, name, used_mib, vmid)
+        return process.pid
+
+    def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05) -> None:
+        """The outcomes the container's SGLang stand-in plays for its next launches."""
+        path = self.state_dir / "ct" / str(vmid) / "scenario.json"
+        path.write_text(json.dumps({"queue": queue, "delay_s": delay_s}))
+
     def calls(self) -> list[list[str]]:
         path = self.state_dir / "calls.log"
         if not path.exists():
@@ -141,6 +161,12 @@ class LabNode:
 
     # lifecycle ----------------------------------------------------------------
     async def stop(self) -> None:
+        for child in self._children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        self._children.clear()
+        await self._stop_launched()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -152,6 +178,22 @@ class LabNode:
             except subprocess.TimeoutExpired:
                 self._process.kill()
         self._process = None
+
+
+    async def _stop_launched(self) -> None:
+        """End the SGLang stand-ins this node's containers started (their PIDs are in node.json)."""
+        try:
+            state = self.read_state()
+        except (OSError, ValueError):
+            return
+        for proc in state.get("processes", []):
+            cmdline = Path(f"/proc/{proc['pid']}/cmdline")
+            try:
+                if b"sglang.launch_server" in cmdline.read_bytes() and str(self.state_dir).encode() in \
+                        Path(f"/proc/{proc['pid']}/environ").read_bytes():
+                    os.kill(proc["pid"], signal.SIGTERM)
+            except OSError:
+                continue
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,0 +1,149 @@
+"""Launch attempts: what was tried on a container, what changed since the last try, and what
+happened, with every status transition timestamped. Plain values, serialisable to JSON."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+
+class AttemptStatus(StrEnum):
+    PLANNED = "planned"
+    LAUNCHING = "launching"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    ORPHANED = "orphaned"  # the bot lost track of it (restart) and the process was gone
+
+
+ACTIVE = (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY)
+TRANSITIONS: dict[AttemptStatus, tuple[AttemptStatus, ...]] = {
+    AttemptStatus.PLANNED: (AttemptStatus.LAUNCHING, AttemptStatus.FAILED, AttemptStatus.STOPPED),
+    AttemptStatus.LAUNCHING: (AttemptStatus.READY, AttemptStatus.FAILED, AttemptStatus.STOPPED, AttemptStatus.ORPHANED),
+    AttemptStatus.READY: (AttemptStatus.FAILED, AttemptStatus.STOPPED, AttemptStatus.ORPHANED),
+    AttemptStatus.FAILED: (),
+    AttemptStatus.STOPPED: (),
+    AttemptStatus.ORPHANED: (),
+}
+
+
+class TransitionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Transition:
+    status: AttemptStatus
+    at: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pre-flight check: ok | warn | fail, with a one-line detail."""
+
+    name: str
+    result: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    id: str
+    user: str
+    channel: str
+    node: str
+    vmid: int
+    container: str | None
+    model_path: str
+    argv: tuple[str, ...]  # the sglang flags as launched (model path and port included)
+    port: int
+    created_at: float
+    transitions: tuple[Transition, ...] = ()
+    changes: tuple[str, ...] = ()  # what changed since the previous attempt on this container
+    checks: tuple[Check, ...] = ()
+    predicted: dict[str, Any] = field(default_factory=dict)  # budget numbers before the launch
+    observed: dict[str, Any] = field(default_factory=dict)  # numbers read from the attempt's own log
+    forced: bool = False  # launched over a failed pre-flight, by an explicit --force
+    log_path: str | None = None
+    pid: int | None = None
+    message_ts: str | None = None  # the channel message updated in place with progress
+    thread_ts: str | None = None
+    error_line: str | None = None
+    hypotheses: tuple[str, ...] = ()
+    tracker: str | None = None  # replica that follows the progress
+
+    @property
+    def status(self) -> AttemptStatus:
+        return self.transitions[-1].status if self.transitions else AttemptStatus.PLANNED
+
+    @property
+    def target_label(self) -> str:
+        base = f"{self.node}:{self.vmid}"
+        return f"{base} ({self.container})" if self.container else base
+
+    def moved(self, status: AttemptStatus, at: float, note: str = "") -> Attempt:
+        if status == self.status and self.transitions:
+            return self
+        if self.transitions and status not in TRANSITIONS[self.status]:
+            raise TransitionError(f"attempt {self.id}: {self.status.value} -> {status.value} is not a valid move")
+        return replace(self, transitions=(*self.transitions, Transition(status, at, note)))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["transitions"] = [{"status": t.status.value, "at": t.at, "note": t.note} for t in self.transitions]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        values = dict(data)
+        values["transitions"] = tuple(Transition(AttemptStatus(t["status"]), t["at"], t.get("note", ""))
+                                      for t in data.get("transitions", []))
+        values["checks"] = tuple(Check(**c) for c in data.get("checks", []))
+        for key in ("argv", "changes", "hypotheses"):
+            values[key] = tuple(data.get(key, ()))
+        return cls(**values)
+
+
+def flag_pairs(argv: tuple[str, ...]) -> dict[str, str]:
+    """``--flag value`` / ``--flag=value`` / switches -> {flag: value}; order-insensitive comparison."""
+    pairs: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--"):
+            name, eq, value = token.partition("=")
+            if eq:
+                pairs[name] = value
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                pairs[name] = argv[i + 1]
+                i += 1
+            else:
+                pairs[name] = "(on)"
+        i += 1
+    return pairs
+
+
+def changes_between(previous: tuple[str, ...] | None, current: tuple[str, ...]) -> tuple[str, ...]:
+    """Human lines: what the new attempt changed relative to the previous one."""
+    if previous is None:
+        return ("first attempt on this container",)
+    before, after = flag_pairs(previous), flag_pairs(current)
+    lines = []
+    for name in sorted(set(before) | set(after)):
+        if name not in before:
+            lines.append(f"+ {name} {after[name]}".rstrip())
+        elif name not in after:
+            lines.append(f"- {name} {before[name]}".rstrip())
+        elif before[name] != after[name]:
+            lines.append(f"{name} {before[name]} -> {after[name]}")
+    return tuple(lines) or ("same flags as the previous attempt",)
+
+
+_ID_RE = re.compile(r"^a[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
+
+
+def is_attempt_id(text: str) -> bool:
+    return bool(_ID_RE.match(text))

@@ -1,0 +1,125 @@
+"""Where an SGLang startup is, read from its log: the stages a launch passes through and the
+numbers SGLang prints on the way (weights, KV pool, graphs), or the first error line.
+
+Line shapes follow ../shared/research/sglang-memory.md §7 (tested on the startup corpus).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from enum import IntEnum
+
+
+class Stage(IntEnum):
+    STARTING = 0
+    DIST_INIT = 1
+    LOADING_WEIGHTS = 2
+    WEIGHTS_LOADED = 3
+    KV_ALLOCATED = 4
+    CAPTURING_GRAPHS = 5
+    GRAPHS_CAPTURED = 6
+    READY = 7
+
+
+STAGE_LABEL = {
+    Stage.STARTING: "starting",
+    Stage.DIST_INIT: "distributed init",
+    Stage.LOADING_WEIGHTS: "loading weights",
+    Stage.WEIGHTS_LOADED: "weights loaded",
+    Stage.KV_ALLOCATED: "KV pool allocated",
+    Stage.CAPTURING_GRAPHS: "capturing CUDA graphs",
+    Stage.GRAPHS_CAPTURED: "CUDA graphs captured",
+    Stage.READY: "ready",
+}
+
+_INIT_END = re.compile(r"Init torch distributed ends\.")
+_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(?P<avail>[\d.]+) GB")
+_LOAD_END = re.compile(r"Load weight end\..*?avail mem=(?P<avail>[\d.]+) GB(?:, mem usage=(?P<usage>-?[\d.]+) GB)?")
+_SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(?P<pct>\d+)%")
+_KV = re.compile(r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens: (?P<tokens>\d+)")
+_KV_NO_COUNT = re.compile(r"KV Cache is allocated\.")
+_MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<size>\d+)")
+_GRAPH_BEGIN = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph begin\.")
+_GRAPH_END = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph end\.")
+_SCHED = re.compile(r"max_total_num_tokens=(?P<tok>\d+),.*?max_running_requests=(?P<mrr>\d+), context_len=(?P<ctx>\d+)")
+_READY = re.compile(r"The server is fired up and ready to roll!")
+_RANK = re.compile(r"\bTP(\d+)\b")
+_ERROR = re.compile(
+    r"(?:^|\s)(?:Traceback \(most recent call last\)|[A-Za-z_.]*(?:Error|Exception)(?::|$)|"
+    r"Received sigquit|SIGQUIT received|CUDA out of memory|Not enough memory)"
+)
+
+
+@dataclass(frozen=True)
+class Progress:
+    stage: Stage = Stage.STARTING
+    weights_percent: int | None = None
+    avail_before_load_gib: float | None = None
+    weights_gib: float | None = None
+    kv_tokens: int | None = None
+    mamba_slots: int | None = None
+    max_running_requests: int | None = None
+    context_len: int | None = None
+    error_line: str | None = None  # the first line that says something went wrong
+    error_line_no: int | None = None
+    lines_read: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.error_line is not None
+
+    @property
+    def label(self) -> str:
+        text = STAGE_LABEL[self.stage]
+        if self.stage is Stage.LOADING_WEIGHTS and self.weights_percent is not None:
+            text += f" {self.weights_percent}%"
+        return text
+
+
+def advance(progress: Progress, lines: list[str]) -> Progress:
+    """Fold new log lines into the progress (call with each new chunk, in order)."""
+    p = progress
+    for line in lines:
+        rank = _RANK.search(line[:80])
+        first_rank = rank is None or rank.group(1) == "0"  # numbers are rank 0's (the others repeat them)
+        number = p.lines_read + 1
+        p = replace(p, lines_read=number)
+        if p.error_line is None and _ERROR.search(line) and "WARNING" not in line:
+            p = replace(p, error_line=line.strip()[:500], error_line_no=number)
+        if _READY.search(line):
+            p = replace(p, stage=Stage.READY)
+            continue
+        if m := _SCHED.search(line):
+            p = replace(p, kv_tokens=p.kv_tokens or int(m.group("tok")), max_running_requests=int(m.group("mrr")),
+                        context_len=int(m.group("ctx")))
+        if _GRAPH_END.search(line):
+            p = _at_least(p, Stage.GRAPHS_CAPTURED)
+        elif _GRAPH_BEGIN.search(line):
+            p = _at_least(p, Stage.CAPTURING_GRAPHS)
+        elif m := _MAMBA.search(line):
+            p = replace(p, mamba_slots=int(m.group("size")) if first_rank or p.mamba_slots is None else p.mamba_slots)
+        elif m := _KV.search(line):
+            tokens = int(m.group("tokens")) if first_rank or p.kv_tokens is None else p.kv_tokens
+            p = replace(_at_least(p, Stage.KV_ALLOCATED), kv_tokens=tokens)
+        elif _KV_NO_COUNT.search(line):
+            p = _at_least(p, Stage.KV_ALLOCATED)
+        elif m := _LOAD_END.search(line):
+            usage = m.group("usage")
+            target_pair = p.stage < Stage.KV_ALLOCATED  # a draft model's pair comes after the target's pools
+            if usage and target_pair and (first_rank or p.weights_gib is None):
+                p = replace(p, weights_gib=float(usage))
+            p = _at_least(p, Stage.WEIGHTS_LOADED)
+        elif m := _SHARDS.search(line):
+            p = replace(_at_least(p, Stage.LOADING_WEIGHTS), weights_percent=int(m.group("pct")))
+        elif m := _LOAD_BEGIN.search(line):
+            if p.avail_before_load_gib is None or (first_rank and p.stage < Stage.WEIGHTS_LOADED):
+                p = replace(p, avail_before_load_gib=float(m.group("avail")))
+            p = _at_least(p, Stage.LOADING_WEIGHTS)
+        elif _INIT_END.search(line):
+            p = _at_least(p, Stage.DIST_INIT)
+    return p
+
+
+def _at_least(p: Progress, stage: Stage) -> Progress:
+    return replace(p, stage=max(p.stage, stage))

@@ -1,0 +1,192 @@
+"""Lab stand-in for ``python -m sglang.launch_server`` inside a lab container (stdlib + gpuops).
+
+It replays a real SGLang log from bot/lab/data/logs (see SOURCE.md), chosen by scenario,
+while holding fake GPU memory under its own PID in the node's scenario file (so nvidia-smi,
+`/gpu status` and `/gpu free` see it), and once "ready" answers /health, /v1/models and
+/v1/completions on its port. SIGTERM releases the memory and exits, like the real server.
+
+Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
+each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``hang``);
+an empty queue means ``auto``: gpuops' own budget engine decides from the flags and free memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+LOGS = Path(__file__).resolve().parent / "data" / "logs"
+
+
+def _locked_update(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    with open(str(path) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = json.loads(path.read_text())
+        change(state)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(path)
+
+
+class Holder:
+    """This process's GPU memory in the node scenario (node.json), attributed to its container."""
+
+    def __init__(self, state_dir: Path, vmid: str, pid: int) -> None:
+        self.node_json = state_dir / "node.json"
+        self.proc_dir = state_dir / "proc" / str(pid)
+        self.vmid = vmid
+        self.pid = pid
+
+    def hold(self, gpu_indexes: list[int], mib: int, name: str) -> None:
+        def change(state: dict[str, Any]) -> None:
+            uuids = {g["index"]: g["uuid"] for g in state["gpus"]}
+            state["processes"] = [p for p in state["processes"] if p["pid"] != self.pid]
+            for index in gpu_indexes:
+                state["processes"].append({"pid": self.pid, "gpu_uuid": uuids[index], "name": name, "used_mib": mib})
+
+        _locked_update(self.node_json, change)
+        self.proc_dir.mkdir(parents=True, exist_ok=True)
+        (self.proc_dir / "cgroup").write_text(f"0::/lxc/{self.vmid}/ns/system.slice/sglang.scope\n")
+
+    def release(self) -> None:
+        def change(state: dict[str, Any]) -> None:
+            state["processes"] = [p for p in state["processes"] if p["pid"] != self.pid]
+
+        _locked_update(self.node_json, change)
+
+
+def next_outcome(scenario_file: str | None) -> tuple[str, float]:
+    if not scenario_file or not os.path.exists(scenario_file):
+        return "auto", 0.05
+    path = Path(scenario_file)
+    with open(str(path) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text())
+        queue = data.get("queue", [])
+        outcome = queue.pop(0) if queue else "auto"
+        data["queue"] = queue
+        path.write_text(json.dumps(data))
+    return outcome, float(data.get("delay_s", 0.05))
+
+
+def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, Any],
+                 gpus: list[int]) -> tuple[str, int]:
+    """Decide with gpuops' own arithmetic: fail the way the budget predicts, else start."""
+    try:
+        from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
+        from bot.core.flags import parse_sglang_flags
+        from bot.core.model import read_config
+    except ImportError:
+        return "ready", 40000
+    version = os.environ.get("GPUOPS_LAB_SGLANG_VERSION", "current")
+    model = read_config(json.loads((Path(args.model_path) / "config.json").read_text()))
+    flags = parse_sglang_flags(extra)
+    by_index = {g["index"]: g for g in state["gpus"]}
+    used = {i: by_index[i].get("memory_used_mib", 1) + by_index[i].get("orphaned_mib", 0)
+            + sum(p["used_mib"] for p in state["processes"] if p["gpu_uuid"] == by_index[i]["uuid"]) for i in gpus}
+    total = min(by_index[i]["memory_total_mib"] for i in gpus)
+    free = tuple(by_index[i]["memory_total_mib"] - used[i] for i in gpus)
+    budget = compute_budget(BudgetInput(model, flags, GpuPlan("lab", total, len(gpus), free),
+                                        parse_version(version)), with_remedies=False)
+    hold = int((budget.pre_gib * budget.mem_fraction_static) * 1024) if budget.error_text is None else \
+        int(budget.weights_gib * 1024)
+    return ("kv_pool_oom" if budget.error_text else "ready"), max(hold, 1000)
+
+
+def serve(port: int, model: str, stop: threading.Event) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def _json(self, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/health":
+                self._json({})
+            elif self.path == "/v1/models":
+                self._json({"object": "list", "data": [{"id": model, "object": "model"}]})
+            else:
+                self.send_error(404)
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length", 0))
+            self.rfile.read(length)
+            if self.path == "/v1/completions":
+                self._json({"choices": [{"text": " OK.", "index": 0, "finish_reason": "stop"}]})
+            else:
+                self.send_error(404)
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="sglang.launch_server (lab stand-in)")
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--tp-size", "--tp", type=int, default=1, dest="tp")
+    args, extra = parser.parse_known_args(argv)
+    extra = [*extra, "--tp-size", str(args.tp)]
+    state_dir = Path(os.environ["FAKE_PVE_STATE"])
+    vmid = os.environ.get("FAKE_CT", "0")
+    state = json.loads((state_dir / "node.json").read_text())
+    gpus = state["containers"].get(vmid, {}).get("gpus", [0])[: args.tp]
+    outcome, delay = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
+    hold_mib = 40000
+    if outcome == "auto":
+        outcome, hold_mib = auto_outcome(args, extra, state, gpus)
+    holder = Holder(state_dir, vmid, os.getpid())
+    stop = threading.Event()
+
+    def on_term(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
+                "hang": "ready.log"}[outcome]
+    lines = (LOGS / log_name).read_text().splitlines()
+    if outcome == "hang":
+        lines = lines[:5]  # stops after weight loading began, and never says more
+    print(f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, tp_size={args.tp}) "
+          "[gpuops lab stand-in]", flush=True)
+    try:
+        for line in lines:
+            if stop.wait(delay):
+                return 0
+            if "Load weight begin" in line and "TP0" in line:
+                holder.hold(gpus, hold_mib // 2, "python3 -m sglang.launch_server")
+            if "Load weight end" in line and "TP0" in line:
+                holder.hold(gpus, hold_mib, "python3 -m sglang.launch_server")
+            if "fired up" in line:
+                server = serve(args.port, args.model_path.rstrip("/").rsplit("/", 1)[-1], stop)
+                print(line, flush=True)
+                stop.wait()
+                server.shutdown()
+                return 0
+            print(line, flush=True)
+        if outcome == "hang":
+            stop.wait()
+            return 0
+        return 1  # the failure logs end in the error: the server exits
+    finally:
+        holder.release()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

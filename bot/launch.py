@@ -1,0 +1,456 @@
+"""Use cases: pre-flight, launch, follow, stop an SGLang server; free GPU memory by PID.
+
+Slack-agnostic: progress is reported through a callback, so the Slack handlers, the CLI
+and the demo share one path. Every remote step is an argv from bot.core.argv; every state
+change of an attempt is saved before the next remote step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from bot.budget import PlannedBudget, plan_budget
+from bot.core import argv as remote
+from bot.core.attempts import Attempt, AttemptStatus, Check, changes_between
+from bot.core.budget import VerdictKind
+from bot.core.flags import parse_sglang_flags
+from bot.core.gpu import SmiSnapshot
+from bot.core.inventory import Container, Inventory, Target
+from bot.core.startup_log import Progress, Stage, advance
+from bot.core.status import Thresholds
+from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
+from bot.status import SmiFailed, Transport, read_node
+from bot.store import AttemptStore
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    poll_s: float = 2.0
+    launch_timeout_s: float = 1800.0
+    stall_timeout_s: float = 600.0  # no new log output for this long: a hang
+    stop_timeout_s: float = 20.0
+    lock_ttl_s: int = 2400
+    lease_ttl_s: int = 30
+    allow_unknown_flags: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    target: Target
+    model_path: str
+    flags: tuple[str, ...]
+    user: str
+    channel: str
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Preflight:
+    request: LaunchRequest
+    checks: tuple[Check, ...]
+    planned: PlannedBudget | None
+    port: int
+
+    @property
+    def blocked(self) -> bool:
+        return any(c.result == "fail" for c in self.checks)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process holding GPU memory, as the node sees it."""
+
+    pid: int | None
+    gpu_index: int
+    used_mib: int | None
+    vmid: int | None
+    name: str
+
+
+def new_attempt_id(now: float) -> str:
+    return time.strftime("a%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
+
+
+def container_of(inventory: Inventory, target: Target) -> Container | None:
+    assert target.vmid is not None
+    return inventory.container_at(target.node, target.vmid)
+
+
+def launch_argv(request: LaunchRequest, port: int) -> tuple[str, ...]:
+    flags = list(request.flags)
+    if "--model-path" not in flags and "--model" not in flags:
+        flags = ["--model-path", request.model_path, *flags]
+    if not any(f == "--port" or f.startswith("--port=") for f in flags):
+        flags += ["--port", str(port)]
+    return tuple(flags)
+
+
+# --------------------------------------------------------------------------- pre-flight
+
+async def preflight(transport: Transport, inventory: Inventory, store: AttemptStore, request: LaunchRequest,
+                    limits: Thresholds, settings: LaunchSettings) -> Preflight:
+    target = request.target
+    container = container_of(inventory, target)
+    python = container.python if container else "python3"
+    flags = parse_sglang_flags(request.flags)  # raises UsageError naming a bad flag
+    port = next((int(request.flags[i + 1]) for i, f in enumerate(request.flags[:-1]) if f == "--port"),
+                container.port if container else 30000)
+    node = inventory.nodes[target.node]
+    checks: list[Check] = []
+
+    budget_task = asyncio.ensure_future(plan_budget(transport, inventory, target, request.model_path, request.flags))
+    host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
+    assert target.vmid is not None
+    port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
+        target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
+    planned: PlannedBudget | None = None
+    try:
+        planned = await budget_task
+        checks.append(Check("container answers", "ok", f"{target.label}: {len(planned.gpu_totals_gib)} GPU(s) "
+                                                        f"used, read over SSH"))
+    except UsageError as exc:
+        checks.append(Check("model and flags", "fail", exc.user_message))
+    except (RemoteError, SmiFailed) as exc:
+        checks.append(Check("container answers", "fail", getattr(exc, "user_message", str(exc))))
+    host: SmiSnapshot | None
+    try:
+        host = await host_task
+    except (RemoteError, SmiFailed, GpuopsError):
+        host = None
+    try:
+        port_result = await port_task
+        checks.append(Check("port free", "fail" if port_result.exit_status == 0 else "ok",
+                            f"127.0.0.1:{port} {'is already in use' if port_result.exit_status == 0 else 'is free'}"))
+    except RemoteError as exc:
+        checks.append(Check("port free", "warn", f"could not check port {port}: {exc.user_message}"))
+
+    if planned is not None:
+        checks.append(_gpus_clean(planned, host, flags.tp, limits))
+        versions = planned.versions
+        sglang = versions.get("sglang")
+        support = [r for r, k in zip(planned.budget.reasons, planned.budget.reason_kinds, strict=True)
+                   if k == "support"]
+        if not sglang:
+            checks.append(Check("SGLang installed", "fail", f"no sglang package for {python} in the container"))
+        elif planned.budget.error_text and "is not supported by SGLang" in planned.budget.error_text:
+            checks.append(Check("SGLang supports the model", "fail", planned.budget.error_text))
+        elif support:
+            checks.append(Check("SGLang supports the model", "warn", support[0]))
+        else:
+            extra = ", ".join(f"{k} {v}" for k, v in versions.items() if k != "sglang" and v)
+            detail = f"SGLang {sglang}" + (f" ({extra})" if extra else "")
+            checks.append(Check("SGLang supports the model", "ok", detail))
+        budget = planned.budget
+        result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
+        detail = budget.error_text or (budget.reasons[0] if budget.reasons else
+                                       f"{budget.kv_tokens:,} KV tokens, {budget.headroom_gib:.1f} GiB headroom")
+        checks.append(Check("memory budget", result, detail))
+    if flags.unknown and not settings.allow_unknown_flags:
+        checks.append(Check("flags known", "fail", "unknown flags refused: " + " ".join(flags.unknown)))
+    holder = await store.lock_holder(target.node, target.vmid)
+    if holder:
+        checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
+    return Preflight(request, tuple(checks), planned, port)
+
+
+def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, tp: int, limits: Thresholds) -> Check:
+    if host is None:
+        return Check("GPUs clean", "warn", "the node's process list could not be read")
+    holders = []
+    for gpu in host.gpus[:max(tp, 1)] if not host.gpus else host.gpus:
+        procs = host.processes_of(gpu)
+        for p in procs:
+            owner = f"CT {p.vmid}" if p.vmid else "the host"
+            holders.append(f"GPU {gpu.index}: PID {p.pid} ({owner}) {p.name} {p.used_mib} MiB")
+        if not procs and (gpu.memory_used_mib or 0) >= limits.orphaned_memory_mib:
+            holders.append(f"GPU {gpu.index}: {gpu.memory_used_mib} MiB held, no process listed (orphaned)")
+    if holders:
+        return Check("GPUs clean", "fail", "; ".join(holders[:6]) + (" …" if len(holders) > 6 else ""))
+    return Check("GPUs clean", "ok", "no compute process and no held memory on the node's GPUs")
+
+
+# --------------------------------------------------------------------------- launch
+
+def request_key(request: LaunchRequest) -> str:
+    """Same user, same container, same command: a double click or a repeated command."""
+    text = json.dumps([request.user, request.target.node, request.target.vmid, request.model_path,
+                       list(request.flags), request.force])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+async def record_refused(store: AttemptStore, inventory: Inventory, pre: Preflight, now: float) -> Attempt:
+    """A refused pre-flight is a result too: it goes into the history."""
+    attempt = await _new_attempt(store, inventory, pre, now)
+    attempt = attempt.moved(AttemptStatus.FAILED, now, "refused by pre-flight")
+    await store.save(attempt)
+    return attempt
+
+
+async def _new_attempt(store: AttemptStore, inventory: Inventory, pre: Preflight, now: float) -> Attempt:
+    request = pre.request
+    target = request.target
+    assert target.vmid is not None
+    previous = await store.latest(target.node, target.vmid)
+    argv = launch_argv(request, pre.port)
+    budget = pre.planned.budget if pre.planned else None
+    predicted = {} if budget is None else {
+        "verdict": budget.verdict.value, "weights_gib": round(budget.weights_gib, 2), "kv_tokens": budget.kv_tokens,
+        "mamba_slots": budget.mamba_slots, "max_running_requests": budget.max_running_requests,
+        "mem_fraction_static": budget.mem_fraction_static, "error_text": budget.error_text,
+    }
+    container = container_of(inventory, target)
+    attempt = Attempt(
+        id=new_attempt_id(now), user=request.user, channel=request.channel, node=target.node, vmid=target.vmid,
+        container=target.name, model_path=request.model_path, argv=argv, port=pre.port, created_at=now,
+        changes=changes_between(previous.argv if previous else None, argv), checks=pre.checks,
+        predicted=predicted, forced=request.force and pre.blocked,
+    )
+    attempt = replace(attempt, log_path=f"{container.log_dir if container else '/var/log/gpuops'}/{attempt.id}.log")
+    return attempt.moved(AttemptStatus.PLANNED, now, "pre-flight " + ("refused" if pre.blocked else "passed"))
+
+
+async def start(transport: Transport, inventory: Inventory, store: AttemptStore, pre: Preflight,
+                settings: LaunchSettings, now: float) -> Attempt:
+    """Take the container's lock and start the server detached; raises GpuopsError if it cannot."""
+    if pre.blocked and not pre.request.force:
+        raise UsageError("the pre-flight refused this launch")
+    attempt = await _new_attempt(store, inventory, pre, now)
+    target = pre.request.target
+    assert target.vmid is not None
+    holder = await store.lock(target.node, target.vmid, attempt.id, settings.lock_ttl_s)
+    if holder is not None:
+        raise UsageError(f"another launch is in progress on {target.label}: attempt {holder}")
+    await store.save(attempt)
+    container = container_of(inventory, target)
+    python = container.python if container else "python3"
+    assert attempt.log_path is not None
+    try:
+        result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_launch(
+            python, attempt.log_path, attempt.id, attempt.argv)), timeout_s=30)
+        pid = int(result.stdout.strip().splitlines()[-1])
+    except (GpuopsError, ValueError, IndexError) as exc:
+        reason = getattr(exc, "user_message", str(exc))
+        failed = replace(attempt.moved(AttemptStatus.FAILED, time.time(), f"could not start: {reason}"),
+                         error_line=reason)
+        await store.save(failed)
+        await store.unlock(target.node, target.vmid, attempt.id)
+        raise UsageError(f"could not start SGLang on {target.label}: {reason}") from None
+    attempt = replace(attempt, pid=pid).moved(AttemptStatus.LAUNCHING, time.time(), f"started, PID {pid}")
+    await store.save(attempt)
+    return attempt
+
+
+Notify = Callable[[Attempt, Progress, bool], Awaitable[None]]
+
+
+async def follow(transport: Transport, inventory: Inventory, store: AttemptStore, attempt: Attempt,
+                 notify: Notify, settings: LaunchSettings, replica: str) -> Attempt:
+    """Read the attempt's own log until it is ready, failed or gone; report each stage."""
+    assert attempt.log_path is not None and attempt.pid is not None
+    container = container_of(inventory, Target("container", attempt.node, attempt.vmid))
+    python = container.python if container else "python3"
+    vmid = attempt.vmid
+    progress = Progress()
+    offset = 0
+    started = attempt.transitions[0].at if attempt.transitions else time.time()
+    last_output = time.time()
+    buffer = ""
+    try:
+        while True:
+            if not await store.lease(attempt.id, replica, settings.lease_ttl_s):
+                return attempt  # another replica follows it now
+            stored = await store.get(attempt.id)
+            if stored is not None and stored.status is not AttemptStatus.LAUNCHING:
+                return stored  # stopped meanwhile
+            chunk = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
+                attempt.log_path, offset)), ok_exit=(0, 1))
+            if chunk.stdout:
+                offset += len(chunk.stdout.encode())
+                buffer += chunk.stdout
+                *complete, buffer = buffer.split("\n")
+                before = progress
+                progress = advance(progress, complete)
+                last_output = time.time()
+                if progress != before:
+                    await notify(attempt, progress, False)
+            alive = (await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
+                                         ok_exit=(0, 1))).exit_status == 0
+            now = time.time()
+            if progress.stage is Stage.READY:
+                return await _finish_ready(transport, store, attempt, progress, python, notify)
+            if progress.failed and not alive:
+                return await _finish(store, attempt, progress, AttemptStatus.FAILED, progress.error_line or "", notify)
+            if not alive:
+                await asyncio.sleep(0.2)  # let the last lines land, then read once more
+                tail = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
+                    attempt.log_path, offset)), ok_exit=(0, 1))
+                progress = advance(progress, (buffer + tail.stdout).split("\n"))
+                reason = progress.error_line or f"the server process exited during {progress.label}, with no error line"
+                return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)
+            if now - last_output > settings.stall_timeout_s:
+                reason = (f"no output for {int(now - last_output) // 60} min after {progress.label} began "
+                          f"- a hang at {progress.label}")
+                return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)
+            if now - started > settings.launch_timeout_s:
+                return await _finish(store, attempt, progress, AttemptStatus.FAILED,
+                                     f"not ready after {int(settings.launch_timeout_s // 60)} min", notify)
+            await asyncio.sleep(settings.poll_s)
+    finally:
+        await store.drop_lease(attempt.id, replica)
+
+
+def observed_of(progress: Progress) -> dict[str, object]:
+    return {k: v for k, v in {
+        "weights_gib": progress.weights_gib, "kv_tokens": progress.kv_tokens, "mamba_slots": progress.mamba_slots,
+        "max_running_requests": progress.max_running_requests, "context_len": progress.context_len,
+        "stage": progress.label,
+    }.items() if v is not None}
+
+
+async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, status: AttemptStatus, note: str,
+                  notify: Notify) -> Attempt:
+    current = await store.get(attempt.id) or attempt
+    if current.status is AttemptStatus.LAUNCHING:
+        current = replace(current.moved(status, time.time(), note[:300]), observed=observed_of(progress),
+                          error_line=note if status is AttemptStatus.FAILED else None)
+        await store.save(current)
+    await store.unlock(attempt.node, attempt.vmid, attempt.id)
+    await notify(current, progress, True)
+    return current
+
+
+async def _finish_ready(transport: Transport, store: AttemptStore, attempt: Attempt, progress: Progress, python: str,
+                        notify: Notify) -> Attempt:
+    result = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.health_check(python, attempt.port)),
+                                 timeout_s=60, ok_exit=(0, 1))
+    try:
+        health = json.loads(result.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        health = {"error": result.stderr.strip()[-300:] or "no answer"}
+    if "error" in health:
+        return await _finish(store, attempt, progress, AttemptStatus.FAILED,
+                             f"server said ready but the health check failed: {health['error']}", notify)
+    note = (f"healthy: /health {health.get('health')}, models {health.get('models')}, "
+            f"generated {health.get('generation')!r}")
+    return await _finish(store, attempt, progress, AttemptStatus.READY, note, notify)
+
+
+# --------------------------------------------------------------------------- stop and free
+
+@dataclass(frozen=True)
+class StopResult:
+    attempt: Attempt
+    signal_used: str
+    memory_note: str
+
+
+async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, attempt: Attempt,
+               settings: LaunchSettings, by: str) -> StopResult:
+    """SIGTERM the attempt's process group, SIGKILL after the timeout, then check the memory came back."""
+    if attempt.pid is None:
+        raise UsageError(f"attempt {attempt.id} has no recorded PID")
+    vmid = attempt.vmid
+
+    async def alive() -> bool:
+        assert attempt.pid is not None
+        out = await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
+                                  ok_exit=(0, 1))
+        return out.exit_status == 0
+
+    used = "none (it had already exited)"
+    if await alive():
+        await transport.run(attempt.node, remote.pct_exec(vmid, remote.kill_group(attempt.pid, "TERM")), ok_exit=(0, 1))
+        used = "SIGTERM"
+        deadline = time.time() + settings.stop_timeout_s
+        while time.time() < deadline and await alive():
+            await asyncio.sleep(0.5)
+        if await alive():
+            await transport.run(attempt.node, remote.pct_exec(vmid, remote.kill_group(attempt.pid, "KILL")),
+                                ok_exit=(0, 1))
+            used = f"SIGTERM, then SIGKILL after {settings.stop_timeout_s:g}s"
+            await asyncio.sleep(1.0)
+    node = inventory.nodes[attempt.node]
+    host = await read_node(transport, attempt.node, node.proc_root)
+    left = [p for p in host.processes if p.pid == attempt.pid]
+    memory = "; ".join(f"GPU {g.index}: {g.memory_used_mib} MiB used" for g in host.gpus)
+    note = ("memory NOT returned: " if left else "memory returned: ") + memory
+    current = await store.get(attempt.id) or attempt
+    if current.status in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
+        current = current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")
+        await store.save(current)
+    await store.unlock(attempt.node, attempt.vmid, attempt.id)
+    return StopResult(current, used, note)
+
+
+async def gpu_holders(transport: Transport, inventory: Inventory, target: Target) -> tuple[list[Holder], SmiSnapshot]:
+    """Exactly which PIDs hold GPU memory on a node (or on a container's GPUs)."""
+    node = inventory.nodes[target.node]
+    host = await read_node(transport, target.node, node.proc_root)
+    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name) for g in host.gpus for p in host.processes_of(g)]
+    if target.kind == "container":
+        holders = [h for h in holders if h.vmid == target.vmid]
+    return holders, host
+
+
+@dataclass(frozen=True)
+class FreeResult:
+    killed: tuple[int, ...]
+    skipped: tuple[str, ...]
+    memory_note: str
+
+
+async def free(transport: Transport, inventory: Inventory, node_name: str, pids: tuple[int, ...],
+               settings: LaunchSettings) -> FreeResult:
+    """Stop exactly the confirmed PIDs, and only those still holding GPU memory now."""
+    node = inventory.nodes[node_name]
+    host = await read_node(transport, node_name, node.proc_root)
+    holding = {p.pid for p in host.processes}
+    targets = tuple(p for p in pids if p in holding)
+    skipped = tuple(f"PID {p} no longer holds GPU memory: left alone" for p in pids if p not in holding)
+    if targets:
+        await transport.run(node_name, remote.kill_pids(targets, "TERM"), ok_exit=(0, 1))
+        deadline = time.time() + settings.stop_timeout_s
+        while time.time() < deadline:
+            left = [p for p in targets if (await transport.run(node_name, remote.process_alive(p),
+                                                               ok_exit=(0, 1))).exit_status == 0]
+            if not left:
+                break
+            await asyncio.sleep(0.5)
+        else:
+            await transport.run(node_name, remote.kill_pids(left, "KILL"), ok_exit=(0, 1))
+    after = await read_node(transport, node_name, node.proc_root)
+    still = [p.pid for p in after.processes if p.pid in targets]
+    memory = "; ".join(f"GPU {g.index}: {g.memory_used_mib} MiB used" for g in after.gpus)
+    note = (f"still holding: {still}; " if still else "memory returned: ") + memory
+    return FreeResult(targets, skipped, note)
+
+
+async def reconcile(transport: Transport, inventory: Inventory, store: AttemptStore) -> list[Attempt]:
+    """After a restart: launching attempts whose PID lives are followed again; the others are orphaned."""
+    resumed = []
+    for attempt in await store.with_status("launching", "ready"):
+        if attempt.pid is None or attempt.node not in inventory.nodes:
+            continue
+        try:
+            out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.process_alive(attempt.pid)),
+                                      ok_exit=(0, 1))
+        except (RemoteError, CommandFailed):
+            continue  # node unreachable: decide later, never guess
+        if out.exit_status == 0:
+            if attempt.status is AttemptStatus.LAUNCHING:
+                resumed.append(attempt)
+            continue
+        orphaned = attempt.moved(AttemptStatus.ORPHANED, time.time(), "the bot restarted and the process was gone")
+        await store.save(orphaned)
+        await store.unlock(attempt.node, attempt.vmid, attempt.id)
+    return resumed
+
+
+__all__ = ["LaunchSettings", "Preflight", "VerdictKind", "follow", "free", "gpu_holders", "preflight", "reconcile",
+           "start", "stop"]

@@ -1,0 +1,157 @@
+"""Launch, follow, stop and free through real SSH, a real Redis and the lab's SGLang stand-in."""
+
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from bot.config import parse_inventory
+from bot.core.attempts import AttemptStatus
+from bot.core.inventory import resolve_targets
+from bot.core.startup_log import Stage
+from bot.core.status import Thresholds
+from bot.errors import UsageError
+from bot.lab.nodes import container_path
+from bot.launch import LaunchRequest, LaunchSettings, follow, free, gpu_holders, preflight, reconcile, start, stop
+from bot.ssh import SshTransport
+from bot.store import AttemptStore, connect
+
+SEED = ("--tp", "2", "--context-length", "65536", "--enable-torch-compile", "--speculative-algorithm", "NEXTN",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--mamba-full-memory-ratio", "0.5")
+FAST = LaunchSettings(poll_s=0.2, stop_timeout_s=5)
+
+
+@pytest.fixture
+async def setup(pve_node, redis_url):
+    inventory = parse_inventory({
+        "nodes": {"pve5": pve_node.inventory_entry()},
+        "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129, "python": sys.executable,
+                                        "log_dir": container_path(pve_node, 129, "logs")}},
+    }, "test")
+    transport = SshTransport(inventory)
+    client = connect(redis_url)
+    await client.flushall()
+    store = AttemptStore(client)
+    yield pve_node, inventory, transport, store
+    await transport.close()
+    await client.aclose()
+
+
+def request(node, *flags, user="U0OPS"):
+    model = container_path(node, 129, "models", "Qwen3.6-27B")
+    return model, (*flags,)
+
+
+async def run_launch(node, inventory, transport, store, flags, force=False):
+    target = resolve_targets("sglang-a6000", inventory)[0]
+    model = container_path(node, 129, "models", "Qwen3.6-27B")
+    req = LaunchRequest(target, model, tuple(flags), "U0OPS", "C0LAB", force=force)
+    pre = await preflight(transport, inventory, store, req, Thresholds(), FAST)
+    return req, pre
+
+
+async def collect(attempt, inventory, transport, store):
+    seen = []
+
+    async def notify(a, progress, final):
+        seen.append((progress.stage, final, a.status))
+
+    final = await follow(transport, inventory, store, attempt, notify, FAST, "replica-test")
+    return final, seen
+
+
+async def test_preflight_refuses_the_seed_launch_at_085_with_the_real_reasons(setup):
+    node, inventory, transport, store = setup
+    _, pre = await run_launch(node, inventory, transport, store, (*SEED, "--mem-fraction-static", "0.85"))
+    checks = {c.name: c for c in pre.checks}
+    assert pre.blocked
+    assert checks["memory budget"].result == "fail" and "Not enough memory" in checks["memory budget"].detail
+    assert checks["GPUs clean"].result == "ok" and checks["port free"].result == "ok"
+    assert checks["SGLang supports the model"].result == "warn"  # 0.5.9 < 0.5.10
+
+
+async def test_launch_becomes_ready_and_stop_returns_the_memory(setup):
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["ready"], delay_s=0.25)  # slower than the 0.2 s poll: every stage is seen
+    _, pre = await run_launch(node, inventory, transport, store,
+                              ("--tp", "2", "--mem-fraction-static", "0.88", "--mamba-ssm-dtype", "bfloat16"))
+    assert not pre.blocked, pre.checks
+    attempt = await start(transport, inventory, store, pre, FAST, time.time())
+    assert attempt.status is AttemptStatus.LAUNCHING and attempt.pid and attempt.log_path.endswith(f"{attempt.id}.log")
+    final, seen = await collect(attempt, inventory, transport, store)
+    assert final.status is AttemptStatus.READY, final.transitions
+    stages = [s for s, _, _ in seen]
+    assert Stage.WEIGHTS_LOADED in stages and Stage.KV_ALLOCATED in stages and stages[-1] is Stage.READY
+    assert final.observed["kv_tokens"] == 422310  # read from the attempt's own log
+    assert "generated ' OK.'" in final.transitions[-1].note
+    holders, _ = await gpu_holders(transport, inventory, resolve_targets("pve5", inventory)[0])
+    assert {h.pid for h in holders} == {attempt.pid}
+    result = await stop(transport, inventory, store, final, FAST, "U0OPS")
+    assert result.attempt.status is AttemptStatus.STOPPED and result.signal_used == "SIGTERM"
+    assert result.memory_note.startswith("memory returned")
+    holders, _ = await gpu_holders(transport, inventory, resolve_targets("pve5", inventory)[0])
+    assert holders == []
+
+
+async def test_failed_launch_reports_its_first_error_line(setup):
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["kv_pool_oom"], delay_s=0.02)
+    req, pre = await run_launch(node, inventory, transport, store, (*SEED, "--mem-fraction-static", "0.85"),
+                                force=True)
+    attempt = await start(transport, inventory, store, pre, FAST, time.time())
+    assert attempt.forced
+    final, _ = await collect(attempt, inventory, transport, store)
+    assert final.status is AttemptStatus.FAILED
+    assert final.error_line == "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    assert final.observed["weights_gib"] == 14.45
+    assert await store.lock_holder("pve5", 129) is None  # released
+
+
+async def test_lock_refuses_a_second_launch_and_names_the_holder(setup):
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["hang"], delay_s=0.02)
+    _, pre = await run_launch(node, inventory, transport, store, ("--tp", "2", "--mem-fraction-static", "0.88",
+                                                                  "--mamba-ssm-dtype", "bfloat16"))
+    first = await start(transport, inventory, store, pre, FAST, time.time())
+    with pytest.raises(UsageError) as err:
+        await start(transport, inventory, store, pre, FAST, time.time())
+    assert f"attempt {first.id}" in err.value.user_message
+    _, again = await run_launch(node, inventory, transport, store, ("--tp", "2"))
+    assert any(c.name == "no launch in progress" and c.result == "fail" for c in again.checks)
+    await stop(transport, inventory, store, first, FAST, "U0OPS")
+
+
+async def test_restart_reconciles_live_and_dead_attempts(setup):
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["hang", "hang"], delay_s=0.02)
+    flags = ("--tp", "2", "--mem-fraction-static", "0.88", "--mamba-ssm-dtype", "bfloat16")
+    _, pre = await run_launch(node, inventory, transport, store, flags)
+    live = await start(transport, inventory, store, pre, FAST, time.time())
+    await store.unlock("pve5", 129, live.id)
+    dead = await start(transport, inventory, store, pre, FAST, time.time() + 1)
+    await stop(transport, inventory, store, dead, FAST, "test")
+    # the bot "crashed" before recording the stop: `dead` is still launching in Redis, its process gone
+    stopped = await store.get(dead.id)
+    await store.save(replace(stopped, transitions=stopped.transitions[:-1]))
+    assert (await store.get(dead.id)).status is AttemptStatus.LAUNCHING
+    resumed = await reconcile(transport, inventory, store)
+    assert [a.id for a in resumed] == [live.id]
+    assert (await store.get(dead.id)).status is AttemptStatus.ORPHANED
+    await stop(transport, inventory, store, live, FAST, "test")
+
+
+async def test_free_kills_only_the_listed_pids_still_holding_memory(setup):
+    node, inventory, transport, store = setup
+    mine = node.spawn_holder(0, "python3 stray.py", 30000, 129)
+    other = node.spawn_holder(1, "python3 train.py", 20000, 131)
+    holders, _ = await gpu_holders(transport, inventory, resolve_targets("pve5", inventory)[0])
+    assert {h.pid for h in holders} == {mine, other}
+    result = await free(transport, inventory, "pve5", (mine, 999_999), FAST)
+    assert result.killed == (mine,)
+    assert result.skipped == ("PID 999999 no longer holds GPU memory: left alone",)
+    import os
+
+    os.kill(other, 0)  # the unlisted process is untouched
+    node.add_process  # noqa: B018
