@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import uuid
-from dataclasses import dataclass
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,10 @@ from slack_bolt.async_app import AsyncApp
 from bot.config import Settings, load_inventory
 from bot.core.inventory import Inventory
 from bot.core.status import Thresholds
+from bot.launch_settings import LaunchSettings
 from bot.slack import web_client
 from bot.ssh import SshTransport
-from bot.store import EmbeddedRedis, Store, connect
+from bot.store import AttemptStore, EmbeddedRedis, Store, connect
 
 log = logging.getLogger("gpuops")
 
@@ -32,8 +36,41 @@ class Services:
     store: Store
     limits: Thresholds
     embedded_redis: EmbeddedRedis | None = None
+    replica: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    group_cache: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
+
+    @property
+    def attempts(self) -> AttemptStore:
+        return AttemptStore(self.store.redis)
+
+    @property
+    def launch(self) -> LaunchSettings:
+        return self.settings.launch_settings()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run background work (progress tracking) and keep a reference until it ends."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
 
     async def close(self) -> None:
+        """Trackers stop between remote commands; whatever does not end in time is cancelled,
+        and no wait is unbounded (a cancelled SSH command can take its time to unwind)."""
+        self.stopping.set()
+        if self.tasks:
+            _, pending = await asyncio.wait(list(self.tasks), timeout=10)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
         await self.transport.close()
         await self.store.close()
         if self.embedded_redis is not None:
@@ -77,11 +114,19 @@ def build_app(services: Services) -> AsyncApp:
         ref = uuid.uuid4().hex[:8]
         logger.exception("unhandled error ref=%s in %s", ref, body.get("command") or body.get("type"), exc_info=error)
 
-    from handlers import gpu, sglang
+    from handlers import actions, gpu, sglang
 
     gpu.register(app, services)
     sglang.register(app, services)
+    actions.register(app, services)
     return app
+
+
+async def after_start(app: AsyncApp, services: Services) -> int:
+    """Reconcile attempts a previous run left launching: follow the live ones again."""
+    from handlers.sglang import resume_tracking
+
+    return await resume_tracking(services, app.client)
 
 
 async def serve_http(app: AsyncApp, host: str, port: int) -> web.AppRunner:
@@ -101,9 +146,11 @@ async def serve(settings: Settings) -> None:
 
             handler = AsyncSocketModeHandler(app, settings.slack_app_token.get_secret_value())
             log.info("gpuops: Socket Mode, %d nodes", len(services.inventory.nodes))
+            await after_start(app, services)
             await handler.start_async()
         else:
             await serve_http(app, settings.http_host, settings.http_port)
+            await after_start(app, services)
             log.info("gpuops: HTTP on %s:%d/slack/events", settings.http_host, settings.http_port)
             await asyncio.Event().wait()
     finally:

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from bot.core.inventory import Inventory
 from bot.core.status import Thresholds
 from bot.errors import ConfigError
+from bot.launch_settings import LaunchSettings
 
 
 class Settings(BaseSettings):
@@ -38,12 +39,24 @@ class Settings(BaseSettings):
     ssh_max_channels: int = Field(8, ge=1, le=9)  # OpenSSH MaxSessions is 10 per connection
     status_deadline_s: float = 12.0
 
+    progress_poll_s: float = 2.0
+    progress_update_s: float = 3.0  # chat.update is Tier 3: at most one edit per attempt this often
+    launch_timeout_s: float = 1800.0
+    stall_timeout_s: float = 600.0
+    stop_timeout_s: float = 20.0
+    confirm_ttl_s: int = 300
+    allow_unknown_flags: bool = False
     local_gpus: bool = False  # the bot runs on a GPU machine: `local` target read through NVML
     orphaned_memory_mib: int = 256
     hot_c: int = 85
 
     def thresholds(self) -> Thresholds:
         return Thresholds(orphaned_memory_mib=self.orphaned_memory_mib, hot_c=self.hot_c)
+
+    def launch_settings(self) -> LaunchSettings:
+        return LaunchSettings(poll_s=self.progress_poll_s, launch_timeout_s=self.launch_timeout_s,
+                              stall_timeout_s=self.stall_timeout_s, stop_timeout_s=self.stop_timeout_s,
+                              allow_unknown_flags=self.allow_unknown_flags)
 
 
 def _where(loc: tuple[int | str, ...]) -> str:

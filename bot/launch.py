@@ -8,6 +8,7 @@ change of an attempt is saved before the next remote step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
@@ -25,19 +26,9 @@ from bot.core.inventory import Container, Inventory, Target
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
+from bot.launch_settings import LaunchSettings
 from bot.status import SmiFailed, Transport, read_node
 from bot.store import AttemptStore
-
-
-@dataclass(frozen=True)
-class LaunchSettings:
-    poll_s: float = 2.0
-    launch_timeout_s: float = 1800.0
-    stall_timeout_s: float = 600.0  # no new log output for this long: a hang
-    stop_timeout_s: float = 20.0
-    lock_ttl_s: int = 2400
-    lease_ttl_s: int = 30
-    allow_unknown_flags: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,8 +241,12 @@ Notify = Callable[[Attempt, Progress, bool], Awaitable[None]]
 
 
 async def follow(transport: Transport, inventory: Inventory, store: AttemptStore, attempt: Attempt,
-                 notify: Notify, settings: LaunchSettings, replica: str) -> Attempt:
-    """Read the attempt's own log until it is ready, failed or gone; report each stage."""
+                 notify: Notify, settings: LaunchSettings, replica: str,
+                 stopping: asyncio.Event | None = None) -> Attempt:
+    """Read the attempt's own log until it is ready, failed or gone; report each stage.
+
+    ``stopping`` ends the loop between remote commands (the bot shutting down): the attempt
+    stays `launching` and its lease expires, so this or another replica picks it up again."""
     assert attempt.log_path is not None and attempt.pid is not None
     container = container_of(inventory, Target("container", attempt.node, attempt.vmid))
     python = container.python if container else "python3"
@@ -263,6 +258,8 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
     buffer = ""
     try:
         while True:
+            if stopping is not None and stopping.is_set():
+                return attempt
             if not await store.lease(attempt.id, replica, settings.lease_ttl_s):
                 return attempt  # another replica follows it now
             stored = await store.get(attempt.id)
@@ -300,7 +297,11 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
             if now - started > settings.launch_timeout_s:
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED,
                                      f"not ready after {int(settings.launch_timeout_s // 60)} min", notify)
-            await asyncio.sleep(settings.poll_s)
+            if stopping is not None:
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), settings.poll_s)
+            else:
+                await asyncio.sleep(settings.poll_s)
     finally:
         await store.drop_lease(attempt.id, replica)
 

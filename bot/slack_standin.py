@@ -48,6 +48,7 @@ class SlackStandIn:
         self.calls: list[Call] = []
         self.fail: dict[str, str] = {}  # method -> Slack error code (persistent until removed)
         self.rate_limit: dict[str, int] = {}  # method -> how many 429s to answer first
+        self.usergroups: dict[str, list[str]] = {}  # group id -> member user ids
         self.bot_user_id = bot_user_id
         self.team_id = team_id
         self._ts = itertools.count(1)
@@ -68,6 +69,7 @@ class SlackStandIn:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)  # some slack_sdk methods use GET (usergroups.list)
         app.router.add_post("/respond/{key}", self._respond)
         app.router.add_post("/upload/{file_id}", self._upload)
         self._runner = web.AppRunner(app, access_log=None)
@@ -141,6 +143,9 @@ class SlackStandIn:
             files = params.get("files")
             files = json.loads(files) if isinstance(files, str) else files or []
             return {"ok": True, "files": [{"id": f.get("id"), "title": f.get("title")} for f in files]}
+        if method == "usergroups.list":
+            return {"ok": True, "usergroups": [{"id": gid, "handle": gid.lower(), "users": users}
+                                               for gid, users in self.usergroups.items()]}
         if method == "users.info":
             return {"ok": True, "user": {"id": params.get("user"), "name": params.get("user")}}
         if method == "conversations.info":
@@ -208,3 +213,22 @@ def slash_body(
         "command": command, "text": text, "api_app_id": "A0GPUOPS", "response_url": response_url,
         "trigger_id": trigger_id,
     })
+
+
+def block_action_body(action_id: str, value: str, *, user_id: str, channel_id: str = "C0LAB", response_url: str = "",
+                      message_ts: str = "1.000001", team_id: str = "T0LAB") -> str:
+    """The form body Slack sends when someone clicks a button (payload=<json>)."""
+    import json as _json
+    from urllib.parse import urlencode
+
+    payload = {
+        "type": "block_actions", "team": {"id": team_id, "domain": "lab"},
+        "user": {"id": user_id, "username": user_id.lower(), "team_id": team_id},
+        "api_app_id": "A0GPUOPS", "token": "legacy-verification-token-unused", "trigger_id": "1337.43",
+        "channel": {"id": channel_id, "name": "gpu-ops"}, "container": {"type": "message", "message_ts": message_ts,
+                                                                        "channel_id": channel_id},
+        "message": {"ts": message_ts, "type": "message", "text": ""}, "response_url": response_url,
+        "actions": [{"action_id": action_id, "block_id": "b", "type": "button", "value": value,
+                     "action_ts": str(time.time())}],
+    }
+    return urlencode({"payload": _json.dumps(payload)})

@@ -158,5 +158,8 @@ class SshTransport:
         for link in self._links.values():
             if link.conn is not None:
                 link.conn.close()
-                await link.conn.wait_closed()
+                try:
+                    await asyncio.wait_for(link.conn.wait_closed(), 5)
+                except (TimeoutError, asyncio.TimeoutError):
+                    link.conn.abort()  # a channel still open (a remote command that never ended)
                 link.conn = None

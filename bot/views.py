@@ -7,6 +7,7 @@ long monospace tables are split across sections (3000 characters each) and messa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,16 +15,21 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
+    ButtonElement,
     ContextBlock,
     DividerBlock,
     MarkdownTextObject,
+    PlainTextObject,
     SectionBlock,
 )
 
+from bot.core.attempts import Attempt, Check
 from bot.core.budget import Budget
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
+from bot.core.startup_log import STAGE_LABEL, Progress, Stage
 from bot.status import StatusReport
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -215,3 +221,114 @@ def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
     dicts = [b.to_dict() for b in blocks]
     return [SlackMessage(f"{title}: {word}", dicts[i:i + BLOCKS_PER_MESSAGE])
             for i in range(0, len(dicts), BLOCKS_PER_MESSAGE)]
+
+
+# ----------------------------------------------------------------------------- launches
+
+CHECK_ICON = {"ok": ":white_check_mark:", "warn": ":warning:", "fail": ":x:"}
+STATUS_ICON = {
+    "planned": ":clipboard:", "launching": ":hourglass_flowing_sand:", "ready": ":large_green_circle:",
+    "failed": ":red_circle:", "stopped": ":black_square_for_stop:", "orphaned": ":ghost:",
+}
+
+
+def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced: bool) -> list[Block]:
+    head = (":no_entry: *Pre-flight refused the launch*" if refused and not forced else
+            ":warning: *Pre-flight failed; launching anyway (--force)*" if forced else
+            ":white_check_mark: *Pre-flight passed*")
+    lines = [f"{head} — {escape_mrkdwn(title)}"]
+    lines += [f"{CHECK_ICON[c.result]} *{escape_mrkdwn(c.name)}*: {escape_mrkdwn(c.detail)}" for c in checks]
+    return [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text("\n".join(lines))]
+
+
+def remedy_buttons(choices: Sequence[tuple[str, str]]) -> list[Block]:
+    """(label, value) pairs -> an actions block; each click starts the changed launch's pre-flight."""
+    if not choices:
+        return []
+    buttons = [ButtonElement(text=PlainTextObject(text=label[:75]), action_id=f"gpuops_remedy_{i}", value=value)
+               for i, (label, value) in enumerate(choices[:5])]
+    return [SectionBlock(text=MarkdownTextObject(text="*Try next* (each button runs the pre-flight first):")),
+            ActionsBlock(elements=buttons)]
+
+
+def preflight_message(title: str, checks: Sequence[Check], budget: Budget | None, refused: bool, forced: bool,
+                      choices: Sequence[tuple[str, str]] = ()) -> SlackMessage:
+    blocks = preflight_blocks(title, checks, refused, forced)
+    if budget is not None and budget.remedies and refused:
+        text = "*Remedies, cheapest first:*\n" + "\n".join(
+            f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
+        blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(text)]
+    blocks += remedy_buttons(choices)
+    word = "refused" if refused and not forced else "passed" if not refused else "failed (forced)"
+    return SlackMessage(f"Pre-flight {word}: {title}", [b.to_dict() for b in blocks])
+
+
+def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
+    status = attempt.status.value
+    stages = [s for s in Stage if s is not Stage.STARTING]
+    marks = []
+    for stage in stages:
+        if progress.stage >= stage:
+            marks.append(f":white_check_mark: {STAGE_LABEL[stage]}")
+        elif stage == progress.stage + 1 and status == "launching":
+            marks.append(f":hourglass_flowing_sand: {STAGE_LABEL[stage]}")
+            break
+    predicted = attempt.predicted
+    facts = []
+    if progress.weights_gib is not None:
+        facts.append(f"weights {progress.weights_gib:.2f} GiB/GPU observed"
+                     + (f" vs {predicted['weights_gib']} predicted" if predicted.get("weights_gib") else ""))
+    if progress.kv_tokens is not None:
+        facts.append(f"KV pool {progress.kv_tokens:,} tokens observed"
+                     + (f" vs {predicted['kv_tokens']:,} predicted" if predicted.get("kv_tokens") else ""))
+    if progress.max_running_requests is not None:
+        facts.append(f"max_running_requests {progress.max_running_requests}")
+    head = (f"{STATUS_ICON[status]} *Launch `{attempt.id}`* on {escape_mrkdwn(attempt.target_label)} — "
+            f"*{status}*" + ("" if status != "launching" else f": {progress.label}"))
+    lines = [head, "  ".join(marks)]
+    if facts:
+        lines.append(" · ".join(facts))
+    if attempt.error_line:
+        lines.append(f":x: first error: `{escape_mrkdwn(attempt.error_line[:400])}`")
+        lines.append("Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")
+    if attempt.status.value == "ready" and attempt.transitions:
+        lines.append(escape_mrkdwn(attempt.transitions[-1].note))
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=escape_mrkdwn(
+        f"PID {attempt.pid} · log {attempt.log_path} · changes: {'; '.join(attempt.changes)}")[:2900])]))
+    return SlackMessage(f"Launch {attempt.id}: {status} ({progress.label})", [b.to_dict() for b in blocks])
+
+
+def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
+    if not attempts:
+        return SlackMessage(f"No attempts recorded for {where}.", [SectionBlock(text=MarkdownTextObject(
+            text=f"No attempts recorded for {escape_mrkdwn(where)}.")).to_dict()])
+    rows = [f"{'ATTEMPT':<22} {'WHEN (UTC)':<17} {'STATUS':<9} CHANGED -> RESULT"]
+    for a in attempts:
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(a.created_at))
+        result = a.error_line or (a.transitions[-1].note if a.transitions else "")
+        if a.observed.get("kv_tokens"):
+            result = f"{a.observed['kv_tokens']:,} KV tokens; {result}"
+        rows.append(f"{a.id:<22} {when:<17} {a.status.value:<9} {'; '.join(a.changes)[:60]} -> {result[:90]}")
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*Attempts on {escape_mrkdwn(where)}* "
+                                                                     f"(newest first)"))]
+    blocks += monospace_sections(rows)
+    return SlackMessage(f"{len(attempts)} attempts on {where}", [b.to_dict() for b in blocks])
+
+
+def confirm_message(title: str, lines: Sequence[str], pending_id: str, ttl_s: int) -> SlackMessage:
+    text = f":warning: *{escape_mrkdwn(title)}*\n" + "\n".join(f"• {escape_mrkdwn(x)}" for x in lines)
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(text)]
+    blocks.append(ActionsBlock(elements=[
+        ButtonElement(text=PlainTextObject(text="Confirm"), action_id="gpuops_confirm", value=pending_id,
+                      style="danger"),
+        ButtonElement(text=PlainTextObject(text="Cancel"), action_id="gpuops_cancel", value=pending_id),
+    ]))
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(
+        text=f"Needs an operator's click within {ttl_s // 60} min; nothing happens until then.")]))
+    return SlackMessage(title, [b.to_dict() for b in blocks])
+
+
+def note_message(text: str) -> SlackMessage:
+    return SlackMessage(text[:3000], [SectionBlock(text=MarkdownTextObject(text=part)).to_dict()
+                                      for part in _split_text(text)])

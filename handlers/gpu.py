@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
 from bot import views
 from bot.app import Services
-from bot.core.commands import GpuHelpRequest, parse_gpu_command
-from bot.core.inventory import resolve_targets
+from bot.core.commands import GpuFreeRequest, GpuHelpRequest, parse_gpu_command
+from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError
+from bot.launch import gpu_holders
 from bot.slack import post_messages
 from bot.status import read_status, report_record
+from handlers.common import authorize
 
 
 def register(app: AsyncApp, services: Services) -> None:
@@ -27,7 +31,15 @@ def register(app: AsyncApp, services: Services) -> None:
         except GpuopsError as exc:
             await ack(views.usage_text(exc.user_message, services.inventory))
             return
+        if isinstance(request, GpuFreeRequest):
+            await ack(f"listing what holds GPU memory on {targets[0].label}…")
+            await ask_free(services, client, respond, targets[0], command.get("user_id", ""), command["channel_id"])
+            return
         await ack(f"checking {len(targets)} target{'s' if len(targets) != 1 else ''}…")
+        decision = await authorize(services, client, "gpu.status", command.get("user_id", ""), command["channel_id"])
+        if not decision.allowed:
+            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral")
+            return
         report = await read_status(services.transport, services.inventory, targets,
                                    limits=services.limits, deadline_s=services.settings.status_deadline_s)
         await post_messages(client, command["channel_id"], views.status_messages(report), respond=respond)
@@ -36,3 +48,35 @@ def register(app: AsyncApp, services: Services) -> None:
                                        channel=command.get("channel_id", ""), **report_record(report))
         except StoreError as exc:
             logger.warning("audit failed: %s", exc.user_message)
+
+
+async def ask_free(services: Services, client: Any, respond: Any, target: Target, user: str, channel: str) -> None:
+    """List exactly which PIDs hold GPU memory; kill nothing until an operator confirms."""
+    decision = await authorize(services, client, "gpu.free", user, channel)
+    if not decision.allowed:
+        await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral")
+        return
+    try:
+        holders, host = await gpu_holders(services.transport, services.inventory, target)
+    except GpuopsError as exc:
+        await respond(text=f":warning: {exc.user_message}", response_type="ephemeral")
+        return
+    pids = sorted({h.pid for h in holders if h.pid is not None})
+    orphaned = [f"GPU {g.index}: {g.memory_used_mib} MiB held with no process listed (a PID-less leak: "
+                "only a driver reset or reboot frees it)" for g in host.gpus
+                if not host.processes_of(g) and (g.memory_used_mib or 0) >= services.limits.orphaned_memory_mib]
+    if not pids:
+        text = f"No process holds GPU memory on {target.label}."
+        if orphaned:
+            text += "\n" + "\n".join(orphaned)
+        await post_messages(client, channel, [views.note_message(text)], respond=respond)
+        return
+    pending = secrets.token_hex(8)
+    await services.attempts.put_pending(pending, {"action": "free", "node": target.node, "pids": pids, "user": user,
+                                                  "channel": channel, "created": time.time()},
+                                        services.settings.confirm_ttl_s)
+    lines = [f"PID {h.pid} on GPU {h.gpu_index} ({f'CT {h.vmid}' if h.vmid else 'host'}): {h.name}, "
+             f"{h.used_mib} MiB" for h in holders] + orphaned
+    message = views.confirm_message(f"Stop these {len(pids)} process(es) on {target.node}?", lines, pending,
+                                    services.settings.confirm_ttl_s)
+    await post_messages(client, channel, [message], respond=respond)

@@ -1,7 +1,10 @@
-"""Slack listeners for `/sglang`: ack -> parse -> use case -> view -> post."""
+"""Slack listeners for `/sglang`: budget, launch, stop, history."""
 
 from __future__ import annotations
 
+import secrets
+import time
+from dataclasses import replace
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -10,39 +13,210 @@ from bot import views
 from bot.app import Services
 from bot.budget import plan_budget
 from bot.chart import budget_png
-from bot.core.commands import SGLANG_USAGE, SglangHelpRequest, parse_sglang_command
-from bot.core.inventory import resolve_targets
-from bot.errors import GpuopsError
+from bot.core.attempts import ACTIVE, Attempt, is_attempt_id
+from bot.core.commands import (
+    SGLANG_USAGE,
+    SglangBudgetRequest,
+    SglangHelpRequest,
+    SglangHistoryRequest,
+    SglangLaunchRequest,
+    SglangStopRequest,
+    parse_sglang_command,
+)
+from bot.core.inventory import Target, resolve_targets
+from bot.core.startup_log import Progress
+from bot.errors import GpuopsError, UsageError
+from bot.launch import LaunchRequest, follow, preflight, record_refused, request_key, start
 from bot.slack import post_messages, upload_png
+from handlers.common import authorize
+
+
+def container_target(services: Services, spec: str) -> Target:
+    targets = resolve_targets(spec, services.inventory)
+    if len(targets) != 1 or targets[0].kind != "container":
+        raise UsageError(f"`{spec}` is not one container. {SGLANG_USAGE}")
+    return targets[0]
 
 
 def register(app: AsyncApp, services: Services) -> None:
     @app.command("/sglang")
-    async def sglang_command(ack: Any, command: dict[str, Any], client: Any, respond: Any, logger: Any) -> None:
+    async def sglang_command(ack: Any, command: dict[str, Any], client: Any, respond: Any) -> None:
+        user, channel = command.get("user_id", ""), command["channel_id"]
         try:
-            request = parse_sglang_command(command.get("text", ""))
+            request = parse_sglang_command(command.get("text", ""), services.inventory.profiles)
             if isinstance(request, SglangHelpRequest):
                 await ack(SGLANG_USAGE)
                 return
-            targets = resolve_targets(request.target, services.inventory)
+            if isinstance(request, SglangHistoryRequest):
+                target = container_target(services, request.target) if request.target else None
+            elif isinstance(request, SglangStopRequest) and is_attempt_id(request.target):
+                target = None
+            else:
+                target = container_target(services, request.target)
         except GpuopsError as exc:
             await ack(f":warning: {exc.user_message}")
             return
-        if len(targets) != 1 or targets[0].kind != "container":
-            await ack(f":warning: `{request.target}` is not one container. {SGLANG_USAGE}")
+        action = {SglangBudgetRequest: "sglang.budget", SglangLaunchRequest: "sglang.launch",
+                  SglangStopRequest: "sglang.stop", SglangHistoryRequest: "sglang.history"}[type(request)]
+        if isinstance(request, SglangLaunchRequest) and request.force:
+            action = "sglang.launch.force"
+        await ack({"sglang.budget": "planning the memory budget", "sglang.launch": "running the pre-flight",
+                   "sglang.launch.force": "running the pre-flight", "sglang.stop": "looking up the attempt",
+                   "sglang.history": "reading the history"}[action]
+                  + (f" on {target.label}…" if target else "…"))
+        decision = await authorize(services, client, action, user, channel)
+        if not decision.allowed:
+            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral")
             return
-        target = targets[0]
-        await ack(f"planning the memory budget on {target.label}…")
-        channel = command["channel_id"]
         try:
-            planned = await plan_budget(services.transport, services.inventory, target, request.model_path,
-                                        request.flags)
+            if isinstance(request, SglangBudgetRequest):
+                assert target is not None
+                await budget(services, client, respond, target, request, user, channel)
+            elif isinstance(request, SglangLaunchRequest):
+                assert target is not None
+                launch = LaunchRequest(target, request.model_path, request.flags, user, channel, request.force)
+                await run_launch(services, client, respond, launch)
+            elif isinstance(request, SglangStopRequest):
+                await ask_stop(services, client, respond, request.target, target, user, channel)
+            else:
+                await history(services, client, respond, target, channel)
         except GpuopsError as exc:
             await respond(text=f":warning: {exc.user_message}", response_type="ephemeral")
+
+
+async def budget(services: Services, client: Any, respond: Any, target: Target, request: SglangBudgetRequest,
+                 user: str, channel: str) -> None:
+    planned = await plan_budget(services.transport, services.inventory, target, request.model_path, request.flags)
+    posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title),
+                                 respond=respond)
+    png = budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title)
+    await upload_png(client, channel, posted[0] if posted else None, png, "budget.png", planned.title)
+    await services.store.audit(action="sglang.budget", user=user, channel=channel, target=target.label,
+                               model=request.model_path, verdict=planned.budget.verdict.value)
+
+
+async def run_launch(services: Services, client: Any, respond: Any, request: LaunchRequest) -> Attempt | None:
+    """Pre-flight; then either a refusal with remedy buttons, or a launch followed in one message."""
+    attempts = services.attempts
+    if not await services.store.once("launch:" + request_key(request), ttl_s=20):
+        await respond(text=":information_source: the same launch was just requested; ignoring the repeat",
+                      response_type="ephemeral")
+        return None
+    pre = await preflight(services.transport, services.inventory, attempts, request, services.limits, services.launch)
+    title = f"{request.model_path.rstrip('/').rsplit('/', 1)[-1]} on {request.target.label}"
+    budget = pre.planned.budget if pre.planned else None
+    if pre.blocked and not request.force:
+        refused = await record_refused(attempts, services.inventory, pre, time.time())
+        choices = await _remedy_choices(services, request, budget)
+        message = views.preflight_message(title, pre.checks, budget, True, False, choices)
+        await post_messages(client, request.channel, [message], respond=respond)
+        await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
+                                   target=request.target.label, attempt=refused.id, result="refused by pre-flight")
+        return refused
+    attempt = await start(services.transport, services.inventory, attempts, pre, services.launch, time.time())
+    check_message = views.preflight_message(title, pre.checks, budget, pre.blocked, request.force and pre.blocked)
+    posted = await post_messages(client, request.channel, [check_message, views.progress_message(attempt, Progress())],
+                                 respond=respond)
+    if len(posted) == 2:
+        attempt = replace(attempt, message_ts=posted[1], thread_ts=posted[1])
+        await attempts.save(attempt)
+    await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
+                               target=request.target.label, attempt=attempt.id, argv=list(attempt.argv),
+                               forced=str(attempt.forced), result=f"started PID {attempt.pid}")
+    services.spawn(track(services, client, attempt))
+    return attempt
+
+
+async def _remedy_choices(services: Services, request: LaunchRequest, budget: Any) -> list[tuple[str, str]]:
+    """One button per computed remedy; the changed launch waits in Redis for a click."""
+    choices: list[tuple[str, str]] = []
+    if budget is None:
+        return choices
+    for remedy in budget.remedies:
+        if remedy.flags is None:
+            continue
+        pending = secrets.token_hex(8)
+        changed = remedy.flags.to_argv()
+        await services.attempts.put_pending(pending, {
+            "action": "launch", "user": request.user, "channel": request.channel, "node": request.target.node,
+            "vmid": request.target.vmid, "name": request.target.name, "model_path": request.model_path,
+            "flags": changed, "created": time.time(),
+        }, services.settings.confirm_ttl_s)
+        choices.append((f"launch with {remedy.change}", pending))
+    return choices
+
+
+async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
+    """Follow an attempt and keep its channel message current (throttled edits; details in the thread)."""
+    last_edit = 0.0
+
+    async def notify(current: Attempt, progress: Progress, final: bool) -> None:
+        nonlocal last_edit
+        stored = await services.attempts.get(current.id) or current
+        if not stored.message_ts:
             return
-        posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title),
-                                     respond=respond)
-        png = budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title)
-        await upload_png(client, channel, posted[0] if posted else None, png, "budget.png", planned.title)
-        await services.store.audit(action="sglang.budget", user=command.get("user_id", ""), channel=channel,
-                                   target=target.label, model=request.model_path, verdict=planned.budget.verdict.value)
+        now = time.monotonic()
+        if not final and now - last_edit < services.settings.progress_update_s:
+            return
+        last_edit = now
+        message = views.progress_message(stored, progress)
+        await client.chat_update(channel=stored.channel, ts=stored.message_ts, text=message.text,
+                                 blocks=message.blocks)
+        if final:
+            detail = [f"Attempt `{stored.id}` {stored.status.value}: "
+                      f"{views.escape_mrkdwn(stored.transitions[-1].note if stored.transitions else '')}"]
+            for key, value in stored.observed.items():
+                predicted = stored.predicted.get(key)
+                detail.append(f"• {key}: observed {value}" + (f", predicted {predicted}" if predicted is not None
+                                                               else ""))
+            await client.chat_postMessage(channel=stored.channel, thread_ts=stored.thread_ts or stored.message_ts,
+                                          text="\n".join(detail))
+
+    return await follow(services.transport, services.inventory, services.attempts, attempt, notify, services.launch,
+                        services.replica, services.stopping)
+
+
+async def resume_tracking(services: Services, client: Any) -> int:
+    """After a restart: follow again the attempts whose process still lives; the others are orphaned."""
+    from bot.launch import reconcile
+
+    resumed = await reconcile(services.transport, services.inventory, services.attempts)
+    for attempt in resumed:
+        services.spawn(track(services, client, attempt))
+    return len(resumed)
+
+
+async def ask_stop(services: Services, client: Any, respond: Any, spec: str, target: Target | None, user: str,
+                   channel: str) -> None:
+    attempts = services.attempts
+    if target is None:
+        attempt = await attempts.get(spec)
+        if attempt is None:
+            raise UsageError(f"no attempt `{spec}`")
+    else:
+        assert target.vmid is not None
+        active = [a for a in await attempts.recent(target.node, target.vmid, 20) if a.status in ACTIVE and a.pid]
+        if not active:
+            raise UsageError(f"no running attempt on {target.label} (see `/sglang history {spec}`)")
+        attempt = active[0]
+    pending = secrets.token_hex(8)
+    await attempts.put_pending(pending, {"action": "stop", "attempt": attempt.id, "user": user, "channel": channel,
+                                         "created": time.time()}, services.settings.confirm_ttl_s)
+    message = views.confirm_message(
+        f"Stop attempt {attempt.id} on {attempt.target_label}?",
+        [f"SIGTERM to process group {attempt.pid}, SIGKILL after {services.settings.stop_timeout_s:g}s",
+         f"then nvidia-smi checks the memory came back; status now: {attempt.status.value}"],
+        pending, services.settings.confirm_ttl_s)
+    await post_messages(client, channel, [message], respond=respond)
+
+
+async def history(services: Services, client: Any, respond: Any, target: Target | None, channel: str) -> None:
+    attempts = services.attempts
+    if target is not None:
+        assert target.vmid is not None
+        found = await attempts.recent(target.node, target.vmid, 15)
+        where = target.label
+    else:
+        found = await attempts.recent(count=15)
+        where = "all containers"
+    await post_messages(client, channel, [views.history_message(found, where)], respond=respond)

@@ -6,11 +6,14 @@ User text is tokenised here and only ever leaves as typed values; it never reach
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bot.errors import UsageError
 
-GPU_USAGE = "usage: `/gpu status [all | <node> | <node>:<vmid> | <container>]` or `/gpu help`"
+GPU_USAGE = ("usage: `/gpu status [all | <node> | <node>:<vmid> | <container>]`, `/gpu free <node|container>` "
+             "or `/gpu help`")
 
 
 @dataclass(frozen=True)
@@ -19,11 +22,16 @@ class GpuStatusRequest:
 
 
 @dataclass(frozen=True)
+class GpuFreeRequest:
+    target: str
+
+
+@dataclass(frozen=True)
 class GpuHelpRequest:
     pass
 
 
-GpuRequest = GpuStatusRequest | GpuHelpRequest
+GpuRequest = GpuStatusRequest | GpuFreeRequest | GpuHelpRequest
 
 
 def tokens(text: str) -> list[str]:
@@ -42,12 +50,19 @@ def parse_gpu_command(text: str) -> GpuRequest:
         if len(args) > 1:
             raise UsageError(f"`status` takes one target, got {len(args)}. {GPU_USAGE}")
         return GpuStatusRequest(args[0] if args else "all")
+    if verb == "free":
+        if len(args) != 1 or args[0] == "all":
+            raise UsageError(f"`free` takes one node or container (never `all`). {GPU_USAGE}")
+        return GpuFreeRequest(args[0])
     shown = verb if len(verb) <= 30 else verb[:30] + "…"
     raise UsageError(f"unknown subcommand `{shown}`. {GPU_USAGE}")
 
 
-SGLANG_USAGE = ("usage: `/sglang budget <container> <model path in the container> [sglang flags]` "
-                "or `/sglang help`")
+SGLANG_USAGE = (
+    "usage: `/sglang budget <container> <model path> [flags]`, "
+    "`/sglang launch <container> <model path> [flags] [--force]` or `/sglang launch <profile>`, "
+    "`/sglang stop <container|attempt>`, `/sglang history [container]`, `/sglang help`"
+)
 
 
 @dataclass(frozen=True)
@@ -58,14 +73,41 @@ class SglangBudgetRequest:
 
 
 @dataclass(frozen=True)
+class SglangLaunchRequest:
+    target: str
+    model_path: str
+    flags: tuple[str, ...]
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class SglangStopRequest:
+    target: str  # a container or an attempt id
+
+
+@dataclass(frozen=True)
+class SglangHistoryRequest:
+    target: str | None
+
+
+@dataclass(frozen=True)
 class SglangHelpRequest:
     pass
 
 
-SglangRequest = SglangBudgetRequest | SglangHelpRequest
+SglangRequest = SglangBudgetRequest | SglangLaunchRequest | SglangStopRequest | SglangHistoryRequest | SglangHelpRequest
 
 
-def parse_sglang_command(text: str) -> SglangRequest:
+def _model_args(verb: str, args: list[str]) -> tuple[str, str, tuple[str, ...]]:
+    if len(args) < 2 or args[0].startswith("-") or args[1].startswith("-"):
+        raise UsageError(f"`{verb}` needs a container and a model path. {SGLANG_USAGE}")
+    if not args[1].startswith("/"):
+        raise UsageError(f"the model path must be absolute inside the container, got `{args[1][:60]}`. "
+                         f"{SGLANG_USAGE}")
+    return args[0], args[1], tuple(args[2:])
+
+
+def parse_sglang_command(text: str, profiles: Mapping[str, Any] | None = None) -> SglangRequest:
     try:
         words = shlex.split(text or "")
     except ValueError as exc:
@@ -74,11 +116,22 @@ def parse_sglang_command(text: str) -> SglangRequest:
         return SglangHelpRequest()
     verb, args = words[0].lower(), words[1:]
     if verb == "budget":
-        if len(args) < 2 or args[0].startswith("-") or args[1].startswith("-"):
-            raise UsageError(f"`budget` needs a container and a model path. {SGLANG_USAGE}")
-        if not args[1].startswith("/"):
-            raise UsageError(f"the model path must be absolute inside the container, got `{args[1][:60]}`. "
-                             f"{SGLANG_USAGE}")
-        return SglangBudgetRequest(args[0], args[1], tuple(args[2:]))
+        return SglangBudgetRequest(*_model_args(verb, args))
+    if verb == "launch":
+        force = "--force" in args
+        args = [a for a in args if a != "--force"]
+        if len(args) == 1 and profiles and args[0] in profiles:
+            profile = profiles[args[0]]
+            return SglangLaunchRequest(profile.container, profile.model_path, tuple(profile.flags), force)
+        target, model, flags = _model_args(verb, args)
+        return SglangLaunchRequest(target, model, flags, force)
+    if verb == "stop":
+        if len(args) != 1:
+            raise UsageError(f"`stop` takes one container or attempt id. {SGLANG_USAGE}")
+        return SglangStopRequest(args[0])
+    if verb == "history":
+        if len(args) > 1:
+            raise UsageError(f"`history` takes at most one container. {SGLANG_USAGE}")
+        return SglangHistoryRequest(args[0] if args else None)
     shown = verb if len(verb) <= 30 else verb[:30] + "…"
     raise UsageError(f"unknown subcommand `{shown}`. {SGLANG_USAGE}")

@@ -18,15 +18,16 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
 from aiohttp import web
 
-from bot.app import Services, build_app, build_services, serve_http
+from bot.app import Services, after_start, build_app, build_services, serve_http
 from bot.config import Settings, parse_inventory
 from bot.lab.nodes import LabNode, container_path, free_port, seed_node_state, start_node
-from bot.slack_standin import Call, SlackStandIn, signed_headers, slash_body
+from bot.slack_standin import Call, SlackStandIn, block_action_body, signed_headers, slash_body
 from bot.views import blocks_to_text
 
 LAB_DATA = Path(__file__).resolve().parent / "data"
@@ -42,6 +43,7 @@ class Lab:
     app_url: str = ""
     signing_secret: str = field(default_factory=lambda: secrets.token_hex(16))
     unreachable_port: int = 0
+    app: Any = None
 
     async def start(self, redis_url: str | None = None, prefer: str = "openssh") -> Lab:
         """pve5 (2x A6000, CT 129 'sglang-a6000'), pve6 (nvidia-smi says driver/library
@@ -56,7 +58,10 @@ class Lab:
                 **{name: node.inventory_entry() for name, node in self.nodes.items()},
                 "pve7": {**self.nodes["pve5"].inventory_entry(), "port": self.unreachable_port},
             },
-            "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129, "python": sys.executable}},
+            "containers": {"sglang-a6000": {
+                "node": "pve5", "vmid": 129, "python": sys.executable,
+                "log_dir": container_path(self.nodes["pve5"], 129, "logs")}},
+            "roles": {"admins": ["U0ADMIN"], "operators": ["U0ALICE", "S0INFRA"], "viewers": ["*"]},
         }
         inventory_path = self.workdir / "inventory.yml"
         inventory_path.write_text(yaml.safe_dump(inventory_data, sort_keys=False))
@@ -70,12 +75,17 @@ class Lab:
             data_dir=self.workdir / "data",
             status_deadline_s=4.0,
             ssh_connect_timeout_s=3.0,
+            progress_poll_s=0.3,
+            progress_update_s=0.5,
+            stop_timeout_s=5.0,
         )
         self.services = build_services(settings, parse_inventory(inventory_data, str(inventory_path)))
         app = build_app(self.services)
         port = free_port()
         self.runner = await serve_http(app, "127.0.0.1", port)
         self.app_url = f"http://127.0.0.1:{port}/slack/events"
+        self.app = app
+        await after_start(app, self.services)
         return self
 
     async def stop(self) -> None:
@@ -86,6 +96,16 @@ class Lab:
         await self.standin.stop()
         for node in self.nodes.values():
             await node.stop()
+
+    async def click(self, action_id: str, value: str, user_id: str = "U0ALICE") -> tuple[int, list[Call]]:
+        """A signed button click, as Slack sends it; returns the HTTP status and the calls it caused."""
+        before = len(self.standin.calls)
+        body = block_action_body(action_id, value, user_id=user_id, response_url=self.standin.response_url("click"))
+        async with aiohttp.ClientSession() as http, http.post(
+            self.app_url, data=body, headers=signed_headers(self.signing_secret, body)
+        ) as answer:
+            status = answer.status
+        return status, self.standin.calls[before:]
 
     async def slash(self, command: str, text: str, user_id: str = "U0ALICE") -> tuple[int, str, list[Call]]:
         """Send a signed slash command; return (HTTP status, ack text, calls it caused)."""

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -102,7 +103,11 @@ def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, An
     return ("kv_pool_oom" if budget.error_text else "ready"), max(hold, 1000)
 
 
-def serve(port: int, model: str, stop: threading.Event) -> ThreadingHTTPServer:
+class Terminated(Exception):
+    """Raised from the SIGTERM handler (setting an Event there can deadlock the main thread)."""
+
+
+def serve(port: int, model: str) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
             pass
@@ -152,10 +157,9 @@ def main(argv: list[str]) -> int:
     if outcome == "auto":
         outcome, hold_mib = auto_outcome(args, extra, state, gpus)
     holder = Holder(state_dir, vmid, os.getpid())
-    stop = threading.Event()
 
     def on_term(signum: int, frame: object) -> None:
-        stop.set()
+        raise Terminated
 
     signal.signal(signal.SIGTERM, on_term)
     log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
@@ -167,23 +171,23 @@ def main(argv: list[str]) -> int:
           "[gpuops lab stand-in]", flush=True)
     try:
         for line in lines:
-            if stop.wait(delay):
-                return 0
+            time.sleep(delay)
             if "Load weight begin" in line and "TP0" in line:
                 holder.hold(gpus, hold_mib // 2, "python3 -m sglang.launch_server")
             if "Load weight end" in line and "TP0" in line:
                 holder.hold(gpus, hold_mib, "python3 -m sglang.launch_server")
             if "fired up" in line:
-                server = serve(args.port, args.model_path.rstrip("/").rsplit("/", 1)[-1], stop)
+                serve(args.port, args.model_path.rstrip("/").rsplit("/", 1)[-1])
                 print(line, flush=True)
-                stop.wait()
-                server.shutdown()
-                return 0
+                while True:
+                    time.sleep(3600)
             print(line, flush=True)
         if outcome == "hang":
-            stop.wait()
-            return 0
+            while True:
+                time.sleep(3600)
         return 1  # the failure logs end in the error: the server exits
+    except Terminated:
+        return 0
     finally:
         holder.release()
 

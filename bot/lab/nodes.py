@@ -11,6 +11,7 @@ are exercised. Scenario state lives in a directory per node (``node.json``, ``ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -180,20 +181,34 @@ class LabNode:
         self._process = None
 
 
-    async def _stop_launched(self) -> None:
-        """End the SGLang stand-ins this node's containers started (their PIDs are in node.json)."""
-        try:
-            state = self.read_state()
-        except (OSError, ValueError):
-            return
-        for proc in state.get("processes", []):
-            cmdline = Path(f"/proc/{proc['pid']}/cmdline")
+    def launched_pids(self) -> list[int]:
+        """PIDs of the SGLang stand-ins this node's containers started: found by the node's own
+        state directory in their environment, so nothing else on the machine is ever matched."""
+        marker = f"FAKE_PVE_STATE={self.state_dir}\0".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
             try:
-                if b"sglang.launch_server" in cmdline.read_bytes() and str(self.state_dir).encode() in \
-                        Path(f"/proc/{proc['pid']}/environ").read_bytes():
-                    os.kill(proc["pid"], signal.SIGTERM)
+                if b"sglang.launch_server" in (entry / "cmdline").read_bytes() and \
+                        marker in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
             except OSError:
                 continue
+        return found
+
+    async def _stop_launched(self) -> None:
+        pids = self.launched_pids()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if Path(f"/proc/{p}").exists()]
+            await asyncio.sleep(0.05)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,0 +1,97 @@
+"""Button clicks: confirmations of destructive actions, cancellations, and remedy launches.
+
+Every click is checked against the clicking user's role (not the requester's), and a pending
+action is consumed once from Redis, so a double click or an expired button does nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot import views
+from bot.app import Services
+from bot.core.inventory import Target
+from bot.errors import GpuopsError
+from bot.launch import LaunchRequest, free, stop
+from handlers.common import authorize
+
+
+def register(app: AsyncApp, services: Services) -> None:
+    @app.action("gpuops_confirm")
+    async def confirm(ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:
+        await ack()
+        user = body["user"]["id"]
+        channel = (body.get("channel") or {}).get("id", "")
+        pending = await services.attempts.take_pending(body["actions"][0]["value"])
+        if pending is None:
+            await respond(text=":hourglass: this confirmation expired or was already used; nothing was done",
+                          response_type="ephemeral", replace_original=False)
+            return
+        action = {"stop": "sglang.stop", "free": "gpu.free"}[pending["action"]]
+        decision = await authorize(services, client, action, user, channel)
+        if not decision.allowed:
+            await services.attempts.put_pending(body["actions"][0]["value"], pending, services.settings.confirm_ttl_s)
+            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
+            return
+        try:
+            if pending["action"] == "stop":
+                text = await _stop(services, pending, user)
+            else:
+                text = await _free(services, pending)
+        except GpuopsError as exc:
+            text = f":warning: {exc.user_message}"
+        await respond(text=text, replace_original=True)
+        await services.store.audit(action=action, user=user, channel=channel, requested_by=pending.get("user", ""),
+                                   result=text[:500])
+
+    @app.action("gpuops_cancel")
+    async def cancel(ack: Any, body: dict[str, Any], respond: Any) -> None:
+        await ack()
+        pending = await services.attempts.take_pending(body["actions"][0]["value"])
+        who = body["user"]["id"]
+        await respond(text=f"Cancelled by <@{who}>; nothing was done." if pending else
+                      "Already handled or expired; nothing was done.", replace_original=True)
+
+    @app.action(re.compile(r"^gpuops_remedy_\d+$"))
+    async def remedy(ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:
+        await ack()
+        from handlers.sglang import run_launch
+
+        user = body["user"]["id"]
+        channel = (body.get("channel") or {}).get("id", "")
+        pending = await services.attempts.take_pending(body["actions"][0]["value"])
+        if pending is None:
+            await respond(text=":hourglass: this button expired or was already used", response_type="ephemeral",
+                          replace_original=False)
+            return
+        decision = await authorize(services, client, "sglang.launch", user, channel)
+        if not decision.allowed:
+            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
+            return
+        target = Target("container", pending["node"], int(pending["vmid"]), pending.get("name"))
+        request = LaunchRequest(target, pending["model_path"], tuple(pending["flags"]), user, pending["channel"])
+        try:
+            await run_launch(services, client, respond, request)
+        except GpuopsError as exc:
+            await respond(text=f":warning: {exc.user_message}", response_type="ephemeral", replace_original=False)
+
+
+async def _stop(services: Services, pending: dict[str, Any], user: str) -> str:
+    attempt = await services.attempts.get(pending["attempt"])
+    if attempt is None:
+        return f":warning: attempt {pending['attempt']} is no longer recorded"
+    result = await stop(services.transport, services.inventory, services.attempts, attempt, services.launch, user)
+    return (f":black_square_for_stop: Stopped attempt `{attempt.id}` on {views.escape_mrkdwn(attempt.target_label)} "
+            f"({result.signal_used}); {result.memory_note}")
+
+
+async def _free(services: Services, pending: dict[str, Any]) -> str:
+    result = await free(services.transport, services.inventory, pending["node"], tuple(pending["pids"]),
+                        services.launch)
+    lines = [f":broom: Stopped PIDs {', '.join(map(str, result.killed)) or 'none'} on {pending['node']}; "
+             f"{result.memory_note}"]
+    lines += [f"• {s}" for s in result.skipped]
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+import json
+
+import pytest
+
+from bot.core.attempts import Attempt, AttemptStatus, TransitionError, changes_between, flag_pairs
+from bot.core.roles import Role, RoleConfig, decide, role_of
+from bot.core.startup_log import Progress, Stage, advance
+from tests.conftest import FIXTURES
+
+CASES = [json.loads(line) for line in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if line]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["completeness"].startswith("full")], ids=lambda c: c["id"])
+def test_progress_reads_the_numbers_sglang_logged(case):
+    progress = advance(Progress(), case["log_excerpt"])
+    logged = case["logged"]
+    if "weight_load_mem_usage_gb" in logged and any("Load weight end" in x and "mem usage" in x
+                                                    for x in case["log_excerpt"]):
+        assert progress.weights_gib == logged["weight_load_mem_usage_gb"]
+    if "kv_tokens" in logged and any("#tokens" in x for x in case["log_excerpt"]):
+        assert progress.kv_tokens == logged["kv_tokens"]
+    if any("fired up" in x for x in case["log_excerpt"]):
+        assert progress.stage is Stage.READY
+    assert progress.error_line is None
+
+
+def test_progress_stages_and_first_error_in_order():
+    lines = [
+        "[x TP0] Init torch distributed ends. mem usage=0.30 GB",
+        "Loading safetensors checkpoint shards:  50% Completed | 2/4 [02:56<02:57, 88.81s/it]",
+        "[x TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem=3.64 GB, mem usage=18.82 GB.",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        "[x] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    p = advance(Progress(), lines[:2])
+    assert p.stage is Stage.LOADING_WEIGHTS and p.weights_percent == 50 and p.label == "loading weights 50%"
+    p = advance(p, lines[2:])
+    assert p.stage is Stage.WEIGHTS_LOADED and p.weights_gib == 18.82
+    assert p.error_line.startswith("RuntimeError: Not enough memory") and p.error_line_no == 4  # not the echo
+
+
+def test_changes_between_attempts():
+    before = ("--model-path", "/m", "--tp", "2", "--mem-fraction-static", "0.85", "--context-length", "65536")
+    after = ("--model-path", "/m", "--tp", "2", "--mem-fraction-static", "0.88", "--mamba-full-memory-ratio", "0.5",
+             "--context-length", "65536")
+    assert changes_between(before, after) == ("+ --mamba-full-memory-ratio 0.5", "--mem-fraction-static 0.85 -> 0.88")
+    assert changes_between(None, after) == ("first attempt on this container",)
+    assert changes_between(after, after) == ("same flags as the previous attempt",)
+    assert flag_pairs(("--enable-torch-compile", "--tp=2")) == {"--enable-torch-compile": "(on)", "--tp": "2"}
+
+
+def test_attempt_transitions_and_round_trip():
+    a = Attempt("a20261202-120000-abcd", "U1", "C1", "pve5", 129, "sglang-a6000", "/m", ("--tp", "2"), 30000, 1.0)
+    a = a.moved(AttemptStatus.PLANNED, 1.0).moved(AttemptStatus.LAUNCHING, 2.0, "PID 7")
+    assert a.status is AttemptStatus.LAUNCHING
+    with pytest.raises(TransitionError):
+        a.moved(AttemptStatus.PLANNED, 3.0)
+    done = a.moved(AttemptStatus.FAILED, 3.0, "oom")
+    with pytest.raises(TransitionError):
+        done.moved(AttemptStatus.READY, 4.0)
+    assert Attempt.from_dict(json.loads(json.dumps(done.to_dict()))) == done
+
+
+def test_roles_from_users_groups_and_channel_caps():
+    config = RoleConfig(admins=("U0ADMIN",), operators=("S0INFRA", "U0OPS"), viewers=("*",),
+                        channel_caps={"C0ANNOUNCE": "viewer"})
+    assert role_of("U0ADMIN", (), config) is Role.ADMIN
+    assert role_of("U0BOB", ("S0INFRA",), config) is Role.OPERATOR
+    assert role_of("U0EVE", (), config) is Role.VIEWER
+    assert decide("sglang.launch", "U0OPS", (), "C0LAB", config).allowed
+    refused = decide("sglang.launch", "U0EVE", (), "C0LAB", config)
+    assert not refused.allowed and "needs the operator role; you have viewer" in refused.reason
+    capped = decide("gpu.free", "U0ADMIN", (), "C0ANNOUNCE", config)
+    assert not capped.allowed and "capped at viewer" in capped.reason
+    assert not decide("sglang.launch.force", "U0OPS", (), "C0LAB", config).allowed
+    nobody = RoleConfig(viewers=())
+    assert not decide("gpu.status", "U0X", (), "C", nobody).allowed

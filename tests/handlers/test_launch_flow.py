@@ -1,0 +1,158 @@
+"""/sglang launch, stop, history and /gpu free through signed requests, real SSH, Redis and the stand-in."""
+
+import os
+
+from bot.lab.nodes import container_path
+from bot.views import blocks_to_text
+
+SEED = ("--tp 2 --context-length 65536 --enable-torch-compile --speculative-algorithm NEXTN "
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 "
+        "--mamba-full-memory-ratio 0.5")
+
+
+def model(lab):
+    return container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+
+
+def posts(calls, method="chat.postMessage"):
+    return [c for c in calls if c.method == method and c.delivered]
+
+
+def post_with(calls, needle):
+    return next(c for c in reversed(posts(calls)) if needle in blocks_to_text(c.blocks))
+
+
+def buttons(call):
+    return [e for b in call.blocks if b["type"] == "actions" for e in b["elements"]]
+
+
+async def wait_text(lab, needle, method="chat.update", timeout=60):
+    calls = await lab.standin.wait_for(
+        lambda cs: any(c.method == method and needle in (blocks_to_text(c.blocks) + str(c.params.get("text", "")))
+                       for c in cs), timeout)
+    return calls
+
+
+async def test_refused_preflight_offers_remedies_and_a_click_launches_the_change(lab):
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    text = f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85"
+    status, ack, calls = await lab.slash("/sglang", text)
+    assert status == 200 and ack == "running the pre-flight on pve5:129 (sglang-a6000)…"
+    refusal = post_with(calls, "Pre-flight refused")
+    text = blocks_to_text(refusal.blocks)
+    assert "Pre-flight refused the launch" in text and "Not enough memory" in text and "GPUs clean" in text
+    choice = next(b for b in buttons(refusal) if "--mamba-ssm-dtype bfloat16" in b["text"]["text"])
+    status, _ = await lab.click(choice["action_id"], choice["value"])
+    assert status == 200
+    calls = await wait_text(lab, "*ready*")
+    progress = [c for c in calls if c.method == "chat.update"]
+    assert any("*ready*" in blocks_to_text(c.blocks) for c in progress)
+    await lab.standin.wait_for(lambda cs: any(c.method == "chat.postMessage" and "thread_ts" in c.params
+                                              and "observed" in str(c.params.get("text")) for c in cs), 20)
+    await lab.slash("/sglang", "history sglang-a6000")
+    calls = await wait_text(lab, "Attempts on", method="chat.postMessage")
+    history = blocks_to_text(post_with(calls, "Attempts on").blocks)
+    assert "refused by pre-flight" in history and "ready" in history and "+ --mamba-ssm-dtype bfloat16" in history
+    # the same button twice does nothing
+    status, calls = await lab.click(choice["action_id"], choice["value"])
+    await lab.standin.wait_for(lambda cs: any("expired or was already used" in str(c.params.get("text"))
+                                              for c in cs if c.method == "response_url"), 10)
+
+
+async def test_forced_launch_fails_with_its_first_error_line_and_progress_edits(lab):
+    lab.nodes["pve5"].set_scenario(129, ["sigquit_after_oom"], delay_s=0.05)
+    _, ack, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                                               "--force", user_id="U0ADMIN")
+    calls = await wait_text(lab, "*failed*")
+    final = [c for c in calls if c.method == "chat.update"][-1]
+    text = blocks_to_text(final.blocks)
+    assert "RuntimeError: Not enough memory" in text and "sigquit" not in text.split("first error")[1].split("\n")[0]
+    assert "/sglang triage" in text
+    preflight = blocks_to_text(post_with(calls, "Pre-flight failed").blocks)
+    assert "launching anyway (--force)" in preflight
+
+
+async def test_force_needs_admin_and_viewers_cannot_launch(lab):
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --force", user_id="U0ALICE")
+    calls = await lab.standin.wait_for(lambda cs: any(c.method == "response_url" for c in cs), 10)
+    assert "`sglang.launch.force` needs the admin role; you have operator" in \
+        [c for c in calls if c.method == "response_url"][-1].params["text"]
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2", user_id="U0EVE")
+    calls = await lab.standin.wait_for(
+        lambda cs: any("needs the operator role; you have viewer" in str(c.params.get("text")) for c in cs), 10)
+    assert lab.nodes["pve5"].read_state()["processes"] == []
+
+
+async def test_a_user_group_grants_operator(lab):
+    lab.standin.usergroups = {"S0INFRA": ["U0GROUPIE"]}
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                                             "--mamba-ssm-dtype bfloat16", user_id="U0GROUPIE")
+    await wait_text(lab, "Launch `a", method="chat.postMessage")
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.9", user_id="U0ALICE")
+    calls = await wait_text(lab, "Pre-flight refused", method="chat.postMessage")
+    refusal = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "no launch in progress" in refusal and "holds the launch lock" in refusal
+
+
+async def test_stop_asks_for_a_click_then_verifies_the_memory(lab):
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "*ready*")
+    assert lab.nodes["pve5"].read_state()["processes"]
+    await lab.slash("/sglang", "stop sglang-a6000", user_id="U0ALICE")
+    confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    await lab.click("gpuops_confirm", yes["value"], user_id="U0EVE")  # a viewer's click does nothing
+    await lab.standin.wait_for(lambda cs: any("needs the operator role" in str(c.params.get("text")) for c in cs), 10)
+    assert lab.nodes["pve5"].read_state()["processes"]
+    await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
+    calls = await lab.standin.wait_for(
+        lambda cs: any("Stopped attempt" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+    done = [c for c in calls if c.method == "response_url" and "Stopped attempt" in str(c.params.get("text"))][-1]
+    assert "(SIGTERM)" in done.params["text"] and "memory returned" in done.params["text"]
+    assert lab.nodes["pve5"].read_state()["processes"] == []
+
+
+async def test_free_kills_only_the_listed_pids_after_confirmation(lab):
+    node = lab.nodes["pve5"]
+    listed = node.spawn_holder(0, "python3 -m sglang.launch_server", 44876, 129)
+    _, ack, calls = await lab.slash("/gpu", "free pve5")
+    assert ack == "listing what holds GPU memory on pve5…"
+    confirm = post_with(await wait_text(lab, "Stop these", method="chat.postMessage"), "Stop these")
+    assert f"PID {listed} on GPU 0 (CT 129)" in blocks_to_text(confirm.blocks)
+    later = node.spawn_holder(1, "python3 train.py", 20000, 131)  # appeared after the listing: not confirmed
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    await lab.click("gpuops_confirm", yes["value"])
+    calls = await lab.standin.wait_for(
+        lambda cs: any("Stopped PIDs" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+    assert f"Stopped PIDs {listed} on pve5" in [c for c in calls if c.method == "response_url"][-1].params["text"]
+    os.kill(later, 0)  # still alive
+    node._children[0].wait(5)  # the listed one is gone
+
+
+async def test_bot_restart_reattaches_to_a_live_launch(lab):
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "Launch `a", method="chat.postMessage")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    # the bot stops (its trackers end between remote commands); the server keeps running
+    import asyncio
+
+    for _ in range(100):  # the handler spawns the tracker right after posting the message
+        if lab.services.tasks:
+            break
+        await asyncio.sleep(0.05)
+    lab.services.stopping.set()
+    await asyncio.wait(list(lab.services.tasks), timeout=10)
+    assert not lab.services.tasks
+    assert (await lab.services.attempts.get(attempt.id)).status.value == "launching"
+    lab.services.stopping.clear()  # ...and starts again
+    from handlers.sglang import resume_tracking
+
+    assert await resume_tracking(lab.services, lab.app.client) == 1
+    assert lab.services.tasks
+    node = lab.nodes["pve5"]
+    assert node.launched_pids() == [attempt.pid]
