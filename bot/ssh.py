@@ -160,6 +160,6 @@ class SshTransport:
                 link.conn.close()
                 try:
                     await asyncio.wait_for(link.conn.wait_closed(), 5)
-                except (TimeoutError, asyncio.TimeoutError):
+                except TimeoutError:
                     link.conn.abort()  # a channel still open (a remote command that never ended)
                 link.conn = None
