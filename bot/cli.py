@@ -161,6 +161,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
     return asyncio.run(run_lab(script=args.script))
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from bot.lab.demo import run_demo
+
+    return asyncio.run(run_demo(args.script))
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from bot.app import serve
     from bot.config import Settings
@@ -202,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="run the embedded lab with a console that shows what Slack would show")
     lab.add_argument("--script", action="store_true", help="play a scripted session instead of reading commands")
     lab.set_defaults(func=cmd_lab)
+
+    demo = sub.add_parser("demo", help="play a scripted bring-up through the real app in the lab")
+    demo.add_argument("--script", default="seed", help="which story (default: seed)")
+    demo.set_defaults(func=cmd_demo)
 
     serve = sub.add_parser("serve", help="run the Slack bot (Socket Mode with an app token, else HTTP)")
     serve.set_defaults(func=cmd_serve)

@@ -175,6 +175,9 @@ class Store:
         """True the first time ``key`` is seen within ``ttl_s`` (double clicks, retried events)."""
         return bool(await self.redis.set(f"{PREFIX}once:{key}", "1", nx=True, ex=ttl_s))
 
+    async def forget(self, key: str) -> None:
+        await self.redis.delete(f"{PREFIX}once:{key}")
+
     async def close(self) -> None:
         await self.redis.aclose()
 

@@ -23,6 +23,7 @@ from bot.core.commands import (
     SglangStopRequest,
     parse_sglang_command,
 )
+from bot.core.flags import with_flag
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
 from bot.errors import GpuopsError, UsageError
@@ -96,12 +97,23 @@ async def budget(services: Services, client: Any, respond: Any, target: Target, 
 
 
 async def run_launch(services: Services, client: Any, respond: Any, request: LaunchRequest) -> Attempt | None:
-    """Pre-flight; then either a refusal with remedy buttons, or a launch followed in one message."""
-    attempts = services.attempts
-    if not await services.store.once("launch:" + request_key(request), ttl_s=20):
-        await respond(text=":information_source: the same launch was just requested; ignoring the repeat",
+    """Pre-flight; then either a refusal with remedy buttons, or a launch followed in one message.
+
+    The same request arriving again while the first is still being handled (a double click, a
+    resent command) is ignored; once the first has been answered, the same command runs again."""
+    key = "launch:" + request_key(request)
+    if not await services.store.once(key, ttl_s=120):
+        await respond(text=":information_source: the same launch is being handled already; ignoring the repeat",
                       response_type="ephemeral")
         return None
+    try:
+        return await _run_launch(services, client, respond, request)
+    finally:
+        await services.store.forget(key)
+
+
+async def _run_launch(services: Services, client: Any, respond: Any, request: LaunchRequest) -> Attempt | None:
+    attempts = services.attempts
     pre = await preflight(services.transport, services.inventory, attempts, request, services.limits, services.launch)
     title = f"{request.model_path.rstrip('/').rsplit('/', 1)[-1]} on {request.target.label}"
     budget = pre.planned.budget if pre.planned else None
@@ -133,10 +145,11 @@ async def _remedy_choices(services: Services, request: LaunchRequest, budget: An
     if budget is None:
         return choices
     for remedy in budget.remedies:
-        if remedy.flags is None:
+        change = remedy.flag_change
+        if change is None:
             continue
         pending = secrets.token_hex(8)
-        changed = remedy.flags.to_argv()
+        changed = list(with_flag(request.flags, *change))
         await services.attempts.put_pending(pending, {
             "action": "launch", "user": request.user, "channel": request.channel, "node": request.target.node,
             "vmid": request.target.vmid, "name": request.target.name, "model_path": request.model_path,

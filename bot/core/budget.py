@@ -164,6 +164,14 @@ class Remedy:
     effect: str
     cost_rank: int  # lower is cheaper: keeps capability, then trades capacity, then hardware
 
+    @property
+    def flag_change(self) -> tuple[str, str | None] | None:
+        """(flag, value) when the remedy is one launch flag; None for anything else (free GPUs, more GPUs)."""
+        match = re.fullmatch(r"(--[a-z0-9-]+)(?: (\S+))?(?: \(.*\))?", self.change)
+        if self.flags is None or not match:
+            return None
+        return match.group(1), match.group(2)
+
 
 @dataclass(frozen=True)
 class Budget:

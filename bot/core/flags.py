@@ -240,5 +240,24 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
     return LaunchFlags(**values, passthrough=tuple(passthrough), unknown=tuple(unknown))
 
 
+def with_flag(argv: Sequence[str], flag: str, value: str | None) -> tuple[str, ...]:
+    """``argv`` with ``flag`` set to ``value`` (a switch when None): every spelling of the flag
+    (aliases, ``--flag=value``) is replaced, and nothing else changes."""
+    canonical = _resolve(flag) or flag
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, _ = token.partition("=")
+        if token.startswith("--") and (_resolve(name) or name) == canonical:
+            switch = canonical in MODELLED and MODELLED[canonical][1] is SWITCH
+            i += 1 if (eq or switch) else 2
+            continue
+        out.append(token)
+        i += 1
+    out += [flag] if value is None else [flag, value]
+    return tuple(out)
+
+
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
 __all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "parse_sglang_flags", "field"]

@@ -275,3 +275,16 @@ def test_seed_on_current_sglang_starts_but_caps_concurrency(mfs, low, high):
     assert low < b.kv_tokens < high
     assert b.max_running_requests in (6, 7, 8)
     assert any("capped" in r for r in b.reasons)
+
+
+def test_remedies_change_one_flag_of_the_original_argv():
+    from bot.core.flags import with_flag
+
+    b = seed("0.5.9", "0.85", 65536)
+    changes = [r.flag_change for r in b.remedies if r.flag_change]
+    assert ("--mamba-ssm-dtype", "bfloat16") in changes
+    argv = ("--tp", "2", "--mem-fraction-static=0.85", "--enable-torch-compile")
+    assert with_flag(argv, "--mem-fraction-static", "0.94") == ("--tp", "2", "--enable-torch-compile",
+                                                                "--mem-fraction-static", "0.94")
+    assert with_flag(argv, "--tp-size", "4") == ("--mem-fraction-static=0.85", "--enable-torch-compile",
+                                                 "--tp-size", "4")

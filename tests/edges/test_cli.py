@@ -107,3 +107,12 @@ def test_budget_unknown_gpu_is_a_usage_error():
     out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "Voodoo 5", "--",
                  "--tp", "1")
     assert out.returncode == 2 and "unknown GPU 'Voodoo 5'" in out.stderr
+
+
+def test_seed_demo_plays_through_the_real_app():
+    out = gpuops("demo", "--script", "seed", timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "seed demo: all steps happened as scripted" in out.stdout
+    assert "first error: `RuntimeError: Not enough memory" in out.stdout  # the cause, not the sigquit echo
+    assert "changes: + --mamba-ssm-dtype bfloat16" in out.stdout
+    assert "memory returned: GPU 0: 1 MiB used; GPU 1: 1 MiB used" in out.stdout

@@ -94,3 +94,26 @@ async def test_unreachable_redis_fails_fast(tmp_path):
         await store.ping()
     assert loop.time() - started < 2.0
     await store.close()
+
+
+async def test_attempt_history_survives_a_redis_restart(tmp_path):
+    from bot.core.attempts import Attempt, AttemptStatus
+    from bot.store import AttemptStore
+
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    store = AttemptStore(connect(server.url))
+    attempt = Attempt("a20261202-120000-abcd", "U1", "C1", "pve5", 129, "sglang-a6000", "/m", ("--tp", "2"), 30000,
+                      1.0).moved(AttemptStatus.PLANNED, 1.0).moved(AttemptStatus.LAUNCHING, 2.0, "PID 7")
+    await store.save(attempt)
+    assert await store.lock("pve5", 129, attempt.id, 600) is None
+    await store.redis.aclose()
+    await asyncio.to_thread(server.stop)
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    store = AttemptStore(connect(server.url))
+    try:
+        assert await store.recent("pve5", 129) == [attempt]
+        assert await store.lock("pve5", 129, "another", 600) == attempt.id  # the lock survived too
+        assert await store.unlock("pve5", 129, "another") is False  # only the holder releases it
+    finally:
+        await store.redis.aclose()
+        server.stop()
