@@ -155,6 +155,29 @@ def _budget_json(budget: Any) -> dict[str, Any]:
     return data
 
 
+def cmd_triage(args: argparse.Namespace) -> int:
+    import shlex
+
+    from bot.core.diagnosis import LaunchContext, diagnose
+
+    data = sys.stdin.buffer.read() if args.logfile == "-" else Path(args.logfile).read_bytes()
+    context = LaunchContext.from_argv(shlex.split(args.launch)) if args.launch else None
+    finding = diagnose(data.decode("utf-8", errors="replace"), stalled_minutes=args.stalled_minutes, context=context)
+    if args.json:
+        print(json.dumps(asdict(finding), indent=2))
+    else:
+        print(f"{finding.label} ({finding.confidence} confidence, phase: {finding.phase})")
+        print(f"  why: {finding.explanation}")
+        for ev in finding.evidence:
+            print(f"  L{ev.line_no}: {ev.text}")
+        if finding.also_seen:
+            print(f"  also in the log (not the cause): {', '.join(finding.also_seen)}")
+        for note in finding.notes:
+            print(f"  note: {note}")
+        print(f"  next: {finding.next_step}")
+    return 0 if finding.label != "unknown" else 3
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from bot.lab.console import run_lab
 
@@ -204,6 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--chart", help="also write a per-GPU stacked bar PNG here")
     budget.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
     budget.set_defaults(func=cmd_budget)
+
+    triage = sub.add_parser("triage", help="name the first cause of a failed SGLang launch from its log")
+    triage.add_argument("logfile", help="log file, or - for stdin")
+    triage.add_argument("--json", action="store_true")
+    triage.add_argument("--launch", help="the launch command (its flags decide some generic symptoms)")
+    triage.add_argument("--stalled-minutes", type=float, help="how long the log has not grown (a hang)")
+    triage.set_defaults(func=cmd_triage)
 
     lab = sub.add_parser("lab", help="run the embedded lab with a console that shows what Slack would show")
     lab.add_argument("--script", action="store_true", help="play a scripted session instead of reading commands")

@@ -116,3 +116,15 @@ def test_seed_demo_plays_through_the_real_app():
     assert "first error: `RuntimeError: Not enough memory" in out.stdout  # the cause, not the sigquit echo
     assert "changes: + --mamba-ssm-dtype bfloat16" in out.stdout
     assert "memory returned: GPU 0: 1 MiB used; GPU 1: 1 MiB used" in out.stdout
+
+
+def test_triage_in_a_terminal(tmp_path):
+    case = next(json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text().splitlines()
+                if '"id": "sglang-4289"' in x)
+    log = tmp_path / "attempt.log"
+    log.write_text(case["log_excerpt"])
+    out = gpuops("triage", str(log))
+    assert out.returncode == 0 and out.stdout.startswith("nccl_error (high confidence, phase: startup)")
+    assert "also in the log (not the cause): child_process_died" in out.stdout
+    data = json.loads(gpuops("triage", str(log), "--json").stdout)
+    assert data["label"] == "nccl_error" and data["evidence"][0]["line_no"] > 1

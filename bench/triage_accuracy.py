@@ -1,0 +1,63 @@
+"""Score the triage rules against labelled SGLang failure logs.
+
+    python bench/triage_accuracy.py CASES.jsonl [-v]
+
+CASES.jsonl is in the format of ../shared/corpus/sglang-failures. One line per case (expected
+vs got), then ``triage: top-1 P/N (full+error_line), partial P/N, echoes avoided P/N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bot.core.diagnosis import LaunchContext, diagnose  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
+    top = top_n = partial = partial_n = echo_ok = echo_n = 0
+    started = time.perf_counter()
+    for case in cases:
+        quality = case.get("quality")
+        if quality == "prose":
+            print(f"skip {case['id']}: prose only (no log lines)")
+            continue
+        context = LaunchContext.from_argv([case.get("launch_command") or ""])
+        finding = diagnose(case.get("log_excerpt") or "", context=context)
+        right = finding.label == case["label"]
+        mark = "ok  " if right else "MISS"
+        if quality in ("full", "error_line"):
+            top_n += 1
+            top += right
+        else:
+            partial_n += 1
+            partial += right
+        secondary = case.get("secondary_labels") or []
+        if secondary:
+            echo_n += 1
+            echo_ok += finding.label not in secondary
+            if finding.label in secondary:
+                mark = "ECHO"
+        print(f"{mark} {case['id']:<22} {quality:<10} want {case['label']:<30} got {finding.label} "
+              f"({finding.confidence})")
+        if args.verbose and not right:
+            for ev in finding.evidence:
+                print(f"       L{ev.line_no}: {ev.text[:160]}")
+    print(f"triaged {top_n + partial_n} cases in {(time.perf_counter() - started) * 1000:.0f} ms")
+    print(f"triage: top-1 {top}/{top_n} (full+error_line), partial {partial}/{partial_n}, "
+          f"echoes avoided {echo_ok}/{echo_n}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,376 @@
+"""Triage rules over an SGLang log: the first cause, not its echo.
+
+Each rule names a failure (the label set of the failure corpus), the text that proves it, and
+the phase it belongs to. Reading order matters: logs exported newest-first are put back in
+time order; `Received sigquit from a child process` is an echo, used only when nothing else
+explains the log; `Capture cuda graph failed:` is a wrapper whose tail decides the label; a log
+that just stops is diagnosed from where it stopped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+ECHO = "child_process_died"
+
+
+@dataclass(frozen=True)
+class Rule:
+    label: str
+    patterns: tuple[str, ...]
+    phase: str  # import | startup | runtime | request
+    explanation: str
+    next_step: str
+    strength: int = 2  # 3: the exception text itself; 2: a specific message; 1: context (frames, wrappers)
+
+    def compiled(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(p) for p in self.patterns)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("kv_pool_oom", (r"Not enough memory\. Please try to increase --mem-fraction-static",
+                         r"is larger than the profiled value -\d",
+                         r"Loaded weights leave no GPU memory for the KV cache"),
+         "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
+         "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
+    Rule("cuda_graph_oom", (r"Capture cuda graph failed:.*(?:CUDA out of memory|OutOfMemoryError)",),
+         "startup", "CUDA-graph capture ran out of memory in the non-static reserve",
+         "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
+    Rule("flashinfer_workspace_oom", (r"Failed to allocate memory for batch_prefill_tmp_v with size",),
+         "runtime", "FlashInfer's fixed workspace overflowed on a large batch",
+         "lower --chunked-prefill-size or --max-running-requests", 3),
+    Rule("runtime_oom", (r"(?:Decode|Prefill) out of memory\. Try to lower your batch size",),
+         "runtime", "the token pool ran out while serving", "lower --max-running-requests or the context length", 3),
+    Rule("context_exceeds_kv_pool", (r"Input length \(\d+ tokens\) exceeds the maximum allowed length \(\d+ tokens\)",),
+         "request", "--context-length is larger than the KV pool can hold, so long prompts are rejected",
+         "lower --context-length to the pool size, or grow the pool", 3),
+    Rule("request_exceeds_context", (r"The input \(\d+ tokens\) is longer than the model's context length",),
+         "request", "one request is longer than the configured context (a client error, not an engine fault)",
+         "shorten the request or raise --context-length", 3),
+    Rule("illegal_memory_access", (r"an illegal memory access was encountered", r"CUDA Error: 700\b",
+                                   r"Failed to encode tensor map: 700", r"Starting GPU coredump generation"),
+         "runtime", "a CUDA kernel touched an invalid address (code 700)",
+         "rerun with CUDA_LAUNCH_BLOCKING=1, try another attention backend, check the quantization kernels", 3),
+    Rule("device_side_assert", (r"Assertion `.*` failed\.", r"device-side assert triggered"),
+         "runtime", "a CUDA kernel assertion fired (an index out of bounds)",
+         "check token ids vs vocab size and the draft model's context vs the target's", 2),
+    Rule("nccl_error", (r"NCCL error: unhandled system error", r"ncclSystemError", r"NCCL error:",
+                        r"Error while creating shared memory segment /dev/shm/nccl-", r"ncclCommInitRank failed"),
+         "startup", "NCCL could not set up or use its transport (shared memory, sockets, P2P)",
+         "give the container more /dev/shm, or set NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to find the transport", 3),
+    Rule("distributed_comm_error", (r"gloo/transport/tcp/pair\.cc.*Connection cl",),
+         "startup", "a gloo (CPU) connection between ranks dropped", "check the network between nodes", 3),
+    Rule("dist_init_timeout", (r"waitForInput.*timed out after", r"\[c10d\].*timed out"),
+         "startup", "ranks never met: rendezvous or a collective timed out",
+         "check --dist-init-addr, firewalls and that every node started", 3),
+    Rule("gpu_p2p_unsupported", (r"peer access is not supported between these two devices",),
+         "startup", "custom all-reduce needs CUDA P2P, which these GPUs or this VM/container lack",
+         "add --disable-custom-all-reduce", 3),
+    Rule("port_in_use", (r"EADDRINUSE", r"[Aa]ddress already in use",
+                         r"The server socket has failed to listen on any local network address"),
+         "startup", "a port the server needs is already bound by another process",
+         "stop the process on that port (by PID) or choose another --port", 3),
+    Rule("watchdog_timeout", (r"Watchdog timeout \(self\.watchdog_timeout=", r"Pyspy failed to dump PID"),
+         "runtime", "a forward step hung longer than --watchdog-timeout",
+         "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
+    Rule("hf_download_error", (r"429 Too Many Requests", r"Unable to load vocabulary from file",
+                               r"DetokenizerManager hit an exception"),
+         "startup", "downloading the model or tokenizer from the Hub failed",
+         "download the model first and launch from the local path", 2),
+    Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
+                                      r"Unsupported architectures?:", r"model with architecture \S+ is not supported",
+                                      r"No attention attribute in layer"),
+         "startup", "this SGLang build has no implementation of the model class or format",
+         "upgrade SGLang to a version that lists the architecture", 3),
+    Rule("transformers_too_old", (r"CONFIG_MAPPING\[config_dict\[\"model_type\"\]\]",
+                                  r"Unrecognized model in .*Should have a `model_type` key",
+                                  r"does not recognize this architecture"),
+         "startup", "the installed transformers does not know the checkpoint's model_type",
+         "upgrade transformers to the version the model card names", 3),
+    Rule("dependency_version_mismatch", (r"with minimum required version \S+ is not installed",
+                                         r"cannot import name '[^']+' from '(?:flashinfer|outlines|vllm|xgrammar)",
+                                         r"requires .* but you have .* which is incompatible"),
+         "import", "a Python dependency has the wrong version or API",
+         "install the versions the SGLang release pins (pip install 'sglang[all]==<version>')", 2),
+    Rule("kernel_package_mismatch", (r"sgl_kernel/\S*\.so: undefined symbol", r"undefined symbol: cu\w+",
+                                     r"cannot import name '[^']+' from 'sgl_kernel'",
+                                     r"Could not run 'sgl_kernel::"),
+         "import", "the compiled sgl_kernel does not match the installed torch/CUDA/driver",
+         "reinstall sgl-kernel built for this torch and CUDA", 3),
+    Rule("kernel_arch_unsupported", (r"no kernel image is available for execution on the device",),
+         "startup", "the kernels were not built for this GPU's compute capability",
+         "use a build for this GPU (or another backend)", 3),
+    Rule("attention_backend_unsupported", (r"Only SM 1\d\.x(?: and 1\d\.x)? (?:are|is) supported",),
+         "startup", "the chosen attention backend does not support this GPU generation",
+         "choose another --attention-backend (e.g. flashinfer or triton)", 3),
+    Rule("quant_unsupported_on_gpu", (r"type fp8e4nv not supported in this architecture",),
+         "startup", "the quantization format has no kernel on this GPU architecture (e.g. FP8 on Ampere)",
+         "use a quantization this GPU supports (AWQ/GPTQ on Ampere)", 3),
+    Rule("flashinfer_jit_error", (r"fatal error: cuda_fp8\.h", r"CalledProcessError: Command '\['ninja'",
+                                  r"flashinfer/jit/cpp_ext\.py"),
+         "startup", "FlashInfer's JIT build (nvcc/ninja) failed",
+         "install the CUDA toolkit headers, or prebuilt kernels", 2),
+    Rule("triton_out_of_resources", (r"OutOfResources: out of resource: shared memory",),
+         "startup", "a Triton kernel config needs more shared memory than this GPU has (not a memory problem)",
+         "use another backend or smaller kernel configs", 3),
+    Rule("cuda_driver_too_old", (r"The NVIDIA driver on your system is too old \(found version",
+                                 r"CUDA driver version is insufficient for CUDA runtime version",
+                                 r"No accelerator \(CUDA, XPU, HPU\) is available"),
+         "import", "the host driver is older than the CUDA runtime in this build",
+         "update the host driver (Proxmox node) or use a build for an older CUDA", 3),
+    Rule("tp_divisibility_error", (r"assert numerator % denominator == 0",),
+         "startup", "a model dimension is not divisible by the tensor-parallel size",
+         "choose a --tp-size that divides it", 3),
+    Rule("kv_transfer_error", (r"KVTransferError\(bootstrap_room=", r"Failed to get kvcache from prefill instance",
+                               r"timed out after [\d.]+s in KVPoll\.WaitingForInput"),
+         "runtime", "KV transfer between prefill and decode instances failed", "check the disaggregation peers", 3),
+    Rule("mamba_cache_error", (r"MambaRadixCache", r"Page size must be 1 for MambaRadixCache",
+                               r"set_mamba_track_indices_from_reqs"),
+         "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
+         "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
+    Rule("unsupported_feature_combination", (r"'HybridAttnBackend' object has no attribute",
+                                             r"Unsupported io_backend"),
+         "startup", "these flags are not implemented together for this model family", "drop one of the features", 3),
+    Rule("speculative_decoding_error", (r"self\.draft_worker = EAGLEWorker\(", r"eagle_worker\.py",
+                                        r"forward_batch_speculative_generation", r"capture_aux_hidden_states",
+                                        r"cannot generate MTP seed"),
+         "startup", "the failure is in the speculative (EAGLE/MTP) draft or verify path",
+         "launch once without --speculative-algorithm to confirm, then check the draft model", 1),
+    Rule("torch_compile_error", (r"torch/_dynamo/", r"torch/_inductor/compile_fx\.py", r"/tmp/torchinductor_",
+                                 r"^from user code:"),
+         "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 1),
+    Rule("cuda_graph_capture_error", (r"operation not permitted when stream is capturing",
+                                      r"Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture",
+                                      r"Capture cuda graph failed:"),
+         "startup", "CUDA-graph capture failed for a reason other than memory",
+         "launch with --disable-cuda-graph to confirm, then lower --cuda-graph-max-bs", 1),
+    Rule("weight_load_oom", (r"(?:CUDA out of memory|OutOfMemoryError)",), "startup",
+         "the GPU ran out of memory while building or loading the model weights",
+         "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 1),
+    Rule(ECHO, (r"Received sigquit from a child proces", r"SIGQUIT received\. signum=None"),
+         "startup", "a child process (scheduler/detokenizer) died; this line is the parent's echo of it",
+         "find the child's own traceback (often just before or after this line)", 0),
+)
+RULE_BY_LABEL = {r.label: r for r in RULES}
+_COMPILED = [(r, r.compiled()) for r in RULES]
+
+_PREFIX = re.compile(r"^\S+Z? (?:stdout|stderr) [FP] ")  # kubernetes/containerd log prefixes
+_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
+_LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Loading safetensors|loading shards|"
+                           r"Load weight begin|weight_utils")
+_CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
+_RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
+_READY = re.compile(r"The server is fired up and ready to roll")
+_STAGES = (
+    (re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph begin"), "CUDA graph capture", "a hang at capture"),
+    (re.compile(r"Load weight begin|Loading safetensors checkpoint shards"), "weight loading",
+     "a hang while loading weights"),
+    (re.compile(r"Init COMPLETE|Custom allreduce is disabled because this process group spans across nodes|"
+                r"Init torch distributed begin"), "distributed init", "a hang at distributed init (rendezvous)"),
+)
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What the triage knows about the launch besides its log (from the attempt's own argv)."""
+
+    speculative: bool = False
+    hybrid_linear: bool = False  # Qwen3-Next / Qwen3.5 / Qwen3.6 style GDN model (mamba state pool)
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], model_type: str | None = None) -> LaunchContext:
+        text = " ".join(argv)
+        return cls(
+            speculative=bool(re.search(r"--speculative-algo\S*\s+\S+|\b(?:EAGLE3?|NEXTN|MTP)\b", text)),
+            hybrid_linear=bool(re.search(r"--mamba-|Qwen3[.-]?(?:5|6|Next)", text, re.I))
+            or (model_type or "").startswith(("qwen3_next", "qwen3_5")),
+        )
+
+
+# failures whose visible symptom is generic, but whose usual cause is the launch's feature
+_CONTEXT_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("speculative", re.compile(r"index out of bounds|must match the size of tensor"), "speculative_decoding_error"),
+    ("hybrid_linear", re.compile(r"TypeError: 'NoneType' object cannot be interpreted as an integer"),
+     "mamba_cache_error"),
+)
+_TINY_AVAIL = re.compile(r"Load weight end\..*avail mem=(?P<avail>[\d.]+) GB, mem usage=(?P<usage>[\d.]+) GB")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    line_no: int  # 1-based, in the file as given
+    text: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    label: str
+    phase: str
+    confidence: str  # high | medium | low
+    explanation: str
+    next_step: str
+    evidence: tuple[Evidence, ...]
+    also_seen: tuple[str, ...] = ()  # other labels in the text (echoes, consequences)
+    notes: tuple[str, ...] = field(default=())
+
+
+def _clean(line: str) -> str:
+    return _PREFIX.sub("", line.rstrip("\r"))
+
+
+def time_order(lines: list[str]) -> tuple[list[int], bool]:
+    """Indexes of ``lines`` in time order; True when the export was newest-first."""
+    stamps = [(i, m.group(1)) for i, line in enumerate(lines) if (m := _TIMESTAMP.search(line[:60]))]
+    if len(stamps) >= 3:
+        down = sum(1 for (_, a), (_, b) in zip(stamps, stamps[1:], strict=False) if b < a)
+        up = sum(1 for (_, a), (_, b) in zip(stamps, stamps[1:], strict=False) if b > a)
+        if down > up and down >= 2:
+            return list(range(len(lines) - 1, -1, -1)), True
+    return list(range(len(lines))), False
+
+
+def _oom_label(lines: list[str], order: list[int], position: int) -> str:
+    """CUDA OOM: its label comes from what was happening (loading, capture, serving)."""
+    window = [lines[order[j]] for j in range(max(0, position - 40), position + 1)]
+    text = "\n".join(window)
+    if _CAPTURE_CONTEXT.search(text):
+        return "cuda_graph_oom"
+    if _RUNTIME_CONTEXT.search(text) and not _LOAD_CONTEXT.search(text):
+        return "runtime_oom"
+    return "weight_load_oom"
+
+
+def _wrapper_label(tail: str) -> str:
+    if _OOM.search(tail):
+        return "cuda_graph_oom"
+    if re.search(r"gloo|Connection cl", tail):
+        return "distributed_comm_error"
+    if re.search(r"sgl_kernel", tail):
+        return "kernel_package_mismatch"
+    for rule, patterns in _COMPILED:
+        if rule.strength >= 2 and any(p.search(tail) for p in patterns):
+            return rule.label
+    return "cuda_graph_capture_error"
+
+
+def diagnose(text: str, *, stalled_minutes: float | None = None, context: LaunchContext | None = None) -> Finding:
+    """The first cause in a log (``stalled_minutes``: how long since the log last grew, if known;
+    ``context``: what the launch was, which decides between causes the log alone cannot)."""
+    raw = text.replace("\r\n", "\n").split("\n")
+    lines = [_clean(x) for x in raw]
+    order, reversed_export = time_order(lines)
+    hits: list[tuple[int, Rule, int]] = []  # (position in time order, rule, file index)
+    for position, index in enumerate(order):
+        line = lines[index]
+        if not line.strip():
+            continue
+        for rule, patterns in _COMPILED:
+            if any(p.search(line) for p in patterns):
+                if rule.label == "cuda_graph_capture_error" and "Capture cuda graph failed:" in line:
+                    tail = " ".join(lines[order[j]] for j in range(position, min(len(order), position + 4)))
+                    hits.append((position, RULE_BY_LABEL[_wrapper_label(tail.split("failed:", 1)[1])], index))
+                elif rule.label == "weight_load_oom":
+                    hits.append((position, RULE_BY_LABEL[_oom_label(lines, order, position)], index))
+                else:
+                    hits.append((position, rule, index))
+    notes = ("log was exported newest-first; read in time order",) if reversed_export else ()
+    if context is not None:
+        hits = _with_context(hits, lines, order, context)
+    causes = [h for h in hits if h[1].label != ECHO]
+    if causes:
+        strongest = max(h[1].strength for h in causes)
+        # the earliest of the most specific kind of evidence: frames and wrappers only decide
+        # when no exception text names a cause
+        chosen = min((h for h in causes if h[1].strength == strongest), key=lambda h: h[0])
+        rule = chosen[1]
+        if rule.strength <= 1 and _cut_inside_traceback(lines, order):
+            frames = tuple(sorted({h[1].label for h in causes}))
+            return replace(_unknown(lines, order, notes), explanation=(
+                "the log is cut inside a traceback, before its exception line; the frames pass through "
+                + ", ".join(frames)), also_seen=frames)
+        same = [h for h in causes if h[1].label == rule.label]
+        evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in same[:3])
+        also = tuple(sorted({h[1].label for h in hits if h[1].label != rule.label}))
+        confidence = "high" if rule.strength >= 3 else "medium" if rule.strength == 2 else "low"
+        return Finding(rule.label, rule.phase, confidence, rule.explanation, rule.next_step, evidence, also, notes)
+    for index in order:  # weak signal: weights left almost nothing free
+        m = _TINY_AVAIL.search(lines[index])
+        if m and float(m.group("avail")) < 0.2 * (float(m.group("avail")) + float(m.group("usage"))):
+            rule = RULE_BY_LABEL["kv_pool_oom"]
+            return Finding("kv_pool_oom", "startup", "low", rule.explanation + " (inferred: the log stops after a "
+                           f"weight load that left only {m.group('avail')} GB free)", rule.next_step,
+                           (Evidence(index + 1, lines[index].strip()[:400]),), (), notes)
+    echoes = [h for h in hits if h[1].label == ECHO]
+    if stalled_minutes is not None or not echoes:
+        stalled = _stall(lines, order, stalled_minutes)
+        if stalled is not None:
+            return stalled
+    if echoes:
+        rule = RULE_BY_LABEL[ECHO]
+        evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in echoes[:2])
+        return Finding(ECHO, rule.phase, "low", rule.explanation + "; the child's own error is not in this text",
+                       rule.next_step, evidence, (), notes)
+    return _unknown(lines, order, notes)
+
+
+_FRAME = re.compile(r'^\s*File "[^"]+", line \d+|^\s{2,}\S')
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b")
+
+
+def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:
+    """True when the text stops in a traceback's frames, before the traceback's exception line."""
+    content = [lines[i] for i in order if lines[i].strip()]
+    if not content or not _FRAME.search(content[-1]):
+        return False
+    starts = [i for i, x in enumerate(content) if "Traceback (most recent call last)" in x]
+    tail = content[starts[-1]:] if starts else content
+    return not any(_EXCEPTION_LINE.search(x) for x in tail)
+
+
+def _with_context(hits: list[tuple[int, Rule, int]], lines: list[str], order: list[int],
+                  context: LaunchContext) -> list[tuple[int, Rule, int]]:
+    """Generic symptoms re-read in the light of the launch (an assert in a speculative run, ...)."""
+    extra = []
+    for position, index in enumerate(order):
+        for feature, pattern, label in _CONTEXT_RULES:
+            if getattr(context, feature) and pattern.search(lines[index]):
+                rule = RULE_BY_LABEL[label]
+                extra.append((position, Rule(rule.label, rule.patterns, rule.phase, rule.explanation + (
+                    f" (the launch used {feature.replace('_', ' ')}, whose path this symptom points to)"),
+                    rule.next_step, 3), index))
+    return hits + extra
+
+
+def _stall(lines: list[str], order: list[int], minutes: float | None) -> Finding | None:
+    """A log that just stops: say where it stopped, and for how long if known."""
+    content = [lines[i] for i in order if lines[i].strip()]
+    if not content or any(_READY.search(x) for x in content):
+        return None
+    for index in range(len(content) - 1, -1, -1):
+        for pattern, stage, meaning in _STAGES:
+            if pattern.search(content[index]):
+                label = {"CUDA graph capture": "cuda_graph_capture_error",
+                         "distributed init": "dist_init_timeout"}.get(stage, "unknown")
+                since = f"no output for {minutes:.0f} minutes" if minutes is not None else "the log stops"
+                rule = RULE_BY_LABEL.get(label)
+                return Finding(
+                    label, rule.phase if rule else "startup", "medium" if minutes is not None else "low",
+                    f"{since} after {stage} began - {meaning}",
+                    rule.next_step if rule else "look at the process with py-spy dump; check GPU utilization",
+                    (Evidence(lines.index(content[index]) + 1, content[index].strip()[:400]),),
+                )
+    return None
+
+
+_TELLING = re.compile(r"Error|Exception|Traceback|failed|Failed|error:|FATAL|Killed|Aborted|timed out", re.I)
+
+
+def _unknown(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding:
+    telling = [(i, lines[i]) for i in order if _TELLING.search(lines[i])]
+    picked = telling[-3:] if telling else [(i, lines[i]) for i in order if lines[i].strip()][-3:]
+    return Finding("unknown", "unknown", "low", "no rule matches this log; the most telling lines are quoted",
+                   "read the lines above; run with --log-level debug for more", tuple(
+                       Evidence(i + 1, x.strip()[:400]) for i, x in picked), (), notes)
