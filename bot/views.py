@@ -31,6 +31,7 @@ from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
 from bot.core.startup_log import STAGE_LABEL, Progress, Stage
 from bot.status import StatusReport
+from bot.triage import TriageReport
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 SECTION_LIMIT = 3000
@@ -332,3 +333,38 @@ def confirm_message(title: str, lines: Sequence[str], pending_id: str, ttl_s: in
 def note_message(text: str) -> SlackMessage:
     return SlackMessage(text[:3000], [SectionBlock(text=MarkdownTextObject(text=part)).to_dict()
                                       for part in _split_text(text)])
+
+
+def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()) -> SlackMessage:
+    a = report.attempt
+    lines: list[str]
+    if report.stale:
+        lines = [f":no_entry: *Not diagnosed: stale log* for attempt `{a.id}` on {escape_mrkdwn(a.target_label)}",
+                 escape_mrkdwn(report.stale)]
+        evidence: list[str] = []
+    else:
+        f = report.finding
+        assert f is not None
+        lines = [f":mag: *Triage of `{a.id}`* on {escape_mrkdwn(a.target_label)}: *{f.label}* "
+                 f"({f.confidence} confidence, {f.phase})", escape_mrkdwn(f.explanation)]
+        if f.also_seen:
+            lines.append(f"Also in the log, not the cause: {', '.join(f.also_seen)}")
+        lines += [f"_{escape_mrkdwn(n)}_" for n in f.notes]
+        evidence = [f"L{e.line_no}: {e.text}" for e in f.evidence]
+    lines.append(f"• {escape_mrkdwn(report.gpus)}")
+    versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v) or "unknown"
+    lines.append(f"• versions in the container: {escape_mrkdwn(versions)}")
+    lines.append(f"• {escape_mrkdwn(report.disk)}")
+    lines.append("• kernel Xid: " + (escape_mrkdwn("; ".join(report.xid)) if report.xid else "none seen"))
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
+    if evidence:
+        blocks += monospace_sections(evidence)
+    if report.finding is not None:
+        steps = [f"*Next experiment:* {escape_mrkdwn(report.finding.next_step)}"]
+        if report.planned is not None and report.planned.budget.remedies:
+            steps += [f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}"
+                      for i, r in enumerate(report.planned.budget.remedies, 1)]
+        blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(steps))]
+    blocks += remedy_buttons(choices)
+    label = report.finding.label if report.finding else "stale log"
+    return SlackMessage(f"Triage of {a.id}: {label}", [b.to_dict() for b in blocks])

@@ -21,14 +21,16 @@ from bot.core.commands import (
     SglangHistoryRequest,
     SglangLaunchRequest,
     SglangStopRequest,
+    SglangTriageRequest,
     parse_sglang_command,
 )
 from bot.core.flags import with_flag
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
 from bot.errors import GpuopsError, UsageError
-from bot.launch import LaunchRequest, follow, preflight, record_refused, request_key, start
+from bot.launch import LaunchRequest, follow, preflight, record_refused, request_key, start, user_flags
 from bot.slack import post_messages, upload_png
+from bot.triage import triage_attempt
 from handlers.common import authorize
 
 
@@ -48,8 +50,9 @@ def register(app: AsyncApp, services: Services) -> None:
             if isinstance(request, SglangHelpRequest):
                 await ack(SGLANG_USAGE)
                 return
-            if isinstance(request, SglangHistoryRequest):
-                target = container_target(services, request.target) if request.target else None
+            if isinstance(request, SglangHistoryRequest | SglangTriageRequest):
+                spec = request.target
+                target = container_target(services, spec) if spec and not is_attempt_id(spec) else None
             elif isinstance(request, SglangStopRequest) and is_attempt_id(request.target):
                 target = None
             else:
@@ -58,12 +61,13 @@ def register(app: AsyncApp, services: Services) -> None:
             await ack(f":warning: {exc.user_message}")
             return
         action = {SglangBudgetRequest: "sglang.budget", SglangLaunchRequest: "sglang.launch",
-                  SglangStopRequest: "sglang.stop", SglangHistoryRequest: "sglang.history"}[type(request)]
+                  SglangStopRequest: "sglang.stop", SglangHistoryRequest: "sglang.history",
+                  SglangTriageRequest: "sglang.triage"}[type(request)]
         if isinstance(request, SglangLaunchRequest) and request.force:
             action = "sglang.launch.force"
         await ack({"sglang.budget": "planning the memory budget", "sglang.launch": "running the pre-flight",
                    "sglang.launch.force": "running the pre-flight", "sglang.stop": "looking up the attempt",
-                   "sglang.history": "reading the history"}[action]
+                   "sglang.history": "reading the history", "sglang.triage": "reading the attempt's own log"}[action]
                   + (f" on {target.label}…" if target else "…"))
         decision = await authorize(services, client, action, user, channel)
         if not decision.allowed:
@@ -79,6 +83,8 @@ def register(app: AsyncApp, services: Services) -> None:
                 await run_launch(services, client, respond, launch)
             elif isinstance(request, SglangStopRequest):
                 await ask_stop(services, client, respond, request.target, target, user, channel)
+            elif isinstance(request, SglangTriageRequest):
+                await triage(services, client, respond, request.target, target, user, channel)
             else:
                 await history(services, client, respond, target, channel)
         except GpuopsError as exc:
@@ -233,3 +239,29 @@ async def history(services: Services, client: Any, respond: Any, target: Target 
         found = await attempts.recent(count=15)
         where = "all containers"
     await post_messages(client, channel, [views.history_message(found, where)], respond=respond)
+
+
+async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,
+                 channel: str) -> None:
+    attempts = services.attempts
+    if spec and is_attempt_id(spec):
+        attempt = await attempts.get(spec)
+    elif target is not None:
+        assert target.vmid is not None
+        attempt = await attempts.latest(target.node, target.vmid)
+    else:
+        attempt = next((a for a in await attempts.recent(count=50) if a.channel == channel and a.pid), None)
+    if attempt is None or attempt.pid is None:
+        raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
+    report = await triage_attempt(services.transport, services.inventory, attempt)
+    choices: list[tuple[str, str]] = []
+    if report.planned is not None:
+        request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
+                                user_flags(attempt.argv), user, channel)
+        choices = await _remedy_choices(services, request, report.planned.budget)
+    await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
+                        thread_ts=attempt.thread_ts)
+    if report.finding is not None:
+        await attempts.save(replace(attempt, observed={**attempt.observed, "triage": report.finding.label}))
+    await services.store.audit(action="sglang.triage", user=user, channel=channel, attempt=attempt.id,
+                               result=report.finding.label if report.finding else f"stale: {report.stale}")

@@ -61,7 +61,8 @@ def parse_gpu_command(text: str) -> GpuRequest:
 SGLANG_USAGE = (
     "usage: `/sglang budget <container> <model path> [flags]`, "
     "`/sglang launch <container> <model path> [flags] [--force]` or `/sglang launch <profile>`, "
-    "`/sglang stop <container|attempt>`, `/sglang history [container]`, `/sglang help`"
+    "`/sglang stop <container|attempt>`, `/sglang triage [container|attempt]`, `/sglang history [container]`, "
+    "`/sglang help`"
 )
 
 
@@ -86,6 +87,11 @@ class SglangStopRequest:
 
 
 @dataclass(frozen=True)
+class SglangTriageRequest:
+    target: str | None  # a container or an attempt id; None: the latest failed attempt here
+
+
+@dataclass(frozen=True)
 class SglangHistoryRequest:
     target: str | None
 
@@ -95,7 +101,8 @@ class SglangHelpRequest:
     pass
 
 
-SglangRequest = SglangBudgetRequest | SglangLaunchRequest | SglangStopRequest | SglangHistoryRequest | SglangHelpRequest
+SglangRequest = (SglangBudgetRequest | SglangLaunchRequest | SglangStopRequest | SglangHistoryRequest
+                 | SglangTriageRequest | SglangHelpRequest)
 
 
 def _model_args(verb: str, args: list[str]) -> tuple[str, str, tuple[str, ...]]:
@@ -129,6 +136,10 @@ def parse_sglang_command(text: str, profiles: Mapping[str, Any] | None = None) -
         if len(args) != 1:
             raise UsageError(f"`stop` takes one container or attempt id. {SGLANG_USAGE}")
         return SglangStopRequest(args[0])
+    if verb == "triage":
+        if len(args) > 1:
+            raise UsageError(f"`triage` takes at most one container or attempt id. {SGLANG_USAGE}")
+        return SglangTriageRequest(args[0] if args else None)
     if verb == "history":
         if len(args) > 1:
             raise UsageError(f"`history` takes at most one container. {SGLANG_USAGE}")

@@ -1,0 +1,121 @@
+"""Use case: triage a launch attempt from its own log, with the evidence a person checks next.
+
+Only the attempt's own log is read, and only if it is its own: the first line the launcher
+wrote names the attempt, and the file must not predate it. A log written by another attempt,
+or older than this one, is reported as stale instead of diagnosed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+from bot.budget import PlannedBudget, plan_budget
+from bot.core import argv as remote
+from bot.core.attempts import Attempt, AttemptStatus
+from bot.core.diagnosis import Finding, LaunchContext, diagnose
+from bot.core.inventory import Inventory, Target
+from bot.errors import GpuopsError, RemoteError
+from bot.launch import container_of, user_flags
+from bot.status import SmiFailed, Transport, read_node
+
+MEMORY_LABELS = {"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom", "flashinfer_workspace_oom",
+                 "context_exceeds_kv_pool"}
+MAX_LOG_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TriageReport:
+    attempt: Attempt
+    finding: Finding | None
+    stale: str | None  # why the log was not diagnosed
+    log_lines: int
+    gpus: str
+    versions: dict[str, str | None]
+    disk: str
+    xid: tuple[str, ...]
+    planned: PlannedBudget | None  # for memory findings: the budget with its computed remedies
+
+
+async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt) -> TriageReport:
+    target = Target("container", attempt.node, attempt.vmid, attempt.container)
+    container = container_of(inventory, target)
+    python = container.python if container else "python3"
+    log = attempt.log_path or ""
+
+    def inside(argv: remote.Argv) -> remote.Argv:
+        return remote.pct_exec(attempt.vmid, argv)
+
+    stat, content, versions_out, disk_out = await asyncio.gather(
+        transport.run(attempt.node, inside(("stat", "-c", "%Y %s", remote.checked_path(log))), ok_exit=(0, 1)),
+        transport.run(attempt.node, inside(("head", "-c", str(MAX_LOG_BYTES), remote.checked_path(log))),
+                      ok_exit=(0, 1)),
+        transport.run(attempt.node, inside(remote.python_package_versions(
+            python, ("sglang", "torch", "transformers", "flashinfer-python"))), ok_exit=(0, 1, 127)),
+        transport.run(attempt.node, inside(("df", "-Pk", remote.checked_path(log.rsplit("/", 1)[0] or "/"))),
+                      ok_exit=(0, 1)),
+    )
+    gpus, xid = await _node_evidence(transport, inventory, attempt)
+    try:
+        versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
+    except json.JSONDecodeError:
+        versions = {}
+    disk = _disk(disk_out.stdout)
+    text = content.stdout
+    stale = _stale(attempt, stat.stdout if stat.exit_status == 0 else None, text)
+    if stale:
+        return TriageReport(attempt, None, stale, 0, gpus, versions, disk, xid, None)
+    mtime = float(stat.stdout.split()[0])
+    stalled = None
+    if attempt.status is AttemptStatus.LAUNCHING:
+        stalled = max(0.0, (time.time() - mtime) / 60)
+    context = LaunchContext.from_argv(attempt.argv)
+    finding = diagnose(text, stalled_minutes=stalled, context=context)
+    planned = None
+    if finding.label in MEMORY_LABELS:
+        try:
+            planned = await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv))
+        except GpuopsError:
+            planned = None
+    return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned)
+
+
+def _stale(attempt: Attempt, stat: str | None, text: str) -> str | None:
+    if stat is None:
+        return f"the attempt's log {attempt.log_path} does not exist (yet)"
+    first = text.split("\n", 1)[0]
+    if not first.startswith(f"gpuops attempt {attempt.id} "):
+        shown = first[:80] or "(empty)"
+        return (f"{attempt.log_path} was not written by attempt {attempt.id}: its first line is `{shown}`; "
+                "refusing to read another run's log as this one's")
+    mtime = float(stat.split()[0])
+    if mtime < attempt.created_at - 5:
+        return f"{attempt.log_path} is older than attempt {attempt.id}: it cannot be this attempt's output"
+    return None
+
+
+def _disk(df: str) -> str:
+    rows = [r.split() for r in df.strip().splitlines()[1:]]
+    if not rows or len(rows[-1]) < 6:
+        return "free disk: unknown"
+    row = rows[-1]
+    return f"free disk on {row[5]}: {int(row[3]) / 1024 / 1024:.1f} GiB of {int(row[1]) / 1024 / 1024:.1f} GiB"
+
+
+async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt) -> tuple[str, tuple[str, ...]]:
+    node = inventory.nodes[attempt.node]
+    try:
+        host, dmesg = await asyncio.gather(
+            read_node(transport, attempt.node, node.proc_root),
+            transport.run(attempt.node, ("dmesg", "--level=err,warn"), ok_exit=(0, 1)),
+        )
+    except (RemoteError, SmiFailed) as exc:
+        return f"GPUs: could not read the node ({getattr(exc, 'user_message', exc)})", ()
+    held = [f"GPU {g.index}: PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB"
+            for g in host.gpus for p in host.processes_of(g)]
+    memory = "; ".join(f"GPU {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB" for g in host.gpus)
+    gpus = f"GPUs now: {memory}" + (f"; held by {', '.join(held)}" if held else "; no process holds GPU memory")
+    xid = tuple(line.strip()[:200] for line in dmesg.stdout.splitlines() if "NVRM: Xid" in line)[-5:]
+    return gpus, xid

@@ -1,0 +1,50 @@
+"""/sglang triage through the real app: the attempt's own log, evidence, and next experiments."""
+
+from bot.lab.nodes import container_path
+from bot.views import blocks_to_text
+from tests.handlers.test_launch_flow import SEED, buttons, model, post_with, wait_text
+
+
+async def failed_launch(lab, scenario):
+    lab.nodes["pve5"].set_scenario(129, [scenario], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")
+    await wait_text(lab, "*failed*")
+    return (await lab.services.attempts.recent("pve5", 129, 1))[0]
+
+
+async def test_triage_names_the_cause_not_the_sigquit_echo_and_offers_experiments(lab):
+    attempt = await failed_launch(lab, "sigquit_after_oom")
+    await lab.slash("/sglang", f"triage {attempt.id}", user_id="U0EVE")  # viewers may triage
+    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
+    report = post_with(calls, "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *kv_pool_oom* (high confidence, startup)" in text
+    assert "Also in the log, not the cause: child_process_died" in text
+    from pathlib import Path
+
+    log_lines = Path(attempt.log_path).read_text().split("\n")
+    number = next(i for i, x in enumerate(log_lines, 1) if x.startswith("RuntimeError: Not enough memory"))
+    assert f"L{number}: RuntimeError: Not enough memory" in text  # the line number in the attempt's own log
+    assert "no process holds GPU memory" in text and "sglang 0.5.9" in text and "free disk on" in text
+    assert report.params.get("thread_ts") == attempt.thread_ts  # answered in the attempt's thread
+    choice = next(b for b in buttons(report) if "--mamba-ssm-dtype bfloat16" in b["text"]["text"])
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.click(choice["action_id"], choice["value"])
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert latest.changes == ("+ --mamba-ssm-dtype bfloat16",)
+    assert (await lab.services.attempts.get(attempt.id)).observed["triage"] == "kv_pool_oom"
+
+
+async def test_a_log_written_by_another_run_is_refused_as_stale(lab):
+    attempt = await failed_launch(lab, "kv_pool_oom")
+    log = container_path(lab.nodes["pve5"], 129, "logs", f"{attempt.id}.log")
+    from pathlib import Path
+
+    old = Path(log).read_text().split("\n", 1)[1]
+    Path(log).write_text("gpuops attempt a20200101-000000-0000 started 2020-01-01T00:00:00Z\n" + old)
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    calls = await wait_text(lab, "stale log", method="chat.postMessage")
+    text = blocks_to_text(post_with(calls, "stale log").blocks)
+    assert "was not written by attempt" in text and "kv_pool_oom" not in text
