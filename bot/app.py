@@ -21,7 +21,7 @@ from bot.core.status import Thresholds
 from bot.launch_settings import LaunchSettings
 from bot.slack import web_client
 from bot.ssh import SshTransport
-from bot.store import AttemptStore, EmbeddedRedis, Store, connect
+from bot.store import AttemptStore, EmbeddedRedis, IncidentStore, Store, connect
 
 log = logging.getLogger("gpuops")
 
@@ -44,6 +44,10 @@ class Services:
     @property
     def attempts(self) -> AttemptStore:
         return AttemptStore(self.store.redis)
+
+    @property
+    def incidents(self) -> IncidentStore:
+        return IncidentStore(self.store.redis)
 
     @property
     def launch(self) -> LaunchSettings:
@@ -115,10 +119,12 @@ def build_app(services: Services) -> AsyncApp:
         logger.exception("unhandled error ref=%s in %s", ref, body.get("command") or body.get("type"), exc_info=error)
 
     from handlers import actions, gpu, sglang
+    from handlers.mentions import register as register_mentions
 
     gpu.register(app, services)
     sglang.register(app, services)
     actions.register(app, services)
+    register_mentions(app, services)
     return app
 
 

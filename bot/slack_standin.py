@@ -232,3 +232,20 @@ def block_action_body(action_id: str, value: str, *, user_id: str, channel_id: s
                      "action_ts": str(time.time())}],
     }
     return urlencode({"payload": _json.dumps(payload)})
+
+
+def mention_event_body(text: str, *, user_id: str, channel_id: str = "C0LAB", thread_ts: str | None = None,
+                       event_id: str | None = None, team_id: str = "T0LAB", bot_user_id: str = "U0GPUOPS") -> str:
+    """The JSON body Slack's Events API sends for an app mention."""
+    import json as _json
+    import secrets as _secrets
+
+    ts = f"{int(time.time())}.{_secrets.randbelow(999999):06d}"
+    event = {"type": "app_mention", "user": user_id, "text": f"<@{bot_user_id}> {text}", "ts": ts,
+             "channel": channel_id, "event_ts": ts, "team": team_id}
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return _json.dumps({"token": "legacy-verification-token-unused", "team_id": team_id, "api_app_id": "A0GPUOPS",
+                        "event": event, "type": "event_callback", "event_id": event_id or "Ev" + _secrets.token_hex(6),
+                        "event_time": int(time.time()), "authorizations": [
+                            {"team_id": team_id, "user_id": bot_user_id, "is_bot": True}]})

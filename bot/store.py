@@ -11,6 +11,7 @@ Key shapes (all under the ``gpuops:`` prefix):
     gpuops:lock:launch:<node>:<vmid>  the attempt id holding the container's launch lock (expires)
     gpuops:pending:<id>             a destructive action waiting for its confirmation click (expires)
     gpuops:tracker:<attempt>        the replica following an attempt's progress (a renewed lease)
+    gpuops:incident:<channel>:<ts>  an incident thread: hypotheses, observations, summary message ts
 
 By default the bot runs its own Redis (an embedded real ``redis-server`` on a unix socket
 in the data dir, with AOF persistence); ``REDIS_URL`` points it at an external one.
@@ -34,6 +35,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from bot.core.attempts import Attempt
+from bot.core.incident import Incident
 from bot.errors import StoreError
 
 PREFIX = "gpuops:"
@@ -257,3 +259,20 @@ class AttemptStore:
 
 def now() -> float:
     return time.time()
+
+
+class IncidentStore:
+    """Incident threads: gpuops:incident:<channel>:<thread_ts> -> JSON (kept 30 days)."""
+
+    TTL_S = 30 * 24 * 3600
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.redis = client
+
+    async def get(self, channel: str, thread_ts: str) -> Incident | None:
+        raw = await self.redis.get(f"{PREFIX}incident:{channel}:{thread_ts}")
+        return Incident.from_dict(json.loads(raw)) if raw else None
+
+    async def save(self, incident: Incident) -> None:
+        await self.redis.set(f"{PREFIX}incident:{incident.channel}:{incident.thread_ts}",
+                             json.dumps(incident.to_dict()), ex=self.TTL_S)

@@ -27,6 +27,7 @@ from slack_sdk.models.blocks import (
 
 from bot.core.attempts import Attempt, Check
 from bot.core.budget import Budget
+from bot.core.incident import Incident
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
 from bot.core.startup_log import STAGE_LABEL, Progress, Stage
@@ -368,3 +369,39 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     blocks += remedy_buttons(choices)
     label = report.finding.label if report.finding else "stale log"
     return SlackMessage(f"Triage of {a.id}: {label}", [b.to_dict() for b in blocks])
+
+
+HYPOTHESIS_ICON = {"open": ":grey_question:", "confirmed": ":white_check_mark:", "refuted": ":x:"}
+
+
+def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMessage:
+    where = f"{incident.node}:{incident.vmid}" if incident.node else "(no container linked yet)"
+    lines = [f":pushpin: *Incident summary* — {escape_mrkdwn(where)} (kept up to date by gpuops)", "*Attempts*"]
+    if attempts:
+        for a in sorted(attempts, key=lambda x: x.created_at):
+            result = a.error_line or (a.transitions[-1].note if a.transitions else "")
+            triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
+            lines.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
+                         f"{escape_mrkdwn('; '.join(a.changes))[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
+    else:
+        lines.append("none yet")
+    lines.append("*Hypotheses*")
+    if incident.hypotheses:
+        for h in incident.hypotheses:
+            decided = f" — {h.status} by {h.decided_by}: {escape_mrkdwn(h.why)}" if h.status != "open" else ""
+            lines.append(f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} (<@{h.author}>){decided}"
+                         if h.author.startswith("U") else
+                         f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} ({h.author}){decided}")
+    else:
+        lines.append("none yet — `@gpuops hypothesis <text>`")
+    notes = [o for o in incident.observations if o.kind in ("note", "status")][-5:]
+    if notes:
+        lines.append("*Observations*")
+        lines += [f"• {escape_mrkdwn(o.text)[:300]}" for o in notes]
+    blocks = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
+    return SlackMessage("Incident summary", [b.to_dict() for b in blocks])
+
+
+MENTION_HELP = ("In an incident thread: `@gpuops triage [container|attempt]`, `@gpuops status [target]`, "
+                "`@gpuops hypothesis <text>`, `@gpuops confirm H1 <why>`, `@gpuops refute H1 <why>`, "
+                "`@gpuops note <text>`, `@gpuops history`")

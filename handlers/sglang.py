@@ -242,7 +242,7 @@ async def history(services: Services, client: Any, respond: Any, target: Target 
 
 
 async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,
-                 channel: str) -> None:
+                 channel: str, thread_ts: str | None = None) -> None:
     attempts = services.attempts
     if spec and is_attempt_id(spec):
         attempt = await attempts.get(spec)
@@ -260,7 +260,7 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
                                 user_flags(attempt.argv), user, channel)
         choices = await _remedy_choices(services, request, report.planned.budget)
     await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
-                        thread_ts=attempt.thread_ts)
+                        thread_ts=thread_ts or attempt.thread_ts)
     if report.finding is not None:
         await attempts.save(replace(attempt, observed={**attempt.observed, "triage": report.finding.label}))
     await services.store.audit(action="sglang.triage", user=user, channel=channel, attempt=attempt.id,

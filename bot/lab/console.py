@@ -27,7 +27,7 @@ from aiohttp import web
 from bot.app import Services, after_start, build_app, build_services, serve_http
 from bot.config import Settings, parse_inventory
 from bot.lab.nodes import LabNode, container_path, free_port, seed_node_state, start_node
-from bot.slack_standin import Call, SlackStandIn, block_action_body, signed_headers, slash_body
+from bot.slack_standin import Call, SlackStandIn, block_action_body, mention_event_body, signed_headers, slash_body
 from bot.views import blocks_to_text
 
 LAB_DATA = Path(__file__).resolve().parent / "data"
@@ -106,6 +106,13 @@ class Lab:
         ) as answer:
             status = answer.status
         return status, self.standin.calls[before:]
+
+    async def mention(self, text: str, thread_ts: str, user_id: str = "U0ALICE", event_id: str | None = None) -> int:
+        """A signed Events API delivery of `@gpuops <text>` in a thread."""
+        body = mention_event_body(text, user_id=user_id, thread_ts=thread_ts, event_id=event_id)
+        headers = {**signed_headers(self.signing_secret, body), "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as http, http.post(self.app_url, data=body, headers=headers) as answer:
+            return answer.status
 
     async def slash(self, command: str, text: str, user_id: str = "U0ALICE") -> tuple[int, str, list[Call]]:
         """Send a signed slash command; return (HTTP status, ack text, calls it caused)."""

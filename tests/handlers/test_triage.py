@@ -6,11 +6,20 @@ from tests.handlers.test_launch_flow import SEED, buttons, model, post_with, wai
 
 
 async def failed_launch(lab, scenario):
+    """A forced launch that fails; returns its attempt once it is recorded as failed."""
+    import asyncio
+
+    before = {a.id for a in await lab.services.attempts.recent("pve5", 129, 50)}
     lab.nodes["pve5"].set_scenario(129, [scenario], delay_s=0.02)
     await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
                     user_id="U0ADMIN")
-    await wait_text(lab, "*failed*")
-    return (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    for _ in range(300):
+        new = [a for a in await lab.services.attempts.recent("pve5", 129, 50) if a.id not in before]
+        if new and new[0].status.value == "failed":
+            await wait_text(lab, f"Attempt `{new[0].id}` failed", method="chat.postMessage")  # final edit made
+            return new[0]
+        await asyncio.sleep(0.1)
+    raise AssertionError("the forced launch did not fail in time")
 
 
 async def test_triage_names_the_cause_not_the_sigquit_echo_and_offers_experiments(lab):

@@ -1,0 +1,135 @@
+"""The hypothesis-test loop of an incident thread: hypotheses, notes, and what decided them.
+
+Pure: the thread record is a value; events (a status snapshot, an attempt's result, a person's
+decision) return a new record. Some hypotheses are decided by evidence, e.g. "leftover GPU
+memory" is refuted when a snapshot shows clean GPUs and the same failure repeats afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+RESIDUAL_MEMORY = re.compile(r"leftover|left-?over|residual|stale (?:gpu )?memory|orphan|previous run|old process|"
+                             r"memory (?:still )?held|zombie", re.I)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    id: str  # H1, H2, ...
+    text: str
+    author: str
+    created_at: float
+    status: str = "open"  # open | confirmed | refuted
+    decided_by: str = ""  # who or what decided it
+    why: str = ""
+    tested_by: tuple[str, ...] = ()  # attempt ids / observations
+
+    @property
+    def about_residual_memory(self) -> bool:
+        return bool(RESIDUAL_MEMORY.search(self.text))
+
+
+@dataclass(frozen=True)
+class Observation:
+    at: float
+    kind: str  # status | attempt | note
+    text: str
+    clean_gpus: bool | None = None  # status snapshots: no process and no held memory
+    attempt: str | None = None
+    outcome: str | None = None  # attempts: ready | failed | ...
+    label: str | None = None  # attempts: the triage label, if triaged
+
+
+@dataclass(frozen=True)
+class Incident:
+    channel: str
+    thread_ts: str
+    node: str | None = None
+    vmid: int | None = None
+    summary_ts: str | None = None
+    hypotheses: tuple[Hypothesis, ...] = ()
+    observations: tuple[Observation, ...] = ()
+    attempts: tuple[str, ...] = ()
+
+    def add_hypothesis(self, text: str, author: str, at: float) -> tuple[Incident, Hypothesis]:
+        hypothesis = Hypothesis(f"H{len(self.hypotheses) + 1}", text.strip()[:500], author, at)
+        return replace(self, hypotheses=(*self.hypotheses, hypothesis)), hypothesis
+
+    def decide(self, hypothesis_id: str, status: str, by: str, why: str, tested_by: str | None = None) -> Incident:
+        if status not in ("confirmed", "refuted", "open"):
+            raise ValueError(f"status {status!r}")
+        found = False
+        updated = []
+        for h in self.hypotheses:
+            if h.id.lower() == hypothesis_id.lower():
+                found = True
+                h = replace(h, status=status, decided_by=by, why=why[:500],
+                            tested_by=h.tested_by + ((tested_by,) if tested_by else ()))
+            updated.append(h)
+        if not found:
+            raise KeyError(hypothesis_id)
+        return replace(self, hypotheses=tuple(updated))
+
+    def observe(self, observation: Observation) -> Incident:
+        incident = replace(self, observations=(*self.observations, observation))
+        if observation.attempt and observation.attempt not in incident.attempts:
+            incident = replace(incident, attempts=(*incident.attempts, observation.attempt))
+        return incident.auto_decide()
+
+    def auto_decide(self) -> Incident:
+        """Decide what the evidence decides; leave the rest to people."""
+        incident = self
+        for h in self.hypotheses:
+            if h.status != "open" or not h.about_residual_memory:
+                continue
+            clean = [o for o in self.observations if o.kind == "status" and o.clean_gpus and o.at >= h.created_at]
+            if not clean:
+                continue
+            failures_before = [o for o in self.observations if o.kind == "attempt" and o.outcome == "failed"
+                               and o.at < clean[0].at]
+            repeats = [o for o in self.observations if o.kind == "attempt" and o.outcome == "failed"
+                       and o.at > clean[0].at and (not failures_before or not o.label or not failures_before[-1].label
+                                                    or o.label == failures_before[-1].label)]
+            if repeats:
+                incident = incident.decide(
+                    h.id, "refuted", "gpuops",
+                    f"the GPUs were clean ({clean[0].text}) and the failure repeated in {repeats[0].attempt}",
+                    repeats[0].attempt)
+        return incident
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Incident:
+        values = dict(data)
+        values["hypotheses"] = tuple(Hypothesis(**{**h, "tested_by": tuple(h.get("tested_by", ()))})
+                                     for h in data.get("hypotheses", []))
+        values["observations"] = tuple(Observation(**o) for o in data.get("observations", []))
+        values["attempts"] = tuple(data.get("attempts", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Mention:
+    verb: str  # triage | status | hypothesis | note | history | confirm | refute | help
+    rest: str = ""
+    target: str = field(default="")
+
+
+MENTION_VERBS = ("triage", "status", "hypothesis", "note", "history", "confirm", "refute", "help")
+
+
+def parse_mention(text: str) -> Mention:
+    """`<@U123> hypothesis leftover memory` -> Mention("hypothesis", "leftover memory")."""
+    cleaned = re.sub(r"<@[A-Z0-9]+>", "", text).strip()
+    verb, _, rest = cleaned.partition(" ")
+    verb = verb.lower().strip(":,")
+    if verb not in MENTION_VERBS:
+        return Mention("help", cleaned)
+    if verb in ("confirm", "refute"):
+        hid, _, why = rest.strip().partition(" ")
+        return Mention(verb, why.strip(), hid.strip())
+    return Mention(verb, rest.strip())

@@ -1,0 +1,172 @@
+"""`@gpuops ...` in an incident thread (slash commands cannot be used in threads).
+
+The thread keeps one summary message current: the attempts in order with what changed and what
+happened, and the hypotheses with their status. Events are de-duplicated by event id (Slack
+retries Events API deliveries).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot import views
+from bot.app import Services
+from bot.core.attempts import Attempt, is_attempt_id
+from bot.core.incident import Incident, Observation, parse_mention
+from bot.core.inventory import Target, resolve_targets
+from bot.errors import GpuopsError, UsageError
+from bot.status import read_status
+from handlers.common import authorize
+
+
+def register(app: AsyncApp, services: Services) -> None:
+    @app.event("app_mention")
+    async def on_mention(event: dict[str, Any], body: dict[str, Any], client: Any, say: Any) -> None:
+        if not await services.store.once(f"event:{body.get('event_id') or event.get('ts')}", ttl_s=3600):
+            return  # a retried delivery
+        channel = event["channel"]
+        thread = event.get("thread_ts") or event["ts"]
+        user = event.get("user", "")
+        mention = parse_mention(event.get("text", ""))
+        action = "sglang.triage" if mention.verb == "triage" else "gpu.status"
+        decision = await authorize(services, client, action, user, channel)
+        if not decision.allowed:
+            await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":no_entry: {decision.reason}")
+            return
+        incident = await services.incidents.get(channel, thread) or Incident(channel, thread)
+        incident = await _link_container(services, incident, thread)
+        try:
+            incident = await handle(services, client, incident, mention.verb, mention.rest, mention.target, user)
+        except GpuopsError as exc:
+            await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":warning: {exc.user_message}")
+        await refresh_summary(services, client, incident)
+
+
+async def _link_container(services: Services, incident: Incident, thread: str) -> Incident:
+    if incident.node is not None:
+        return incident
+    for attempt in await services.attempts.recent(count=100):
+        if attempt.thread_ts == thread or attempt.message_ts == thread:
+            from dataclasses import replace
+
+            return replace(incident, node=attempt.node, vmid=attempt.vmid)
+    return incident
+
+
+async def _attempts(services: Services, incident: Incident) -> list[Attempt]:
+    if incident.node is None or incident.vmid is None:
+        return []
+    return await services.attempts.recent(incident.node, incident.vmid, 20)
+
+
+def _sync(incident: Incident, attempts: list[Attempt]) -> Incident:
+    """Finished attempts become observations (which may decide hypotheses)."""
+    for attempt in sorted(attempts, key=lambda a: a.created_at):
+        if attempt.id in incident.attempts or attempt.status.value in ("planned", "launching"):
+            continue
+        at = attempt.transitions[-1].at if attempt.transitions else attempt.created_at
+        incident = incident.observe(Observation(at, "attempt", f"{attempt.id} {attempt.status.value}",
+                                                attempt=attempt.id, outcome=attempt.status.value,
+                                                label=attempt.observed.get("triage")))
+    return incident
+
+
+async def handle(services: Services, client: Any, incident: Incident, verb: str, rest: str, hid: str,
+                 user: str) -> Incident:
+    from dataclasses import replace
+
+    channel, thread = incident.channel, incident.thread_ts
+    now = time.time()
+
+    async def reply(text: str) -> None:
+        await client.chat_postMessage(channel=channel, thread_ts=thread, text=text)
+
+    if verb == "hypothesis":
+        if not rest:
+            raise UsageError("say what the hypothesis is: `@gpuops hypothesis <text>`")
+        incident, hypothesis = incident.add_hypothesis(rest, user, now)
+        await reply(f"Recorded *{hypothesis.id}*: {views.escape_mrkdwn(hypothesis.text)}")
+    elif verb in ("confirm", "refute"):
+        status = "confirmed" if verb == "confirm" else "refuted"
+        try:
+            incident = incident.decide(hid, status, f"<@{user}>", rest or "(no reason given)")
+        except KeyError:
+            raise UsageError(f"no hypothesis `{hid}` in this thread") from None
+        await reply(f"*{hid.upper()}* {status}: {views.escape_mrkdwn(rest)}")
+    elif verb == "note":
+        incident = incident.observe(Observation(now, "note", f"<@{user}>: {rest}"))
+    elif verb == "status":
+        targets = _targets(services, incident, rest)
+        report = await read_status(services.transport, services.inventory, targets, limits=services.limits,
+                                   deadline_s=services.settings.status_deadline_s)
+        for message in views.status_messages(report):
+            await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
+        clean = all(s.state.value == "ok" and all(not r.processes and not r.flags for r in s.rows)
+                    for s in report.statuses)
+        summary = views.status_summary(report)
+        incident = incident.observe(Observation(
+            now, "status", f"{'GPUs clean' if clean else 'GPUs not clean'}: {summary}", clean_gpus=clean))
+        if incident.node is None and targets and targets[0].vmid is not None:
+            incident = replace(incident, node=targets[0].node, vmid=targets[0].vmid)
+    elif verb == "triage":
+        from handlers.sglang import triage
+
+        target = None
+        if rest and not is_attempt_id(rest):
+            (target,) = resolve_targets(rest, services.inventory)
+            incident = replace(incident, node=target.node, vmid=target.vmid)
+        elif not rest and incident.node is not None:
+            target = Target("container", incident.node, incident.vmid)
+        await triage(services, client, _ThreadRespond(client, channel, thread), rest or None, target, user, channel,
+                     thread_ts=thread)
+        attempts = await _attempts(services, incident)
+        latest = attempts[0] if attempts else None
+        label = latest.observed.get("triage") if latest else None
+        if latest and label and not any(h.author == "gpuops" and label in h.text for h in incident.hypotheses):
+            incident, _ = incident.add_hypothesis(f"the first cause is {label} (proposed by triage of {latest.id})",
+                                                  "gpuops", now)
+    elif verb == "history":
+        attempts = await _attempts(services, incident)
+        where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"
+        message = views.history_message(attempts, where)
+        await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
+    else:
+        await reply(views.MENTION_HELP)
+    incident = _sync(incident, await _attempts(services, incident))
+    await services.incidents.save(incident)
+    return incident
+
+
+def _targets(services: Services, incident: Incident, rest: str) -> list[Target]:
+    if rest:
+        return resolve_targets(rest, services.inventory)
+    if incident.node is not None:
+        return [Target("node", incident.node)]
+    return resolve_targets("all", services.inventory)
+
+
+class _ThreadRespond:
+    """A `respond` that answers in the thread (mentions have no response_url)."""
+
+    def __init__(self, client: Any, channel: str, thread: str) -> None:
+        self.client, self.channel, self.thread = client, channel, thread
+
+    async def __call__(self, text: str = "", blocks: Any = None, **_: Any) -> None:
+        await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread, text=text, blocks=blocks)
+
+
+async def refresh_summary(services: Services, client: Any, incident: Incident) -> None:
+    """One summary message in the thread, edited in place."""
+    from dataclasses import replace
+
+    message = views.incident_summary(incident, await _attempts(services, incident))
+    if incident.summary_ts:
+        await client.chat_update(channel=incident.channel, ts=incident.summary_ts, text=message.text,
+                                 blocks=message.blocks)
+        return
+    answer = await client.chat_postMessage(channel=incident.channel, thread_ts=incident.thread_ts,
+                                           text=message.text, blocks=message.blocks)
+    await services.incidents.save(replace(incident, summary_ts=str(answer["ts"])))

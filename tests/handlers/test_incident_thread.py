@@ -1,0 +1,48 @@
+"""The hypothesis-test loop in an incident thread, through signed Events API deliveries."""
+
+from bot.views import blocks_to_text
+from tests.handlers.test_launch_flow import wait_text
+from tests.handlers.test_triage import failed_launch
+
+
+def summary_text(calls, ts):
+    edits = [c for c in calls if c.delivered and (c.params.get("ts") == ts or c.answer.get("ts") == ts)]
+    return blocks_to_text(edits[-1].blocks)
+
+
+async def test_hypotheses_are_recorded_and_decided_in_the_thread(lab):
+    first = await failed_launch(lab, "kv_pool_oom")
+    thread = first.thread_ts
+    assert await lab.mention("hypothesis leftover GPU memory from an earlier run", thread) == 200
+    calls = await wait_text(lab, "Incident summary", method="chat.postMessage")
+    summary = next(c for c in calls if c.method == "chat.postMessage"
+                   and "Incident summary" in blocks_to_text(c.blocks))
+    summary_ts = summary.answer["ts"]
+    assert summary.params["thread_ts"] == thread
+    assert "*H1* leftover GPU memory from an earlier run" in blocks_to_text(summary.blocks)
+    assert first.id in blocks_to_text(summary.blocks)
+
+    await lab.mention("status", thread)
+    await wait_text(lab, "GPUs clean", method="chat.update")
+    second = await failed_launch(lab, "kv_pool_oom")  # same failure on clean GPUs
+    await lab.mention("triage", thread)
+    calls = await wait_text(lab, "refuted by gpuops", method="chat.update")
+    text = summary_text(calls, summary_ts)
+    assert "*H1* leftover GPU memory" in text and "refuted by gpuops: the GPUs were clean" in text
+    assert f"repeated in {second.id}" in text
+    assert "the first cause is kv_pool_oom" in text  # proposed by the triage
+    posted = [c for c in calls if c.method == "chat.postMessage" and "Incident summary" in blocks_to_text(c.blocks)]
+    assert len(posted) == 1  # one summary, edited in place
+
+    await lab.mention("confirm H2 the pool is too small at 0.85", thread)
+    calls = await wait_text(lab, "confirmed by", method="chat.update")
+    assert "*H2* the first cause is kv_pool_oom" in summary_text(calls, summary_ts)
+
+
+async def test_a_retried_event_is_handled_once(lab):
+    first = await failed_launch(lab, "kv_pool_oom")
+    await lab.mention("note tried a second time", first.thread_ts, event_id="Ev0SAME")
+    await lab.mention("note tried a second time", first.thread_ts, event_id="Ev0SAME")
+    await wait_text(lab, "Incident summary", method="chat.postMessage")
+    incident = await lab.services.incidents.get("C0LAB", first.thread_ts)
+    assert [o.text for o in incident.observations if o.kind == "note"] == ["<@U0ALICE>: tried a second time"]
