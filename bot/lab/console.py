@@ -197,7 +197,13 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
                 name, _, text = command.partition(" ")
                 status, ack, calls = await lab.slash(name, text)
                 out(transcript(command, status, ack, calls) + "\n")
-            return 0
+            from bot.lab.demo import play, seed_steps
+
+            out("--- the seed bring-up, on the same lab ---")
+            model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+            ok = await play(seed_steps(model), lab, out)
+            out(f"\nseed arc: {'all steps happened as scripted' if ok else 'a step did not happen'}")
+            return 0 if ok else 1
         model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
         out("Type a slash command (e.g. `/gpu status`), or `quit`. Container 129's model is at\n"
             f"  {model}\n  e.g. /sglang budget sglang-a6000 {model} --tp 2 --mem-fraction-static 0.85")
