@@ -18,7 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.core.gpu import Gpu, GpuProcess, SmiSnapshot  # noqa: E402
-from bot.core.smi import decode, detect_format, field, integer, parse_any, read_csv  # noqa: E402
+from bot.core.smi import decode, detect_format, field, gpu_from_query_row, parse_any, read_csv  # noqa: E402
 from bot.errors import ParseError  # noqa: E402
 
 
@@ -159,7 +159,7 @@ def check_sample(entry: dict[str, Any], data: bytes) -> list[str]:
         if "row_count" in expect:
             _cmp(problems, "row_count", snap.sample_count, expect["row_count"])
             for label, row in (("first_row", table.rows[0]), ("last_row", table.rows[-1])):
-                gpu = parse_any_row(row)
+                gpu = gpu_from_query_row(row, 0)
                 want = expect[label]
                 for key, value in want.items():
                     got = row.get(key) if key in ("timestamp",) else getattr(gpu, key, row.get(key))
@@ -185,17 +185,6 @@ def check_sample(entry: dict[str, Any], data: bytes) -> list[str]:
             if missing.get(key) in table.fields:
                 problems.append(f"{key} expected absent but column present")
     return problems
-
-
-def parse_any_row(row: dict[str, str]) -> Gpu:
-    from bot.core.smi import gpu_from_query_row
-
-    gpu = gpu_from_query_row(row, 0)
-    return gpu if "index" in row else _no_index(gpu, row)
-
-
-def _no_index(gpu: Gpu, row: dict[str, str]) -> Gpu:
-    return gpu if integer(row.get("index")) is not None else gpu
 
 
 def main(argv: list[str]) -> int:

@@ -157,9 +157,10 @@ SCRIPT: list[tuple[str, Callable[[Lab], None] | None]] = [
 
 
 def _start_server(node: LabNode) -> None:
-    """An SGLang server in CT 129 holding both GPUs (TP=2)."""
+    """An SGLang server in CT 129 holding both GPUs (TP=2): real processes the lab owns, so a
+    `/gpu free` typed in the console stops only what the lab started."""
     for gpu in (0, 1):
-        node.add_process(48211, gpu, "python3 -m sglang.launch_server", 44876, 129)
+        node.spawn_holder(gpu, "python3 -m sglang.launch_server", 44876, 129)
 
 
 def _leave_orphaned_memory(node: LabNode) -> None:

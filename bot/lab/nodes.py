@@ -126,6 +126,8 @@ class LabNode:
         tmp.replace(self.state_dir / "node.json")
 
     def add_process(self, pid: int, gpu_index: int, name: str, used_mib: int, vmid: int | None) -> None:
+        """Show a GPU process in the node's nvidia-smi (status tests only: ``pid`` may not be ours,
+        so nothing may stop it; use :meth:`spawn_holder` for a process that can be stopped)."""
         state = self.read_state()
         uuid = next(g["uuid"] for g in state["gpus"] if g["index"] == gpu_index)
         state["processes"].append({"pid": pid, "gpu_uuid": uuid, "name": name, "used_mib": used_mib})
