@@ -128,11 +128,17 @@ def build_app(services: Services) -> AsyncApp:
     return app
 
 
-async def after_start(app: AsyncApp, services: Services) -> int:
-    """Reconcile attempts a previous run left launching: follow the live ones again."""
+async def after_start(app: AsyncApp, services: Services, scheduler: bool = False) -> int:
+    """Reconcile attempts a previous run left launching (follow the live ones again) and, in
+    production, start the scheduler (sampling, daily posts, takeover of lapsed tracking)."""
     from handlers.sglang import resume_tracking
 
-    return await resume_tracking(services, app.client)
+    resumed = await resume_tracking(services, app.client)
+    if scheduler:
+        from bot.scheduler import Scheduler
+
+        services.spawn(Scheduler(services, app.client, sample_interval_s=services.settings.sample_interval_s).run())
+    return resumed
 
 
 async def serve_http(app: AsyncApp, host: str, port: int) -> web.AppRunner:
@@ -152,11 +158,11 @@ async def serve(settings: Settings) -> None:
 
             handler = AsyncSocketModeHandler(app, settings.slack_app_token.get_secret_value())
             log.info("gpuops: Socket Mode, %d nodes", len(services.inventory.nodes))
-            await after_start(app, services)
+            await after_start(app, services, scheduler=True)
             await handler.start_async()
         else:
             await serve_http(app, settings.http_host, settings.http_port)
-            await after_start(app, services)
+            await after_start(app, services, scheduler=True)
             log.info("gpuops: HTTP on %s:%d/slack/events", settings.http_host, settings.http_port)
             await asyncio.Event().wait()
     finally:

@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bot.core.budget import Budget  # noqa: E402
+from bot.core.health import GpuSample  # noqa: E402
 
 SEGMENTS = (  # label, colour
     ("held before load", "#9e9e9e"),
@@ -54,6 +55,33 @@ def budget_png(budget: Budget, gpu_totals_gib: list[float], title: str) -> bytes
     ax.set_ylabel("GiB")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, frameon=False)
+    fig.tight_layout()
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out.getvalue()
+
+
+def health_png(samples: list[GpuSample], now: float, title: str) -> bytes:
+    """Per GPU: memory used (% of total) and utilization over the last 24 h."""
+    series: dict[tuple[str, int], list[GpuSample]] = {}
+    for s in samples:
+        if s.at >= now - 24 * 3600:
+            series.setdefault((s.target, s.gpu), []).append(s)
+    rows = max(1, len(series))
+    fig, axes = plt.subplots(rows, 1, figsize=(8, 1.8 * rows + 0.8), dpi=100, sharex=True, squeeze=False)
+    for ax, ((target, gpu), points) in zip(axes[:, 0], sorted(series.items()), strict=False):
+        points.sort(key=lambda s: s.at)
+        hours = [(s.at - now) / 3600 for s in points]
+        memory = [100 * (s.memory_used_mib or 0) / s.memory_total_mib if s.memory_total_mib else 0 for s in points]
+        util = [s.utilization_pct or 0 for s in points]
+        ax.plot(hours, memory, label="memory %", color="#1f77b4")
+        ax.plot(hours, util, label="utilization %", color="#ff7f0e")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel(f"{target}\nGPU {gpu}", fontsize=7)
+        ax.legend(fontsize=6, loc="upper left")
+    axes[-1, 0].set_xlabel("hours before now")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     out = io.BytesIO()
     fig.savefig(out, format="png")

@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     stall_timeout_s: float = 600.0
     stop_timeout_s: float = 20.0
     confirm_ttl_s: int = 300
+    sample_interval_s: int = 300  # GPU samples for the daily health posts (8 days kept in Redis)
     allow_unknown_flags: bool = False
     local_gpus: bool = False  # the bot runs on a GPU machine: `local` target read through NVML
     orphaned_memory_mib: int = 256

@@ -25,7 +25,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from bot.core.attempts import Attempt
+from bot.core.health import GpuSample, Unreachable
 from bot.core.incident import Incident
 from bot.errors import StoreError
 
@@ -276,3 +277,45 @@ class IncidentStore:
     async def save(self, incident: Incident) -> None:
         await self.redis.set(f"{PREFIX}incident:{incident.channel}:{incident.thread_ts}",
                              json.dumps(incident.to_dict()), ex=self.TTL_S)
+
+
+class HealthStore:
+    """GPU samples and scheduled posts.
+
+    gpuops:samples                  sorted set of GpuSample JSON by time (trimmed to the retention)
+    gpuops:unreachable              sorted set of Unreachable JSON by time (trimmed likewise)
+    gpuops:slot:sample:<n>          SET NX: one replica samples each interval slot
+    gpuops:post:<schedule>:<date>   SET NX: one replica sends each occurrence of a schedule
+    gpuops:report:<schedule>        JSON of the last report sent (for "what changed since yesterday")
+    """
+
+    RETENTION_S = 8 * 24 * 3600
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.redis = client
+
+    async def claim(self, key: str, owner: str, ttl_s: int) -> bool:
+        return bool(await self.redis.set(f"{PREFIX}{key}", owner, nx=True, ex=ttl_s))
+
+    async def add_samples(self, samples: list[GpuSample], down: list[Unreachable], now: float) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        if samples:
+            pipe.zadd(f"{PREFIX}samples", {json.dumps(asdict(s), sort_keys=True): s.at for s in samples})
+        if down:
+            pipe.zadd(f"{PREFIX}unreachable", {json.dumps(asdict(u), sort_keys=True): u.at for u in down})
+        pipe.zremrangebyscore(f"{PREFIX}samples", 0, now - self.RETENTION_S)
+        pipe.zremrangebyscore(f"{PREFIX}unreachable", 0, now - self.RETENTION_S)
+        await pipe.execute()
+
+    async def samples_since(self, since: float) -> tuple[list[GpuSample], list[Unreachable]]:
+        raw: list[str] = await self.redis.zrangebyscore(f"{PREFIX}samples", since, "+inf")  # type: ignore[assignment]
+        down: list[str] = await self.redis.zrangebyscore(  # type: ignore[assignment]
+            f"{PREFIX}unreachable", since, "+inf")
+        return [GpuSample(**json.loads(x)) for x in raw], [Unreachable(**json.loads(x)) for x in down]
+
+    async def last_report(self, schedule: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(f"{PREFIX}report:{schedule}")
+        return json.loads(raw) if raw else None
+
+    async def save_report(self, schedule: str, report: dict[str, Any]) -> None:
+        await self.redis.set(f"{PREFIX}report:{schedule}", json.dumps(report, default=str), ex=self.RETENTION_S)

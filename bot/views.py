@@ -27,6 +27,7 @@ from slack_sdk.models.blocks import (
 
 from bot.core.attempts import Attempt, Check
 from bot.core.budget import Budget
+from bot.core.health import HealthReport
 from bot.core.incident import Incident
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
@@ -405,3 +406,29 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
 MENTION_HELP = ("In an incident thread: `@gpuops triage [container|attempt]`, `@gpuops status [target]`, "
                 "`@gpuops hypothesis <text>`, `@gpuops confirm H1 <why>`, `@gpuops refute H1 <why>`, "
                 "`@gpuops note <text>`, `@gpuops history`")
+
+
+
+def health_message(report: HealthReport) -> SlackMessage:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(report.generated_at))
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(
+        text=f":stethoscope: *GPU health* — last {report.window_h:g} h, computed {when}"))]
+    table = render("health.txt.j2", r=report).split("\n")
+    blocks += monospace_sections(table)
+    parts = []
+    if report.unreachable:
+        parts.append("*Unreachable now:*\n" + "\n".join(f":red_circle: {escape_mrkdwn(u)}" for u in report.unreachable))
+    if report.findings:
+        parts.append("*Findings:*\n" + "\n".join(f":warning: {escape_mrkdwn(f)}" for f in report.findings))
+    else:
+        parts.append(":large_green_circle: nothing held idle, no orphaned memory, no heat")
+    if report.changes:
+        parts.append("*Since the last report:*\n" + "\n".join(f"• {escape_mrkdwn(c)}" for c in report.changes))
+    if report.versions:
+        parts.append("*Versions:* " + escape_mrkdwn("; ".join(f"{t}: {v}" for t, v in sorted(report.versions.items()))))
+    for part in parts:
+        blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(part)]
+    dicts = [b.to_dict() for b in blocks]
+    text = (f"GPU health: {len(report.gpus)} GPUs, {len(report.findings)} findings, "
+            f"{len(report.unreachable)} unreachable")
+    return SlackMessage(text, dicts[:BLOCKS_PER_MESSAGE])

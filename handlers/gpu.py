@@ -10,7 +10,7 @@ from slack_bolt.async_app import AsyncApp
 
 from bot import views
 from bot.app import Services
-from bot.core.commands import GpuFreeRequest, GpuHelpRequest, parse_gpu_command
+from bot.core.commands import GpuFreeRequest, GpuHealthRequest, GpuHelpRequest, parse_gpu_command
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError
 from bot.launch import gpu_holders
@@ -30,6 +30,14 @@ def register(app: AsyncApp, services: Services) -> None:
             targets = resolve_targets(request.target, services.inventory, services.settings.local_gpus)
         except GpuopsError as exc:
             await ack(views.usage_text(exc.user_message, services.inventory))
+            return
+        if isinstance(request, GpuHealthRequest):
+            await ack("building the health report (last 24 h)…")
+            from bot.scheduler import Scheduler
+
+            scheduler = Scheduler(services, client)
+            await scheduler.post(command["channel_id"], request.target, f"ondemand:{command['channel_id']}",
+                                 time.time())
             return
         if isinstance(request, GpuFreeRequest):
             await ack(f"listing what holds GPU memory on {targets[0].label}…")

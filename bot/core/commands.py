@@ -12,8 +12,8 @@ from typing import Any
 
 from bot.errors import UsageError
 
-GPU_USAGE = ("usage: `/gpu status [all | <node> | <node>:<vmid> | <container>]`, `/gpu free <node|container>` "
-             "or `/gpu help`")
+GPU_USAGE = ("usage: `/gpu status [all | <node> | <node>:<vmid> | <container>]`, `/gpu health [target]`, "
+             "`/gpu free <node|container>` or `/gpu help`")
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,16 @@ class GpuFreeRequest:
 
 
 @dataclass(frozen=True)
+class GpuHealthRequest:
+    target: str
+
+
+@dataclass(frozen=True)
 class GpuHelpRequest:
     pass
 
 
-GpuRequest = GpuStatusRequest | GpuFreeRequest | GpuHelpRequest
+GpuRequest = GpuStatusRequest | GpuFreeRequest | GpuHealthRequest | GpuHelpRequest
 
 
 def tokens(text: str) -> list[str]:
@@ -50,6 +55,10 @@ def parse_gpu_command(text: str) -> GpuRequest:
         if len(args) > 1:
             raise UsageError(f"`status` takes one target, got {len(args)}. {GPU_USAGE}")
         return GpuStatusRequest(args[0] if args else "all")
+    if verb == "health":
+        if len(args) > 1:
+            raise UsageError(f"`health` takes one target. {GPU_USAGE}")
+        return GpuHealthRequest(args[0] if args else "all")
     if verb == "free":
         if len(args) != 1 or args[0] == "all":
             raise UsageError(f"`free` takes one node or container (never `all`). {GPU_USAGE}")

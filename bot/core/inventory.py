@@ -78,6 +78,28 @@ class Container(BaseModel):
         return value
 
 
+class ScheduledPost(BaseModel):
+    """A daily GPU health post: `schedules:` in the inventory file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    channel: str
+    at: str = Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")
+    timezone: str = "UTC"
+    targets: str = "all"
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+
 class LaunchProfile(BaseModel):
     """A named launch config: `/sglang launch <profile>`."""
 
@@ -95,6 +117,7 @@ class Inventory(BaseModel):
     containers: dict[str, Container] = Field(default_factory=dict)
     roles: RoleConfig = Field(default_factory=RoleConfig)
     profiles: dict[str, LaunchProfile] = Field(default_factory=dict)
+    schedules: dict[str, ScheduledPost] = Field(default_factory=dict)
 
     def container_at(self, node: str, vmid: int) -> Container | None:
         return next((c for c in self.containers.values() if c.node == node and c.vmid == vmid), None)

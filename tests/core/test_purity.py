@@ -5,7 +5,7 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "bot" / "core"
 FORBIDDEN = {
-    "asyncio", "socket", "subprocess", "os", "time", "datetime", "asyncssh", "redis", "aiohttp", "slack_sdk",
+    "asyncio", "socket", "subprocess", "os", "time", "asyncssh", "redis", "aiohttp", "slack_sdk",
     "slack_bolt", "pynvml", "requests", "httpx", "shutil", "pathlib", "threading", "signal", "urllib",
     "bot.ssh", "bot.store", "bot.app", "bot.config", "bot.slack", "bot.status", "bot.cli", "bot.lab",
 }
@@ -29,6 +29,13 @@ def test_core_modules_import_no_io():
         if bad:
             offenders[path.name] = sorted(bad)
     assert offenders == {}
+
+
+def test_core_reads_no_clock():
+    """datetime is allowed for arithmetic on a given time; reading the clock is not."""
+    offenders = [p.name for p in CORE.glob("*.py")
+                 if any(call in p.read_text() for call in (".now(", ".utcnow(", ".today(", "time.time("))]
+    assert offenders == []
 
 
 def test_core_has_modules():

@@ -1,0 +1,151 @@
+"""Background work every replica runs, made safe to run on N replicas against one Redis:
+
+* sampling: one replica samples each interval slot (a SET NX claim per slot);
+* daily posts: each occurrence of a schedule is claimed once; a post missed while all
+  replicas were down is sent late within the grace window, never twice;
+* tracking takeover: a launch whose tracker lease lapsed (its replica died) is followed again.
+
+The clock is injected, so tests drive time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot import views
+from bot.app import Services
+from bot.chart import health_png
+from bot.core import argv as remote
+from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
+from bot.core.inventory import resolve_targets
+from bot.errors import GpuopsError
+from bot.launch import container_of
+from bot.slack import post_messages, upload_png
+from bot.status import read_status
+from bot.store import HealthStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TickResult:
+    sampled: bool = False
+    posted: list[str] = field(default_factory=list)
+    taken_over: list[str] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(self, services: Services, client: Any, clock: Callable[[], float] = time.time,
+                 sample_interval_s: int = 300, grace_h: float = 6.0) -> None:
+        self.services = services
+        self.client = client
+        self.clock = clock
+        self.sample_interval_s = sample_interval_s
+        self.grace_h = grace_h
+        self.health = HealthStore(services.store.redis)
+
+    async def tick(self) -> TickResult:
+        result = TickResult()
+        now = self.clock()
+        slot = int(now // self.sample_interval_s)
+        if await self.health.claim(f"slot:sample:{slot}", self.services.replica, self.sample_interval_s * 2):
+            await self.sample(now)
+            result.sampled = True
+        for name, post in self.services.inventory.schedules.items():
+            schedule = Schedule(name, post.channel, post.at, post.timezone, post.targets)
+            occurrence = due_occurrence(schedule, now, self.grace_h)
+            if occurrence is None:
+                continue
+            key = f"post:{name}:{occurrence}"
+            if not await self.health.claim(key, self.services.replica, 3 * 24 * 3600):
+                continue
+            try:
+                await self.post(schedule.channel, schedule.targets, name, now)
+                result.posted.append(f"{name}:{occurrence}")
+            except Exception:
+                # nothing was sent, so the occurrence stays due for the next tick (on any replica)
+                await self.services.store.redis.delete(f"gpuops:{key}")
+                log.exception("health post %s failed; will retry", key)
+        result.taken_over = await self.take_over()
+        return result
+
+    async def sample(self, now: float) -> None:
+        targets = resolve_targets("all", self.services.inventory, self.services.settings.local_gpus)
+        report = await read_status(self.services.transport, self.services.inventory, targets,
+                                   limits=self.services.limits, deadline_s=self.services.settings.status_deadline_s)
+        samples, down = samples_from(report.statuses, now)
+        await self.health.add_samples(samples, down, now)
+
+    async def report(self, targets_spec: str, name: str, now: float) -> HealthReport:
+        targets = resolve_targets(targets_spec, self.services.inventory, self.services.settings.local_gpus)
+        fresh = await read_status(self.services.transport, self.services.inventory, targets,
+                                  limits=self.services.limits, deadline_s=self.services.settings.status_deadline_s)
+        samples, down = samples_from(fresh.statuses, now)
+        await self.health.add_samples(samples, down, now)
+        recorded, unreachable = await self.health.samples_since(now - 24 * 3600)
+        labels = {t.label for t in targets}
+        recorded = [s for s in recorded if s.target in labels]
+        unreachable = [u for u in unreachable if u.target in labels and u.at >= now - 1]  # named if down *now*
+        previous = await self.health.last_report(name)
+        servers = await self.servers()
+        return build_report(recorded, unreachable, now, previous, hot_c=self.services.settings.hot_c, servers=servers)
+
+    async def servers(self) -> tuple[str, ...]:
+        """SGLang servers the history says are ready, and whether they answer now."""
+        lines = []
+        for attempt in await self.services.attempts.with_status("ready"):
+            container = container_of(self.services.inventory, _target(attempt))
+            python = container.python if container else "python3"
+            try:
+                out = await self.services.transport.run(attempt.node, remote.pct_exec(
+                    attempt.vmid, remote.health_check(python, attempt.port)), timeout_s=30, ok_exit=(0, 1))
+                health = json.loads(out.stdout.strip().splitlines()[-1])
+                state = "answers /health" if "error" not in health else f"does NOT answer: {health['error']}"
+            except (GpuopsError, ValueError, IndexError):
+                state = "could not be checked"
+            lines.append(f"`{attempt.id}` on {attempt.target_label} port {attempt.port} {state}")
+        return tuple(lines)
+
+    async def post(self, channel: str, targets_spec: str, name: str, now: float) -> HealthReport:
+        report = await self.report(targets_spec, name, now)
+        message = views.health_message(report)
+        posted = await post_messages(self.client, channel, [message])
+        recorded, _ = await self.health.samples_since(now - 24 * 3600)
+        png = health_png(recorded, now, f"GPU memory and utilization, last 24 h ({name})")
+        await upload_png(self.client, channel, posted[0] if posted else None, png, "gpu-health.png", "GPU health")
+        await self.health.save_report(name, report.to_dict())
+        return report
+
+    async def take_over(self) -> list[str]:
+        """Launches still `launching` whose tracker lease lapsed: follow them from this replica."""
+        from handlers.sglang import track
+
+        taken = []
+        for attempt in await self.services.attempts.with_status("launching"):
+            if await self.services.store.redis.exists(f"gpuops:tracker:{attempt.id}"):
+                continue
+            self.services.spawn(track(self.services, self.client, attempt))
+            taken.append(attempt.id)
+        return taken
+
+    async def run(self, every_s: float = 30.0) -> None:
+        while not self.services.stopping.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("scheduler tick failed")
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(self.services.stopping.wait(), every_s)
+
+
+def _target(attempt: Any) -> Any:
+    from bot.core.inventory import Target
+
+    return Target("container", attempt.node, attempt.vmid, attempt.container)

@@ -1,0 +1,41 @@
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from bot.core.health import GpuSample, Schedule, Unreachable, build_report, due_occurrence
+
+
+def ts(text, zone="UTC"):
+    return datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(zone)).timestamp()
+
+
+def test_due_occurrence_in_a_time_zone_with_grace():
+    berlin = Schedule("morning", "C1", "08:30", "Europe/Berlin")
+    assert due_occurrence(berlin, ts("2026-12-03 08:29", "Europe/Berlin")) is None
+    assert due_occurrence(berlin, ts("2026-12-03 08:30", "Europe/Berlin")) == "2026-12-03"
+    assert due_occurrence(berlin, ts("2026-12-03 14:29", "Europe/Berlin")) == "2026-12-03"  # late, within 6 h
+    assert due_occurrence(berlin, ts("2026-12-03 14:31", "Europe/Berlin")) is None  # missed for good
+    late_night = Schedule("late", "C1", "23:00", "UTC")
+    assert due_occurrence(late_night, ts("2026-12-04 02:00")) == "2026-12-03"  # across midnight
+
+
+def sample(at, gpu=0, used=1, util=0, holders=None, target="pve5", driver="580.126.09"):
+    return GpuSample(at, target, gpu, "NVIDIA RTX A6000", used, 49140, util, 40, 30.0, holders or {}, driver, "13.0")
+
+
+def test_idle_held_orphaned_unreachable_drift_and_changes():
+    now = ts("2026-12-03 08:30")
+    samples = [sample(now - h * 3600, 0, 30000, 0, {"CT 129": 30000}) for h in (3, 2, 1, 0)]
+    samples += [sample(now - h * 3600, 1, 20000, 0) for h in (1, 0)]
+    samples += [sample(now - h * 3600, 0, 1, 55, target="pve6", driver="570.124.06") for h in (2, 0)]
+    down = [Unreachable(now, "pve7", "no answer within 12s")]
+    previous = {"gpus": [{"target": "pve5", "gpu": 0, "holders_now": {}}],
+                "versions": {"pve5": "driver 570 / CUDA 12.8"}, "unreachable": []}
+    report = build_report(samples, down, now, previous)
+    assert "pve5 GPU 0: memory held while idle for 3.0 h — CT 129 30000 MiB" in report.findings
+    assert "pve5 GPU 1: 20000 MiB held with no process listed (orphaned)" in report.findings
+    assert any(f.startswith("driver/CUDA differ across nodes") for f in report.findings)
+    assert report.unreachable == ("pve7: no answer within 12s",)
+    assert "pve5 GPU 0: CT 129 now holds memory" in report.changes
+    assert "pve5: driver 570 / CUDA 12.8 -> driver 580.126.09 / CUDA 13.0" in report.changes
+    day = next(d for d in report.gpus if d.target == "pve6")
+    assert (day.util_peak_pct, day.util_mean_pct, day.idle_held_hours) == (55, 55, 0.0)

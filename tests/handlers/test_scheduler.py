@@ -1,0 +1,116 @@
+"""Two replicas against one real Redis, with an injected clock: daily posts, sampling, takeover."""
+
+import asyncio
+import os
+import re
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from bot.app import build_services
+from bot.core.inventory import ScheduledPost
+from bot.scheduler import Scheduler
+from bot.slack import web_client
+from bot.views import blocks_to_text
+from tests.views.test_status_render import check_golden
+
+
+def at(text):
+    return datetime.fromisoformat(text).replace(tzinfo=ZoneInfo("UTC")).timestamp()
+
+
+class Clock:
+    def __init__(self, now):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+async def replicas(lab):
+    """Replica A is the lab's app; replica B is a second process's worth of wiring on the same Redis."""
+    schedules = {"morning": ScheduledPost(channel="C0OPS", at="08:30", timezone="UTC", targets="all")}
+    lab.services.inventory = lab.services.inventory.model_copy(update={"schedules": schedules})
+    b = build_services(lab.services.settings, lab.services.inventory)
+    client = web_client(lab.services.settings.slack_bot_token.get_secret_value(), lab.standin.base_url)
+    clock = Clock(at("2026-12-03 05:00"))
+    one = Scheduler(lab.services, lab.app.client, clock, sample_interval_s=1800)
+    two = Scheduler(b, client, clock, sample_interval_s=1800)
+    yield lab, one, two, clock
+    await b.close()
+
+
+def health_posts(lab):
+    return [c for c in lab.standin.of("chat.postMessage") if "GPU health" in str(c.params.get("text"))]
+
+
+async def test_exactly_one_post_per_schedule_across_replicas(replicas):
+    lab, one, two, clock = replicas
+    clock.now = at("2026-12-03 08:31")
+    first, second = await asyncio.gather(one.tick(), two.tick())
+    assert first.posted + second.posted == ["morning:2026-12-03"]
+    assert first.sampled != second.sampled  # one replica sampled this slot
+    clock.now = at("2026-12-03 09:40")
+    again = await asyncio.gather(one.tick(), two.tick())
+    assert [r.posted for r in again] == [[], []]
+    assert len(health_posts(lab)) == 1
+    upload = [c for c in lab.standin.of("upload")]
+    assert len(upload) == 1 and upload[0].params["content"].count(b"\x89PNG") == 1
+
+
+async def test_a_post_missed_while_all_replicas_were_down_is_sent_late_once(replicas):
+    lab, one, two, clock = replicas
+    clock.now = at("2026-12-03 11:55")  # everyone was down at 08:30
+    results = await asyncio.gather(one.tick(), two.tick())
+    assert sum(len(r.posted) for r in results) == 1
+    clock.now = at("2026-12-04 15:00")  # the next day's occurrence was missed beyond the grace window
+    results = await asyncio.gather(one.tick(), two.tick())
+    assert sum(len(r.posted) for r in results) == 0
+    assert len(health_posts(lab)) == 1
+
+
+async def test_report_from_recorded_samples_names_idle_held_gpus_and_unreachable_nodes(replicas):
+    lab, one, two, clock = replicas
+    holder = lab.nodes["pve5"].spawn_holder(0, "python3 -m sglang.launch_server", 30000, 129)
+    for minutes in range(0, 181, 30):  # three hours of samples, every 30 min, whichever replica claims the slot
+        clock.now = at("2026-12-03 05:00") + minutes * 60
+        await asyncio.gather(one.tick(), two.tick())
+    clock.now = at("2026-12-03 08:31")
+    await one.tick() if (await two.tick()).posted == [] else None
+    post = health_posts(lab)[-1]
+    text = blocks_to_text(post.blocks)
+    # samples from 05:00 to 08:30, and the post itself reads the GPUs at 08:31: 3.5 h held while idle
+    assert "pve5 GPU 0: memory held while idle for 3.5 h — CT 129 30000 MiB" in text
+    assert "[X] pve7:" in text and "pve6" in text  # unreachable and nvidia-smi error: named, not dropped
+    normalised = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
+    normalised = re.sub(r"\('127\.0\.0\.1', \d+\)", "('127.0.0.1', PORT)", normalised)
+    normalised = re.sub(rf"\b{holder}\b", "PID", normalised)
+    check_golden("health_post.txt", normalised + "\n")
+    os.kill(holder, 0)
+
+
+async def test_a_dead_replicas_launch_tracking_is_taken_over(replicas):
+    lab, one, two, clock = replicas
+    from tests.handlers.test_launch_flow import model, wait_text
+
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "Launch `a", method="chat.postMessage")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    for _ in range(100):
+        if lab.services.tasks:
+            break
+        await asyncio.sleep(0.05)
+    lab.services.stopping.set()  # replica A goes away; its lease lapses
+    await asyncio.wait(list(lab.services.tasks), timeout=10)
+    assert await two.take_over() == [attempt.id]
+    for _ in range(100):
+        holder = await lab.services.store.redis.get(f"gpuops:tracker:{attempt.id}")
+        if holder:
+            break
+        await asyncio.sleep(0.05)
+    assert holder == two.services.replica
+    assert await two.take_over() == []  # followed once
