@@ -6,7 +6,9 @@ connection-error retry handlers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -20,6 +22,27 @@ from bot.views import SlackMessage
 
 log = logging.getLogger(__name__)
 FALLBACK_ERRORS = {"not_in_channel", "channel_not_found", "is_archived"}
+CHANNEL_PACE_S = 1.0  # Slack allows about one message per second per channel
+
+
+class ChannelPace:
+    """Spaces this process's posts to one channel at least CHANNEL_PACE_S apart."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._last: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._clock = clock
+
+    async def wait(self, channel: str) -> None:
+        lock = self._locks.setdefault(channel, asyncio.Lock())
+        async with lock:
+            wait = self._last.get(channel, -1e9) + CHANNEL_PACE_S - self._clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._last[channel] = self._clock()
+
+
+PACE = ChannelPace()
 
 
 def web_client(token: str | None, base_url: str) -> AsyncWebClient:
@@ -46,6 +69,7 @@ async def post_messages(
     back to the command's response_url so the answer is never lost."""
     posted: list[str] = []
     for message in messages:
+        await PACE.wait(channel)
         try:
             answer = await client.chat_postMessage(
                 channel=channel, text=message.text, blocks=message.blocks, thread_ts=thread_ts,

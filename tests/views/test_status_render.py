@@ -90,3 +90,17 @@ def test_every_structured_format_renders_the_same_rows(sample):
         assert f"{row.gpu.memory_used_mib}/{row.gpu.memory_total_mib} MiB" in text
         for p in row.processes:
             assert str(p.pid) in text
+
+
+async def test_posts_to_one_channel_are_paced_one_per_second():
+    import time as _time
+
+    from bot.slack import ChannelPace
+
+    pace = ChannelPace()
+    started = _time.monotonic()
+    for _ in range(3):
+        await pace.wait("C1")
+    await pace.wait("C2")  # another channel is not held back
+    elapsed = _time.monotonic() - started
+    assert 2.0 <= elapsed < 2.5
