@@ -26,6 +26,7 @@ class PlannedBudget:
     gpu_totals_gib: tuple[float, ...]
     versions: dict[str, str | None]
     weights_source: str
+    gpu_uuids: tuple[str, ...] = ()  # the GPUs the launch will use (the first tp the container sees)
 
 
 async def plan_budget(transport: Transport, inventory: Inventory, target: Target, model_path: str,
@@ -86,7 +87,8 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total))
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
     title = f"{model.name} on {target.label}: {flags.tp}x {name.removeprefix('NVIDIA ')}, {installed}"
-    return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, source)
+    uuids = tuple(g.uuid for g in used if g.uuid)
+    return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, source, uuids)
 
 
 __all__ = ["CommandFailed", "PlannedBudget", "plan_budget"]

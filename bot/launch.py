@@ -168,7 +168,8 @@ def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, tp: int, limit
     if host is None:
         return Check("GPUs clean", "warn", "the node's process list could not be read")
     holders = []
-    for gpu in host.gpus[:max(tp, 1)] if not host.gpus else host.gpus:
+    wanted = set(planned.gpu_uuids)
+    for gpu in (g for g in host.gpus if not wanted or g.uuid in wanted):
         procs = host.processes_of(gpu)
         for p in procs:
             owner = f"CT {p.vmid}" if p.vmid else "the host"

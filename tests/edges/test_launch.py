@@ -155,3 +155,14 @@ async def test_free_kills_only_the_listed_pids_still_holding_memory(setup):
 
     os.kill(other, 0)  # the unlisted process is untouched
     node.add_process  # noqa: B018
+
+
+async def test_gpus_clean_looks_only_at_the_gpus_the_launch_uses(setup):
+    node, inventory, transport, store = setup
+    node.spawn_holder(1, "python3 train.py", 20000, 131)  # another container on GPU 1
+    _, pre = await run_launch(node, inventory, transport, store, ("--tp", "1", "--mem-fraction-static", "0.88",
+                                                                  "--mamba-ssm-dtype", "bfloat16"))
+    assert {c.name: c.result for c in pre.checks}["GPUs clean"] == "ok"  # tp=1 uses GPU 0 only
+    _, pre = await run_launch(node, inventory, transport, store, ("--tp", "2", "--mem-fraction-static", "0.88"))
+    clean = {c.name: c for c in pre.checks}["GPUs clean"]
+    assert clean.result == "fail" and "(CT 131) python3 train.py 20000 MiB" in clean.detail
