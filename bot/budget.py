@@ -27,6 +27,7 @@ class PlannedBudget:
     versions: dict[str, str | None]
     weights_source: str
     gpu_uuids: tuple[str, ...] = ()  # the GPUs the launch will use (the first tp the container sees)
+    model_transformers: str | None = None  # transformers_version recorded in config.json
 
 
 async def plan_budget(transport: Transport, inventory: Inventory, target: Target, model_path: str,
@@ -88,7 +89,8 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
     title = f"{model.name} on {target.label}: {flags.tp}x {name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)
-    return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, source, uuids)
+    return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, source, uuids,
+                         model.transformers_version)
 
 
 __all__ = ["CommandFailed", "PlannedBudget", "plan_budget"]

@@ -151,6 +151,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
             extra = ", ".join(f"{k} {v}" for k, v in versions.items() if k != "sglang" and v)
             detail = f"SGLang {sglang}" + (f" ({extra})" if extra else "")
             checks.append(Check("SGLang supports the model", "ok", detail))
+        checks.append(_transformers_check(planned))
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
         detail = budget.error_text or (budget.reasons[0] if budget.reasons else
@@ -162,6 +163,25 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
     return Preflight(request, tuple(checks), planned, port)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def _transformers_check(planned: PlannedBudget) -> Check:
+    """The checkpoint names the transformers that wrote it; an older one may not know its model_type."""
+    installed = planned.versions.get("transformers")
+    written = planned.model_transformers
+    if not installed:
+        return Check("transformers", "warn", "transformers not found in the container's SGLang environment")
+    if written and _version_tuple(installed)[:2] < _version_tuple(written)[:2]:
+        return Check("transformers", "warn", f"transformers {installed} is older than the {written} that wrote "
+                     "this checkpoint's config.json; an unknown model_type fails at load (KeyError in CONFIG_MAPPING)")
+    return Check("transformers", "ok", f"transformers {installed}" + (f" (config written by {written})" if written
+                                                                       else ""))
 
 
 def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, tp: int, limits: Thresholds) -> Check:

@@ -123,6 +123,7 @@ class ModelSpec:
     multimodal: bool = False
     vision_layers: int = 0
     vision_hidden: int = 0
+    transformers_version: str | None = None  # the transformers that wrote this config.json
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -240,6 +241,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         multimodal=bool(vision) or "ConditionalGeneration" in architecture,
         vision_layers=vision_layers,
         vision_hidden=vision_hidden,
+        transformers_version=_get(config, "transformers_version") or _get(text, "transformers_version"),
     )
 
 

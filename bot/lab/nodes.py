@@ -59,7 +59,8 @@ def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
         "gpus": gpus,
         "processes": [],
         "containers": {str(vmid): {"status": "running", "name": "sglang-a6000", "gpus": [g["index"] for g in gpus],
-                                   "sglang_version": "0.5.9", "models": ["Qwen3.6-27B"]}},
+                                   "sglang_version": "0.5.9", "transformers_version": "4.57.1",
+                                   "models": ["Qwen3.6-27B"]}},
     }
 
 
@@ -79,6 +80,11 @@ def provision_containers(state_dir: Path, state: dict[str, Any]) -> None:
             info = site / f"sglang-{version}.dist-info"
             info.mkdir(exist_ok=True)
             (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+            if ct.get("transformers_version"):
+                tf = site / f"transformers-{ct['transformers_version']}.dist-info"
+                tf.mkdir(exist_ok=True)
+                (tf / "METADATA").write_text(
+                    f"Metadata-Version: 2.1\nName: transformers\nVersion: {ct['transformers_version']}\n")
             scenario = root / "scenario.json"
             scenario.write_text(json.dumps({"queue": [], "delay_s": 0.05}))
             ct["env"] = {"PYTHONPATH": str(site), "GPUOPS_LAB_SCENARIO": str(scenario),

@@ -70,6 +70,16 @@ async def test_preflight_refuses_the_seed_launch_at_085_with_the_real_reasons(se
     assert checks["memory budget"].result == "fail" and "Not enough memory" in checks["memory budget"].detail
     assert checks["GPUs clean"].result == "ok" and checks["port free"].result == "ok"
     assert checks["SGLang supports the model"].result == "warn"  # 0.5.9 < 0.5.10
+    assert checks["transformers"].result == "ok" and "config written by 4.57.1" in checks["transformers"].detail
+
+
+def test_transformers_older_than_the_checkpoint_is_a_warning():
+    from bot.budget import PlannedBudget
+    from bot.launch import _transformers_check
+
+    planned = PlannedBudget(None, "t", (), {"transformers": "4.51.3"}, "", (), "4.57.1")  # type: ignore[arg-type]
+    check = _transformers_check(planned)
+    assert check.result == "warn" and "older than the 4.57.1" in check.detail
 
 
 async def test_launch_becomes_ready_and_stop_returns_the_memory(setup):
