@@ -378,6 +378,10 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
                        f", sharded over tp={tp} (embeddings vocab-parallel; norms replicated)")
         if experts_dense:
             weights_why += f"; MoE experts in {model.dtype}: no AWQ MoE kernel on ROCm"
+        kept = [f"{part}" + ("" if share >= 1 else f" ({share:.0%})") for part, share in quant.kept
+                if part in ("attention", "mlp", "experts", "linear attention")]
+        if kept:
+            weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
     w.line("target weights", weights, weights_why)
     draft_layers = 0
     draft_weights = 0.0

@@ -8,7 +8,8 @@ geometry, then turned into bytes per GPU for a dtype or quantization and a TP si
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 GIB = 1 << 30
@@ -27,11 +28,17 @@ class Quantization:
 
     method: str  # none | fp8 | awq | gptq | int4 | nvfp4 | compressed-tensors
     bytes_per_param: float
-    experts_only: bool = False  # e.g. Kimi-K2.5: only routed experts are INT4
+    experts_only: bool = False  # the scheme targets only routed experts
+    # weight parts the checkpoint leaves in the model dtype, with the fraction of each (from its
+    # modules_to_not_convert / ignore / exclude_modules list): e.g. (("attention", 1.0),)
+    kept: tuple[tuple[str, float], ...] = ()
 
     @property
     def label(self) -> str:
         return self.method
+
+    def kept_fraction(self, part: str) -> float:
+        return dict(self.kept).get(part, 0.0)
 
 
 NO_QUANT = Quantization("none", 0.0)
@@ -209,6 +216,9 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         merge = 4 * vision_hidden
         vision_params += merge * merge + merge * out
     quant = _quantization(config, text)
+    exclusions = _exclusion_list(config, text)
+    if exclusions and quant.method != "none":
+        quant = replace(quant, kept=kept_parts(exclusions, kinds))
     return ModelSpec(
         name=name,
         architecture=architecture,
@@ -291,11 +301,80 @@ def _quantization(config: dict[str, Any], text: dict[str, Any]) -> Quantization:
         weights = first.get("weights") or {}
         targets = " ".join(str(t) for t in first.get("targets", []))
         return quantization_from("compressed-tensors", weights.get("num_bits", 4), weights.get("group_size", 32),
-                                 experts_only="expert" in targets.lower() or bool(q.get("ignore")))
+                                 experts_only="expert" in targets.lower())
     if method == "modelopt":
         algo = str(q.get("quant_algo", "")).lower()
         return quantization_from("fp8" if "fp8" in algo and "fp4" not in algo else "nvfp4")
     return quantization_from(method, q.get("bits"), q.get("group_size"))
+
+
+def _exclusion_list(config: dict[str, Any], text: dict[str, Any]) -> list[str]:
+    """Module names/patterns the checkpoint's quantization leaves unquantized, whatever the tool called them."""
+    q = config.get("quantization_config") or text.get("quantization_config") or {}
+    names: list[str] = []
+    for key in ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers"):
+        value = q.get(key)
+        if isinstance(value, list):
+            names += [str(v) for v in value]
+    return names
+
+
+_TINY_OR_ROUTER = re.compile(
+    r"router|shared_expert_gate|(^|[.*])gate$|\.gate\b(?!_)|in_proj_(a|b|ba)\b|a_log|dt_bias|norm")
+_LAYER_INDEX = re.compile(r"layers\.(\d+)(\.|$)")
+_PART_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vision tower", ("visual", "vision", "vpm", "multi_modal_projector", "mm_projector", "merger", "audio")),
+    ("mtp head", ("mtp",)),
+    ("lm_head", ("lm_head",)),
+    ("embeddings", ("embed_tokens", "wte")),
+    ("linear attention", ("linear_attn",)),
+    ("mlp", ("shared_expert",)),
+    ("experts", ("experts",)),
+    ("attention", ("self_attn", "attn", "attention")),
+    ("mlp", ("mlp", "feed_forward")),
+)
+
+
+def exclusion_part(pattern: str) -> str | None:
+    """The weight part an exclusion entry names, or None for a router, a norm or a tiny projection
+    (already counted in the model dtype) and for a name this model does not know."""
+    name = pattern.lower().removeprefix("re:")
+    if _TINY_OR_ROUTER.search(name):
+        return None
+    for part, words in _PART_KEYWORDS:
+        if any(word in name for word in words):
+            return part
+    return None
+
+
+def kept_parts(patterns: list[str], kinds: tuple[LayerKind, ...]) -> tuple[tuple[str, float], ...]:
+    """Fraction of each weight part an exclusion list keeps unquantized.
+
+    A pattern without a layer index (``model.layers.*.self_attn``, ``re:.*self_attn.*``) keeps the
+    whole part; ``model.layers.3.self_attn.q_proj`` keeps layer 3's share of it (one layer of the
+    layers holding that part; a single named projection counts as its layer's whole share, an
+    upper bound on the bytes kept)."""
+    whole: set[str] = set()
+    by_layer: dict[str, set[int]] = {}
+    for pattern in patterns:
+        part = exclusion_part(pattern)
+        if part is None:
+            continue
+        match = _LAYER_INDEX.search(pattern)
+        if match is None:
+            whole.add(part)
+        else:
+            by_layer.setdefault(part, set()).add(int(match.group(1)))
+    holders = {
+        "attention": sum(1 for k in kinds if k != "linear"),
+        "linear attention": sum(1 for k in kinds if k == "linear"),
+    }
+    kept: dict[str, float] = {part: 1.0 for part in whole}
+    for part, layer_set in by_layer.items():
+        if part in whole:
+            continue
+        kept[part] = min(1.0, len(layer_set) / max(1, holders.get(part, len(kinds))))
+    return tuple(sorted(kept.items()))
 
 
 # ----------------------------------------------------------------------------- weights
@@ -415,7 +494,8 @@ def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = 
         if part.expert and experts_unquantized:
             pass
         elif part.quantizable and quant.method != "none" and (part.expert or not quant.experts_only):
-            per_param = quant.bytes_per_param
+            kept = quant.kept_fraction(part.name)
+            per_param = kept * base + (1 - kept) * quant.bytes_per_param
         share = part.params / tp if part.sharded else part.params
         total += share * per_param
     return total

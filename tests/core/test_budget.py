@@ -18,6 +18,8 @@ from bot.core.budget import (
 from bot.core.flags import LaunchFlags, parse_sglang_flags
 from bot.core.model import (
     GIB,
+    exclusion_part,
+    kept_parts,
     kv_bytes_per_token,
     mamba_bytes_per_request,
     read_config,
@@ -157,6 +159,49 @@ def test_awq_moe_on_rocm_materialises_experts_unquantized():
                                       quant=quantization_from("awq")))
     assert rocm.verdict is VerdictKind.FAILS and "OutOfMemoryError" in rocm.error_text
     assert cuda.weights_gib < 12 and rocm.weights_gib > 30
+
+
+# --------------------------------------------------------------------------- what a checkpoint leaves unquantized
+
+# openai/gpt-oss-120b config.json quantization_config.modules_to_not_convert, as published
+GPT_OSS_EXCLUDED = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
+
+
+def test_exclusion_entries_name_weight_parts_routers_and_tiny_projections_aside():
+    kimi = json.loads((CONFIGS / "moonshotai__Kimi-K2.5" / "config.json").read_text())
+    ignore = kimi["quantization_config"]["ignore"]
+    assert [exclusion_part(p) for p in ignore] == ["lm_head", "attention", "mlp", "mlp"]
+    assert [exclusion_part(p) for p in GPT_OSS_EXCLUDED] == ["attention", None, "embeddings", "lm_head"]
+    # Qwen3.x NVFP4 exports name GDN projections and routers one by one; the gates are routers
+    assert exclusion_part("model.language_model.layers.0.linear_attn.out_proj") == "linear attention"
+    assert exclusion_part("model.language_model.layers.0.linear_attn.in_proj_a") is None
+    assert exclusion_part("model.language_model.layers.0.mlp.shared_expert_gate") is None
+    assert exclusion_part("model.language_model.layers.0.mlp.gate") is None
+    assert exclusion_part("model.language_model.layers.0.mlp.gate_proj") == "mlp"
+    assert exclusion_part("mtp*") == "mtp head"
+
+
+def test_per_layer_exclusions_keep_that_layers_share():
+    qwen = spec("Qwen__Qwen3.6-27B")  # 16 full-attention layers: 3, 7, ..., 63
+    kept = dict(kept_parts([f"model.language_model.layers.{i}.self_attn.q_proj" for i in (3, 7)]
+                           + ["model.language_model.layers.*.mlp"], qwen.layer_kinds))
+    assert kept == {"attention": 2 / 16, "mlp": 1.0}
+
+
+def test_kimi_keeps_attention_shared_experts_and_dense_mlp_in_bf16():
+    kimi = spec("moonshotai__Kimi-K2.5")
+    assert dict(kimi.quant.kept) == {"attention": 1.0, "lm_head": 1.0, "mlp": 1.0}
+    # by hand: routed experts at 4 bits + one bf16 scale per 32 weights, everything else bf16
+    expected = sum(p.params / (8 if p.sharded else 1) * (0.5 + 2 / 32 if p.expert else 2.0)
+                   for p in weight_parts(kimi))
+    assert weight_bytes_per_gpu(kimi, 8) == pytest.approx(expected)
+    budget = run(kimi, ["--tp", "8"], total_mib=143771, count=8)
+    assert "checkpoint keeps attention, mlp in bfloat16" in next(line.why for line in budget.lines
+                                                                 if line.label == "target weights")
+
+
+def test_nvfp4_export_keeps_its_mtp_head_out_of_the_quantized_groups():
+    assert dict(spec("nvidia__Qwen3.6-35B-A3B-NVFP4").quant.kept) == {"mtp head": 1.0}
 
 
 # --------------------------------------------------------------------------- versions, defaults, errors
