@@ -30,6 +30,7 @@ class GpuSample:
     holders: dict[str, int] = field(default_factory=dict)  # "CT 129" / "host" -> MiB
     driver: str | None = None
     cuda: str | None = None
+    power_limit_w: float | None = None  # the enforced cap; absent in samples stored before it was kept
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def samples_from(statuses: tuple[TargetStatus, ...], at: float) -> tuple[list[Gp
             g = row.gpu
             samples.append(GpuSample(at, label, g.index, g.name, g.memory_used_mib, g.memory_total_mib,
                                      g.utilization_pct, g.temperature_c, g.power_draw_w, holders,
-                                     snap.driver_version if snap else None, snap.cuda_version if snap else None))
+                                     snap.driver_version if snap else None, snap.cuda_version if snap else None,
+                                     g.power_limit_w))
     return samples, down
 
 
@@ -92,6 +94,7 @@ class HealthReport:
 
 IDLE_PCT = 1
 HELD_MIB = 1024
+OVER_CAP = 1.05  # power.draw readings a few % over the cap are sampling noise at the limit
 
 
 def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, previous: dict[str, Any] | None,
@@ -125,6 +128,12 @@ def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, 
             findings.append(f"{target} GPU {gpu}: {last.memory_used_mib} MiB held with no process listed (orphaned)")
         if temps and max(temps) >= hot_c:
             findings.append(f"{target} GPU {gpu}: reached {max(temps)}°C")
+        over = [s for s in series if s.power_draw_w is not None and s.power_limit_w
+                and s.power_draw_w > s.power_limit_w * OVER_CAP]
+        if over:
+            peak = max(over, key=lambda s: s.power_draw_w or 0.0)
+            findings.append(f"{target} GPU {gpu}: drew {peak.power_draw_w:.0f} W over its {peak.power_limit_w:.0f} W "
+                            f"cap in {len(over)} of {len(series)} samples")
     versions: dict[str, str] = {}
     for s in recent:
         if s.driver:

@@ -39,3 +39,17 @@ def test_idle_held_orphaned_unreachable_drift_and_changes():
     assert "pve5: driver 570 / CUDA 12.8 -> driver 580.126.09 / CUDA 13.0" in report.changes
     day = next(d for d in report.gpus if d.target == "pve6")
     assert (day.util_peak_pct, day.util_mean_pct, day.idle_held_hours) == (55, 55, 0.0)
+    assert not any("cap" in f for f in report.findings)  # these samples carry no enforced cap
+
+
+def test_power_over_the_enforced_cap_is_a_finding_at_the_cap_is_not():
+    now = ts("2026-12-03 08:30")
+
+    def at_power(h, draw, gpu=0):
+        return GpuSample(now - h * 3600, "pve5", gpu, "NVIDIA RTX A6000", 40000, 49140, 98, 70, draw, {"CT 129": 40000},
+                         "580.126.09", "13.0", power_limit_w=300.0)
+
+    samples = [at_power(h, w) for h, w in ((3, 299.8), (2, 341.2), (1, 300.9), (0, 355.0))]
+    samples += [at_power(h, 314.0, gpu=1) for h in (1, 0)]  # within 5% of the cap: running at the limit
+    report = build_report(samples, [], now, None)
+    assert [f for f in report.findings if "cap" in f] == ["pve5 GPU 0: drew 355 W over its 300 W cap in 2 of 4 samples"]
