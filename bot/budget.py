@@ -5,6 +5,7 @@ live free memory. Slack, the CLI and the launch pre-flight call :func:`plan_budg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 
@@ -25,7 +26,6 @@ class PlannedBudget:
     title: str
     gpu_totals_gib: tuple[float, ...]
     versions: dict[str, str | None]
-    weights_source: str
     gpu_uuids: tuple[str, ...] = ()  # the GPUs the launch will use (the first tp the container sees)
     model_transformers: str | None = None  # transformers_version recorded in config.json
 
@@ -41,8 +41,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         sizes_argv = remote.safetensors_sizes(model_path)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    container = next((c for c in inventory.containers.values()
-                      if c.node == target.node and c.vmid == target.vmid), None)
+    container = inventory.container_at(target.node, target.vmid)
     python = container.python if container else "python3"
 
     def inside(argv: remote.Argv) -> remote.Argv:
@@ -62,16 +61,12 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         model = read_config(json.loads(config_out.stdout), name=model_path.rstrip("/").rsplit("/", 1)[-1])
     except (json.JSONDecodeError, ModelConfigError) as exc:
         raise UsageError(f"`{config_path}` is not a usable config.json: {exc}") from None
-    weights_total, source = None, "estimated from config.json (no checkpoint size found)"
+    weights_total = None  # None: estimated from config.json
     if index_out.exit_status == 0:
-        try:
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError, ValueError):
             weights_total = int(json.loads(index_out.stdout)["metadata"]["total_size"])
-            source = "model.safetensors.index.json total_size"
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            pass
     if weights_total is None and sizes_out.exit_status == 0 and sizes_out.stdout.strip():
         weights_total = sum(int(x) for x in sizes_out.stdout.split() if x.isdigit())
-        source = "sum of the *.safetensors file sizes"
     try:
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
@@ -80,8 +75,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         raise UsageError(f"--tp-size {flags.tp} needs {flags.tp} GPUs; container {target.label} sees {len(gpus.gpus)}")
     used = gpus.gpus[:flags.tp]
     totals = [g.memory_total_mib for g in used if g.memory_total_mib]
-    free = tuple(g.memory_total_mib - g.memory_used_mib for g in used
-                 if g.memory_total_mib is not None and g.memory_used_mib is not None)
+    free = tuple(g.memory_free_mib for g in used if g.memory_free_mib is not None)
     name = (used[0].name or "GPU") if used else "GPU"
     plan = GpuPlan(name, min(totals) if totals else None, len(gpus.gpus), free)
     sglang = versions.get("sglang")
@@ -89,7 +83,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
     title = f"{model.name} on {target.label}: {flags.tp}x {name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)
-    return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, source, uuids,
+    return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, uuids,
                          model.transformers_version)
 
 

@@ -215,10 +215,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         out = int(_get(vision, "out_hidden_size", default=hidden) or hidden)
         merge = 4 * vision_hidden
         vision_params += merge * merge + merge * out
-    quant = _quantization(config, text)
-    exclusions = _exclusion_list(config, text)
-    if exclusions and quant.method != "none":
-        quant = replace(quant, kept=kept_parts(exclusions, kinds))
+    quant = _quantization(config, text, kinds)
     return ModelSpec(
         name=name,
         architecture=architecture,
@@ -290,10 +287,20 @@ def _moe(text: dict[str, Any], layers: int) -> Moe | None:
     return Moe(int(experts), inter, shared, frozenset(dense), dense_and_moe=bool(text.get("enable_moe_block")))
 
 
-def _quantization(config: dict[str, Any], text: dict[str, Any]) -> Quantization:
+def _quantization(config: dict[str, Any], text: dict[str, Any], kinds: tuple[LayerKind, ...]) -> Quantization:
     q = config.get("quantization_config") or text.get("quantization_config")
     if not q:
         return NO_QUANT
+    scheme = _scheme(q)
+    # the modules the checkpoint leaves unquantized, whatever the quantizer called the list
+    excluded = [str(name) for key in ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers")
+                if isinstance(q.get(key), list) for name in q[key]]
+    if excluded and scheme.method != "none":
+        return replace(scheme, kept=kept_parts(excluded, kinds))
+    return scheme
+
+
+def _scheme(q: dict[str, Any]) -> Quantization:
     method = str(q.get("quant_method", "")).lower()
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
@@ -306,17 +313,6 @@ def _quantization(config: dict[str, Any], text: dict[str, Any]) -> Quantization:
         algo = str(q.get("quant_algo", "")).lower()
         return quantization_from("fp8" if "fp8" in algo and "fp4" not in algo else "nvfp4")
     return quantization_from(method, q.get("bits"), q.get("group_size"))
-
-
-def _exclusion_list(config: dict[str, Any], text: dict[str, Any]) -> list[str]:
-    """Module names/patterns the checkpoint's quantization leaves unquantized, whatever the tool called them."""
-    q = config.get("quantization_config") or text.get("quantization_config") or {}
-    names: list[str] = []
-    for key in ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers"):
-        value = q.get(key)
-        if isinstance(value, list):
-            names += [str(v) for v in value]
-    return names
 
 
 _TINY_OR_ROUTER = re.compile(

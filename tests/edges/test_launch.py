@@ -77,7 +77,8 @@ def test_transformers_older_than_the_checkpoint_is_a_warning():
     from bot.budget import PlannedBudget
     from bot.launch import _transformers_check
 
-    planned = PlannedBudget(None, "t", (), {"transformers": "4.51.3"}, "", (), "4.57.1")  # type: ignore[arg-type]
+    planned = PlannedBudget(None, "t", (), {"transformers": "4.51.3"},  # type: ignore[arg-type]
+                            model_transformers="4.57.1")
     check = _transformers_check(planned)
     assert check.result == "warn" and "older than the 4.57.1" in check.detail
 
