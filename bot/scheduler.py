@@ -23,9 +23,11 @@ from bot import views
 from bot.app import Services
 from bot.chart import health_png
 from bot.core import argv as remote
+from bot.core.gpu_faults import NodeFaults
 from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
-from bot.core.inventory import resolve_targets
+from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError
+from bot.faults import read_faults
 from bot.launch import container_of
 from bot.slack import post_messages, upload_png
 from bot.status import read_status
@@ -89,13 +91,30 @@ class Scheduler:
                                   limits=self.services.limits, deadline_s=self.services.settings.status_deadline_s)
         samples, down = samples_from(fresh.statuses, now)
         await self.health.add_samples(samples, down, now)
+        faults = await self.faults({s.target for s in samples} - {u.target for u in down}, targets, now)
         recorded, unreachable = await self.health.samples_since(now - 24 * 3600)
         labels = {t.label for t in targets}
         recorded = [s for s in recorded if s.target in labels]
         unreachable = [u for u in unreachable if u.target in labels and u.at >= now - 1]  # named if down *now*
         previous = await self.health.last_report(name)
         servers = await self.servers()
-        return build_report(recorded, unreachable, now, previous, hot_c=self.services.settings.hot_c, servers=servers)
+        return build_report(recorded, unreachable, now, previous, hot_c=self.services.settings.hot_c, servers=servers,
+                            faults=faults)
+
+    async def faults(self, answered: set[str], targets: list[Target], now: float) -> tuple[NodeFaults, ...]:
+        """ECC counters and Xid events of each node that answered (read on the node itself)."""
+        nodes = sorted({t.node for t in targets if t.kind != "local" and t.label in answered})
+        deadline = self.services.settings.status_deadline_s * 2
+
+        async def one(node: str) -> NodeFaults:
+            try:
+                return await asyncio.wait_for(read_faults(self.services.transport, node, now), deadline)
+            except TimeoutError:
+                why = f"no answer within {deadline:g}s"
+                return NodeFaults(node, memory_problem=f"ECC counters not readable: {why}",
+                                  xid_problem=f"kernel log not readable: {why}")
+
+        return tuple(await asyncio.gather(*(one(n) for n in nodes)))
 
     async def servers(self) -> tuple[str, ...]:
         """SGLang servers the history says are ready, and whether they answer now."""
@@ -146,6 +165,4 @@ class Scheduler:
 
 
 def _target(attempt: Any) -> Any:
-    from bot.core.inventory import Target
-
     return Target("container", attempt.node, attempt.vmid, attempt.container)

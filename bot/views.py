@@ -426,6 +426,8 @@ def health_message(report: HealthReport) -> SlackMessage:
         parts.append("*Since the last report:*\n" + "\n".join(f"• {escape_mrkdwn(c)}" for c in report.changes))
     if report.versions:
         parts.append("*Versions:* " + escape_mrkdwn("; ".join(f"{t}: {v}" for t, v in sorted(report.versions.items()))))
+    if report.hardware:
+        parts.append("*ECC and Xid:*\n" + "\n".join(f"• {escape_mrkdwn(h)}" for h in report.hardware))
     for part in parts:
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(part)]
     dicts = [b.to_dict() for b in blocks]

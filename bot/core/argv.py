@@ -6,6 +6,7 @@ transport joins it with :func:`shlex.join`, so no argument is ever interpreted b
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 
@@ -24,6 +25,25 @@ def nvidia_smi_query_gpu(fields: Sequence[str] = GPU_QUERY_FIELDS) -> Argv:
 
 def nvidia_smi_query_apps(fields: Sequence[str] = APPS_QUERY_FIELDS) -> Argv:
     return ("nvidia-smi", "--query-compute-apps=" + ",".join(fields), "--format=csv,noheader,nounits")
+
+
+def nvidia_smi_query_memory_errors(fields: Sequence[str]) -> Argv:
+    """ECC / retired-page / remapped-row counters, printed *with* a header so a field an older
+    driver refuses can be dropped and the answer still read by name."""
+    for name in fields:
+        if not re.fullmatch(r"[a-z0-9_.]+", name):
+            raise ValueError(f"not a query field: {name!r}")
+    return ("nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv,nounits")
+
+
+def kernel_log_journal(hours: int) -> Argv:
+    """The node's kernel messages of the last ``hours``, with ISO times (systemd journal)."""
+    return ("journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", f"--since=-{_check_int(hours, 'hours', 1)}h")
+
+
+def kernel_log_ring() -> Argv:
+    """The kernel ring buffer with ISO times: the fallback where there is no journal."""
+    return ("dmesg", "--time-format=iso")
 
 
 def nvidia_smi_versions() -> Argv:
@@ -79,8 +99,6 @@ PACKAGE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
 def python_package_versions(python: str, packages: Sequence[str]) -> Argv:
-    import re
-
     for name in packages:
         if not re.match(PACKAGE_RE, name):
             raise ValueError(f"not a package name: {name!r}")

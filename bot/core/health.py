@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from bot.core.gpu_faults import NodeFaults, summarise_faults
 from bot.core.status import TargetState, TargetStatus
 
 
@@ -87,6 +88,8 @@ class HealthReport:
     unreachable: tuple[str, ...]
     versions: dict[str, str]  # target -> "driver X / CUDA Y"
     changes: tuple[str, ...]  # since the previous report
+    hardware: tuple[str, ...] = ()  # per node: ECC and Xid coverage (what was read, what is not exposed)
+    fault_counts: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # for the next report
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +102,7 @@ OVER_CAP = 1.05  # power.draw readings a few % over the cap are sampling noise a
 
 def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, previous: dict[str, Any] | None,
                  *, window_h: float = 24.0, hot_c: int = 85, idle_hours: float = 2.0,
-                 servers: tuple[str, ...] = ()) -> HealthReport:
+                 servers: tuple[str, ...] = (), faults: tuple[NodeFaults, ...] = ()) -> HealthReport:
     start = now - window_h * 3600
     recent = sorted((s for s in samples if s.at >= start), key=lambda s: s.at)
     by_gpu: dict[tuple[str, int], list[GpuSample]] = {}
@@ -162,8 +165,11 @@ def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, 
                 changes.append(f"{target}: {old_version} -> {version}")
         for gone in sorted(set(previous.get("unreachable", ())) - set(unreachable)):
             changes.append(f"reachable again: {gone.split(':')[0]}")
+    hardware = summarise_faults(faults, (previous or {}).get("fault_counts"), window_h)
+    findings += hardware.findings
     findings += [f"SGLang: {s}" for s in servers]
-    return HealthReport(now, window_h, tuple(days), tuple(findings), unreachable, versions, tuple(changes))
+    return HealthReport(now, window_h, tuple(days), tuple(findings), unreachable, versions, tuple(changes),
+                        hardware.coverage, hardware.counts)
 
 
 # --------------------------------------------------------------------------- schedules

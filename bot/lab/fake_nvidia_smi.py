@@ -3,8 +3,8 @@
 Answers the structured queries the bot makes from the node's scenario file
 ``$FAKE_PVE_STATE/node.json``. Inside a container (``FAKE_CT`` set by the fake pct) it shows
 only the GPUs passed to that container and, like the real thing in a PID namespace, no
-processes. Knobs in the scenario: ``smi: {"error": <banner text>, "exit": N, "sleep": S}``
-at node or container level.
+processes. Knobs in the scenario: ``smi: {"error": <banner text>, "exit": N, "sleep": S,
+"invalid_fields": [...]}`` at node or container level.
 """
 
 import json
@@ -21,6 +21,14 @@ GPU_KEYS = {
     "memory.used": "memory_used_mib", "memory.total": "memory_total_mib", "utilization.gpu": "utilization_pct",
     "temperature.gpu": "temperature_c", "power.draw": "power_draw_w", "power.limit": "power_limit_w",
     "fan.speed": "fan_pct", "pstate": "perf_state", "compute_mode": "compute_mode",
+    # memory-error counters: a GPU without the key prints [N/A], as GeForce cards and ECC-off GPUs do
+    "ecc.mode.current": "ecc_mode", "ecc.errors.corrected.volatile.total": "ecc_corrected_volatile",
+    "ecc.errors.uncorrected.volatile.total": "ecc_uncorrected_volatile",
+    "ecc.errors.uncorrected.aggregate.total": "ecc_uncorrected_aggregate",
+    "retired_pages.single_bit_ecc.count": "retired_sbe", "retired_pages.double_bit.count": "retired_dbe",
+    "retired_pages.pending": "retired_pending", "remapped_rows.correctable": "remapped_correctable",
+    "remapped_rows.uncorrectable": "remapped_uncorrectable", "remapped_rows.pending": "remapped_pending",
+    "remapped_rows.failure": "remapped_failure",
 }
 APP_KEYS = {"gpu_uuid": "gpu_uuid", "pid": "pid", "process_name": "name", "used_memory": "used_mib",
             "used_gpu_memory": "used_mib"}
@@ -41,13 +49,14 @@ def cell(value, field, units):
 
 
 def csv_out(rows, fields, keys, header, units):
+    for f in fields:  # the real tool refuses the whole query before printing anything
+        if f not in keys:
+            fail(f'Field "{f}" is not a valid field to query.')
     if header:
         print(", ".join(f"{f} [{FIELD_UNITS[f]}]" if units and f in FIELD_UNITS else f for f in fields))
     for row in rows:
         values = []
         for f in fields:
-            if f not in keys:
-                fail(f'Field "{f}" is not a valid field to query.')
             values.append(cell(row.get(keys[f]), f, units))
         print(", ".join(values))
 
@@ -88,6 +97,8 @@ def main(argv):
         fields = fields.split(",")
         if kind == "--query-gpu":
             keys = dict(GPU_KEYS, driver_version="driver_version")
+            for unknown in knobs.get("invalid_fields", []):  # an older driver's field list
+                keys.pop(unknown, None)
             csv_out(rows, fields, keys, "noheader" not in opts, "nounits" not in opts)
         else:
             csv_out(visible_procs, fields, APP_KEYS, "noheader" not in opts, "nounits" not in opts)

@@ -51,6 +51,7 @@ def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
             "fan_pct": gpu.fan_pct,
             "perf_state": gpu.perf_state,
             "compute_mode": gpu.compute_mode,
+            "ecc_mode": "Disabled",  # 49140 MiB is the A6000's ECC-off size
         })
     return {
         "name": name,
@@ -227,7 +228,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def _install_fakes(bin_dir: Path) -> None:
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name, module in (("nvidia-smi", "fake_nvidia_smi.py"), ("pct", "fake_pct.py")):
+    for name, module in (("nvidia-smi", "fake_nvidia_smi.py"), ("pct", "fake_pct.py"),
+                         ("journalctl", "fake_kernel_log.py"), ("dmesg", "fake_kernel_log.py")):
         target = bin_dir / name
         target.write_text(f"#!{sys.executable}\n" + (LAB_DIR / module).read_text())
         target.chmod(0o755)

@@ -13,7 +13,10 @@ from bot.core.inventory import ScheduledPost
 from bot.scheduler import Scheduler
 from bot.slack import web_client
 from bot.views import blocks_to_text
+from tests.conftest import FIXTURES
 from tests.views.test_status_render import check_golden
+
+XID_LINES = (FIXTURES / "kernel-log" / "xid-lines.txt").read_text().splitlines()
 
 
 def at(text):
@@ -77,6 +80,11 @@ async def test_report_from_recorded_samples_names_idle_held_gpus_and_unreachable
     for minutes in range(0, 181, 30):  # three hours of samples, every 30 min, whichever replica claims the slot
         clock.now = at("2026-12-03 05:00") + minutes * 60
         await asyncio.gather(one.tick(), two.tick())
+    # the real MMU-fault line of tests/fixtures/kernel-log, as it would read on GPU 0 of this node
+    mmu_fault = XID_LINES[-1].split("XID: ", 1)[1].replace("PCI:0000:00:06", "PCI:0000:4f:00")
+    state = lab.nodes["pve5"].read_state()
+    state["kernel_log"] = [f"2026-12-03T07:10:00+0000 pve5 kernel: {mmu_fault}"]
+    lab.nodes["pve5"].write_state(state)
     clock.now = at("2026-12-03 08:31")
     await one.tick() if (await two.tick()).posted == [] else None
     post = health_posts(lab)[-1]
@@ -84,6 +92,7 @@ async def test_report_from_recorded_samples_names_idle_held_gpus_and_unreachable
     # samples from 05:00 to 08:30, and the post itself reads the GPUs at 08:31: 3.5 h held while idle
     assert "pve5 GPU 0: memory held while idle for 3.5 h — CT 129 30000 MiB" in text
     assert "[X] pve7:" in text and "pve6" in text  # unreachable and nvidia-smi error: named, not dropped
+    assert "pve5 GPU 0: Xid 31 once, GPU memory page fault (MMU fault) (application-caused)" in text
     normalised = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
     normalised = re.sub(r"\('127\.0\.0\.1', \d+\)", "('127.0.0.1', PORT)", normalised)
     normalised = re.sub(rf"\b{holder}\b", "PID", normalised)

@@ -1,0 +1,296 @@
+"""GPU hardware faults a node exposes: ECC counters, retired pages, remapped rows, and Xid events.
+
+Pure: the text of ``nvidia-smi --query-gpu=<MEMORY_ERROR_FIELDS> --format=csv,nounits`` and of
+the kernel log come in, typed values and plain-language findings go out. A GPU without ECC
+(GeForce, ECC disabled) prints ``[N/A]`` in those cells: that reads as "not exposed", never as
+zero errors. Xid meanings and urgency follow NVIDIA's Xid catalog and its page-retirement and
+row-remapping guides.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from bot.core.smi import field, integer, is_marker, read_csv
+
+# query order: identity first, then the counters; older drivers lack the remapped_rows fields
+MEMORY_ERROR_FIELDS: tuple[str, ...] = (
+    "index", "uuid", "pci.bus_id", "ecc.mode.current",
+    "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count", "retired_pages.pending",
+    "remapped_rows.correctable", "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure",
+)
+
+_INVALID_FIELD_RE = re.compile(r'Field "([^"]+)" is not a valid field to query')
+
+
+def invalid_query_field(output: str) -> str | None:
+    """The field an older nvidia-smi refused (``Field "x" is not a valid field to query.``)."""
+    match = _INVALID_FIELD_RE.search(output)
+    return match.group(1) if match else None
+
+
+@dataclass(frozen=True)
+class GpuMemoryErrors:
+    """One GPU's memory-error counters; ``None`` where the GPU does not expose the counter."""
+
+    index: int
+    uuid: str | None
+    pci_bus_id: str | None
+    ecc_mode: str | None  # Enabled | Disabled | None (not supported)
+    corrected_volatile: int | None  # since the last driver load
+    uncorrected_volatile: int | None
+    uncorrected_aggregate: int | None  # over the GPU's lifetime
+    retired_single_bit: int | None
+    retired_double_bit: int | None
+    retired_pending: bool | None  # a retired page waits for a driver reload / GPU reset
+    remapped_correctable: int | None
+    remapped_uncorrectable: int | None
+    remapped_pending: bool | None  # a remapped row waits for a GPU reset
+    remapped_failure: bool | None  # remapping failed: the GPU needs service
+
+    @property
+    def exposes_ecc(self) -> bool:
+        return self.ecc_mode is not None
+
+    def counts(self) -> dict[str, int]:
+        """The counters that only ever grow, for "since the last report" comparisons."""
+        keys = ("uncorrected_aggregate", "retired_single_bit", "retired_double_bit",
+                "remapped_correctable", "remapped_uncorrectable")
+        return {k: v for k in keys if isinstance(v := getattr(self, k), int)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _flag(cell: str | None) -> bool | None:
+    if cell is None or is_marker(cell):
+        return None
+    text = cell.strip().lower()
+    if text in ("yes", "no"):
+        return text == "yes"
+    return None
+
+
+def _text(cell: str | None) -> str | None:
+    return None if cell is None or is_marker(cell) or not cell.strip() else cell.strip()
+
+
+def _count(cell: str | None) -> int | None:
+    return None if cell is None or is_marker(cell) else integer(cell)
+
+
+def memory_errors_from_csv(text: str) -> list[GpuMemoryErrors]:
+    """Rows of a ``--query-gpu`` CSV printed *with* its header (so dropped fields are fine)."""
+    table = read_csv(text)
+    out = []
+    for position, row in enumerate(table.rows):
+        index = integer(field(row, "index"))
+        out.append(GpuMemoryErrors(
+            index=position if index is None else index,
+            uuid=_text(field(row, "uuid")),
+            pci_bus_id=_text(field(row, "pci.bus_id")),
+            ecc_mode=_text(field(row, "ecc.mode.current")),
+            corrected_volatile=_count(field(row, "ecc.errors.corrected.volatile.total")),
+            uncorrected_volatile=_count(field(row, "ecc.errors.uncorrected.volatile.total")),
+            uncorrected_aggregate=_count(field(row, "ecc.errors.uncorrected.aggregate.total")),
+            retired_single_bit=_count(field(row, "retired_pages.single_bit_ecc.count")),
+            retired_double_bit=_count(field(row, "retired_pages.double_bit.count")),
+            retired_pending=_flag(field(row, "retired_pages.pending")),
+            remapped_correctable=_count(field(row, "remapped_rows.correctable")),
+            remapped_uncorrectable=_count(field(row, "remapped_rows.uncorrectable")),
+            remapped_pending=_flag(field(row, "remapped_rows.pending")),
+            remapped_failure=_flag(field(row, "remapped_rows.failure")),
+        ))
+    return out
+
+
+def memory_error_findings(where: str, gpus: list[GpuMemoryErrors],
+                          previous: dict[str, dict[str, int]] | None = None) -> list[str]:
+    """What an on-call engineer must act on, per GPU; ``previous`` maps GPU uuid/index to the
+    counters of the last report, so growth is named even when the absolute count looks small."""
+    findings = []
+    for g in gpus:
+        name = f"{where} GPU {g.index}"
+        if g.remapped_failure:
+            findings.append(f"{name}: row remapping FAILED — the GPU needs service (drain it and open an RMA)")
+        if g.remapped_pending:
+            findings.append(f"{name}: a remapped row is pending — reset the GPU (stop its processes first) "
+                            "to activate it")
+        if g.retired_pending:
+            findings.append(f"{name}: a retired page is pending — reload the driver or reset the GPU to retire it")
+        if g.uncorrected_volatile:
+            findings.append(f"{name}: {g.uncorrected_volatile} uncorrectable ECC error(s) since the driver loaded")
+        if g.ecc_mode == "Disabled":
+            continue
+        before = (previous or {}).get(g.uuid or str(g.index))
+        if before:
+            for key, now in g.counts().items():
+                if key in before and now > before[key]:
+                    findings.append(f"{name}: {key.replace('_', ' ')} grew {before[key]} -> {now}")
+    return findings
+
+
+# ------------------------------------------------------------------------------------ Xid
+
+# code -> (meaning, what to do). Application-caused codes say so: they are not hardware faults.
+XID_MEANINGS: dict[int, tuple[str, str]] = {
+    13: ("graphics engine exception", "usually the application (bad kernel or memory access); restart it"),
+    31: ("GPU memory page fault (MMU fault)", "usually the application; restart it, check its CUDA code"),
+    43: ("GPU stopped processing", "usually the application; restart it"),
+    45: ("preemptive cleanup after earlier errors", "look at the Xid before it"),
+    48: ("double-bit (uncorrectable) ECC error", "drain the GPU; reset it, and replace it if DBEs repeat"),
+    61: ("internal micro-controller breakpoint", "reset the GPU; contact support if it repeats"),
+    62: ("internal micro-controller halt", "reset the GPU; contact support if it repeats"),
+    63: ("page retirement / row remapping recorded", "reset the GPU to activate the remap"),
+    64: ("page retirement / row remapping FAILED", "the GPU needs service"),
+    74: ("NVLink error", "reset the GPU; check the NVLink bridge/cabling if it repeats"),
+    79: ("GPU has fallen off the bus", "the GPU is gone until a reboot; check power, riser and seating"),
+    92: ("high single-bit ECC error rate", "watch it; service the GPU if it persists"),
+    94: ("contained ECC error", "restart the affected application; reset the GPU when convenient"),
+    95: ("uncontained ECC error", "reset the GPU; every process on it is affected"),
+    109: ("context switch timeout", "usually the application; restart it"),
+    119: ("GSP RPC timeout", "reset the GPU or reboot; update the driver if it repeats"),
+    120: ("GSP error", "reset the GPU or reboot; update the driver if it repeats"),
+    154: ("GPU recovery action changed", "do the recovery action the driver printed (reset or reboot)"),
+}
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 109})
+
+_XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?)\):\s*"
+                     r"(?P<code>\d+)(?:,\s*(?P<detail>.*))?")
+_ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:[.,]\d+)?([+-]\d{2}:?\d{2}|Z)?")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    at: float | None  # epoch seconds, when the line carries an ISO time (journalctl short-iso, dmesg iso)
+    pci_bus_id: str  # as the driver prints it: 0000:01:00
+    code: int
+    detail: str
+
+    @property
+    def meaning(self) -> str:
+        return XID_MEANINGS.get(self.code, (f"Xid {self.code}", ""))[0]
+
+    @property
+    def action(self) -> str:
+        return XID_MEANINGS.get(self.code, ("", "look the code up in NVIDIA's Xid catalog"))[1]
+
+
+def _iso_time(line: str) -> float | None:
+    match = _ISO_RE.match(line.strip())
+    if not match:
+        return None
+    zone = match.group(2) or "+00:00"
+    if zone == "Z":
+        zone = "+00:00"
+    elif ":" not in zone:
+        zone = zone[:3] + ":" + zone[3:]
+    try:
+        return datetime.fromisoformat(match.group(1) + zone).timestamp()
+    except ValueError:
+        return None
+
+
+def xid_events(kernel_log: str, since: float | None = None) -> list[XidEvent]:
+    """Xid lines of a kernel log, oldest first; lines timed before ``since`` are dropped
+    (a line without a readable time is kept: the query itself was already bounded)."""
+    events = []
+    for line in kernel_log.splitlines():
+        match = _XID_RE.search(line)
+        if not match:
+            continue
+        at = _iso_time(line)
+        if since is not None and at is not None and at < since:
+            continue
+        detail = (match.group("detail") or "").strip()
+        detail = detail if len(detail) <= 140 else detail[:139].rstrip() + "…"
+        events.append(XidEvent(at, match.group("pci").lower(), int(match.group("code")), detail))
+    return events
+
+
+def _bus(pci: str | None) -> str | None:
+    """``00000000:01:00.0`` (nvidia-smi) and ``0000:01:00`` (the driver's Xid line) -> ``01:00``."""
+    if not pci:
+        return None
+    parts = pci.lower().split(":")
+    return ":".join(parts[-2:]).split(".")[0] if len(parts) >= 2 else None
+
+
+def xid_findings(where: str, events: list[XidEvent], gpus_by_bus: dict[str, int] | None = None) -> list[str]:
+    """One line per (GPU, code): how often, the meaning, what to do, and the last detail."""
+    grouped: dict[tuple[str, int], list[XidEvent]] = {}
+    for event in events:
+        grouped.setdefault((event.pci_bus_id, event.code), []).append(event)
+    findings = []
+    for (pci, code), same in sorted(grouped.items(), key=lambda kv: (kv[0][1] in APPLICATION_XIDS, kv[0])):
+        index = (gpus_by_bus or {}).get(_bus(pci) or "")
+        gpu = f"GPU {index}" if index is not None else f"GPU at {pci}"
+        times = f"{len(same)}x" if len(same) > 1 else "once"
+        who = " (application-caused)" if code in APPLICATION_XIDS else ""
+        detail = f" — last: {same[-1].detail}" if same[-1].detail else ""
+        findings.append(f"{where} {gpu}: Xid {code} {times}, {same[-1].meaning}{who}: {same[-1].action}{detail}")
+    return findings
+
+
+def gpus_by_bus(gpus: list[GpuMemoryErrors]) -> dict[str, int]:
+    """Bus id -> GPU index, to name the GPU an Xid line points at."""
+    return {bus: g.index for g in gpus if (bus := _bus(g.pci_bus_id))}
+
+
+@dataclass(frozen=True)
+class NodeFaults:
+    node: str
+    memory: tuple[GpuMemoryErrors, ...] = ()
+    memory_problem: str | None = None  # why the counters could not be read
+    dropped_fields: tuple[str, ...] = ()  # fields this driver does not know
+    xid: tuple[XidEvent, ...] = ()
+    xid_problem: str | None = None  # why the kernel log could not be read
+    xid_source: str | None = None  # journalctl | dmesg
+
+
+@dataclass(frozen=True)
+class FaultSummary:
+    findings: tuple[str, ...]  # act on these
+    coverage: tuple[str, ...]  # per node: what was read, what the node does not expose
+    counts: dict[str, dict[str, dict[str, int]]]  # node -> GPU uuid/index -> growing counters
+
+
+def summarise_faults(faults: tuple[NodeFaults, ...],
+                     previous_counts: dict[str, dict[str, dict[str, int]]] | None = None,
+                     window_h: float = 24.0) -> FaultSummary:
+    findings: list[str] = []
+    coverage: list[str] = []
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    for nf in sorted(faults, key=lambda f: f.node):
+        gpus = list(nf.memory)
+        findings += memory_error_findings(nf.node, gpus, (previous_counts or {}).get(nf.node))
+        findings += xid_findings(nf.node, list(nf.xid), gpus_by_bus(gpus))
+        counts[nf.node] = {g.uuid or str(g.index): g.counts() for g in gpus if g.counts()}
+        if nf.memory_problem:
+            ecc = nf.memory_problem
+        elif not gpus:
+            ecc = "no GPU listed"
+        else:
+            with_ecc = [g for g in gpus if g.ecc_mode == "Enabled"]
+            off = [g for g in gpus if g.ecc_mode == "Disabled"]
+            parts = []
+            if with_ecc:
+                errors = sum(g.uncorrected_volatile or 0 for g in with_ecc)
+                parts.append(f"ECC on for {len(with_ecc)} GPU(s), {errors} uncorrectable since driver load")
+            if off:
+                parts.append(f"ECC off on GPU {', '.join(str(g.index) for g in off)}")
+            if len(with_ecc) + len(off) < len(gpus):
+                parts.append(f"{len(gpus) - len(with_ecc) - len(off)} GPU(s) expose no ECC counters")
+            ecc = "; ".join(parts)
+        if nf.xid_problem:
+            xid = nf.xid_problem
+        else:
+            xid = f"{len(nf.xid)} Xid event(s) in {window_h:g} h ({nf.xid_source})" if nf.xid else \
+                f"no Xid in {window_h:g} h ({nf.xid_source})"
+        coverage.append(f"{nf.node}: {ecc}; {xid}")
+    return FaultSummary(tuple(findings), tuple(coverage), counts)
