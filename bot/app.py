@@ -19,7 +19,7 @@ from bot.config import Settings, load_inventory
 from bot.core.inventory import Inventory
 from bot.core.status import Thresholds
 from bot.launch_settings import LaunchSettings
-from bot.slack import web_client
+from bot.slack import ChannelPace, web_client
 from bot.ssh import SshTransport
 from bot.store import AttemptStore, EmbeddedRedis, IncidentStore, Store, connect
 
@@ -40,6 +40,7 @@ class Services:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     group_cache: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
+    pace: ChannelPace = field(default_factory=ChannelPace)  # shared across replicas once built
 
     @property
     def attempts(self) -> AttemptStore:
@@ -96,7 +97,9 @@ def build_services(settings: Settings, inventory: Inventory | None = None, base_
     if not url:
         embedded = EmbeddedRedis(settings.data_dir / "redis").start()
         url = embedded.url
-    return Services(settings, inventory, transport, Store(connect(url)), settings.thresholds(), embedded)
+    store = Store(connect(url))
+    return Services(settings, inventory, transport, store, settings.thresholds(), embedded,
+                    pace=ChannelPace(shared=store.reserve_post_slot))
 
 
 def build_app(services: Services) -> AsyncApp:

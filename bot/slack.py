@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -18,6 +19,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import GpuopsError
 from bot.views import SlackMessage
 
 log = logging.getLogger(__name__)
@@ -26,17 +28,35 @@ CHANNEL_PACE_S = 1.0  # Slack allows about one message per second per channel
 
 
 class ChannelPace:
-    """Spaces this process's posts to one channel at least CHANNEL_PACE_S apart."""
+    """Spaces posts to one channel at least ``spacing_s`` apart.
 
-    def __init__(self, clock: Any = time.monotonic) -> None:
+    Alone, it paces this process. Given ``shared`` (the store's slot reservation), every
+    replica on one Redis books slots from one timeline, so N replicas together still post at
+    most one message per second per channel. If Redis cannot be reached the local pace holds:
+    a post is delayed, never dropped.
+    """
+
+    def __init__(self, clock: Any = time.monotonic, spacing_s: float = CHANNEL_PACE_S,
+                 shared: Callable[[str, float], Awaitable[float]] | None = None) -> None:
         self._last: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._clock = clock
+        self.spacing_s = spacing_s
+        self.shared = shared
 
     async def wait(self, channel: str) -> None:
+        if self.shared is not None:
+            try:
+                delay = await self.shared(channel, self.spacing_s)
+            except GpuopsError as exc:
+                log.warning("shared channel pace unavailable (%s); pacing this process only", exc.user_message)
+            else:
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                return
         lock = self._locks.setdefault(channel, asyncio.Lock())
         async with lock:
-            wait = self._last.get(channel, -1e9) + CHANNEL_PACE_S - self._clock()
+            wait = self._last.get(channel, -1e9) + self.spacing_s - self._clock()
             if wait > 0:
                 await asyncio.sleep(wait)
             self._last[channel] = self._clock()
@@ -64,12 +84,13 @@ async def post_messages(
     *,
     respond: Any = None,
     thread_ts: str | None = None,
+    pace: ChannelPace | None = None,
 ) -> list[str]:
     """Post in order; returns the ``ts`` of each. When the bot is not in the channel, fall
     back to the command's response_url so the answer is never lost."""
     posted: list[str] = []
     for message in messages:
-        await PACE.wait(channel)
+        await (pace or PACE).wait(channel)
         try:
             answer = await client.chat_postMessage(
                 channel=channel, text=message.text, blocks=message.blocks, thread_ts=thread_ts,

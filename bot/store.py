@@ -181,9 +181,28 @@ class Store:
     async def forget(self, key: str) -> None:
         await self.redis.delete(f"{PREFIX}once:{key}")
 
+    async def reserve_post_slot(self, channel: str, spacing_s: float) -> float:
+        """Book the next free posting slot of ``channel`` for every replica on this Redis;
+        returns how long to wait before posting (0 when the channel is idle)."""
+        try:
+            wait_ms = await self.redis.eval(_POST_SLOT, 1, f"{PREFIX}pace:{channel}", int(spacing_s * 1000))
+        except RedisError as exc:
+            raise StoreError(f"post slot not reserved: {type(exc).__name__}") from None
+        return max(0, int(wait_ms)) / 1000
+
     async def close(self) -> None:
         await self.redis.aclose()
 
+
+# one clock for all replicas (Redis's own TIME): the slot after the last booked one, or now
+_POST_SLOT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local booked = tonumber(redis.call('GET', KEYS[1]) or '0')
+local slot = math.max(now, booked + tonumber(ARGV[1]))
+redis.call('SET', KEYS[1], slot, 'PX', slot - now + tonumber(ARGV[1]) * 2)
+return slot - now
+"""
 
 # compare-and-delete: only the holder releases a lock or lease
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"

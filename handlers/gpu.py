@@ -50,7 +50,8 @@ def register(app: AsyncApp, services: Services) -> None:
             return
         report = await read_status(services.transport, services.inventory, targets,
                                    limits=services.limits, deadline_s=services.settings.status_deadline_s)
-        await post_messages(client, command["channel_id"], views.status_messages(report), respond=respond)
+        await post_messages(client, command["channel_id"], views.status_messages(report), respond=respond,
+                            pace=services.pace)
         try:
             await services.store.audit(action="gpu.status", user=command.get("user_id", ""),
                                        channel=command.get("channel_id", ""), **report_record(report))
@@ -77,7 +78,7 @@ async def ask_free(services: Services, client: Any, respond: Any, target: Target
         text = f"No process holds GPU memory on {target.label}."
         if orphaned:
             text += "\n" + "\n".join(orphaned)
-        await post_messages(client, channel, [views.note_message(text)], respond=respond)
+        await post_messages(client, channel, [views.note_message(text)], respond=respond, pace=services.pace)
         return
     pending = secrets.token_hex(8)
     await services.attempts.put_pending(pending, {"action": "free", "node": target.node, "pids": pids, "user": user,
@@ -87,4 +88,4 @@ async def ask_free(services: Services, client: Any, respond: Any, target: Target
              f"{h.used_mib} MiB" for h in holders] + orphaned
     message = views.confirm_message(f"Stop these {len(pids)} process(es) on {target.node}?", lines, pending,
                                     services.settings.confirm_ttl_s)
-    await post_messages(client, channel, [message], respond=respond)
+    await post_messages(client, channel, [message], respond=respond, pace=services.pace)

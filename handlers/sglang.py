@@ -95,7 +95,7 @@ async def budget(services: Services, client: Any, respond: Any, target: Target, 
                  user: str, channel: str) -> None:
     planned = await plan_budget(services.transport, services.inventory, target, request.model_path, request.flags)
     posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title),
-                                 respond=respond)
+                                 respond=respond, pace=services.pace)
     png = budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title)
     await upload_png(client, channel, posted[0] if posted else None, png, "budget.png", planned.title)
     await services.store.audit(action="sglang.budget", user=user, channel=channel, target=target.label,
@@ -127,14 +127,14 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
         refused = await record_refused(attempts, services.inventory, pre, time.time())
         choices = await _remedy_choices(services, request, budget)
         message = views.preflight_message(title, pre.checks, budget, True, False, choices)
-        await post_messages(client, request.channel, [message], respond=respond)
+        await post_messages(client, request.channel, [message], respond=respond, pace=services.pace)
         await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
                                    target=request.target.label, attempt=refused.id, result="refused by pre-flight")
         return refused
     attempt = await start(services.transport, services.inventory, attempts, pre, services.launch, time.time())
     check_message = views.preflight_message(title, pre.checks, budget, pre.blocked, request.force and pre.blocked)
     posted = await post_messages(client, request.channel, [check_message, views.progress_message(attempt, Progress())],
-                                 respond=respond)
+                                 respond=respond, pace=services.pace)
     if len(posted) == 2:
         attempt = replace(attempt, message_ts=posted[1], thread_ts=posted[1])
         await attempts.save(attempt)
@@ -226,7 +226,7 @@ async def ask_stop(services: Services, client: Any, respond: Any, spec: str, tar
         [f"SIGTERM to process group {attempt.pid}, SIGKILL after {services.settings.stop_timeout_s:g}s",
          f"then nvidia-smi checks the memory came back; status now: {attempt.status.value}"],
         pending, services.settings.confirm_ttl_s)
-    await post_messages(client, channel, [message], respond=respond)
+    await post_messages(client, channel, [message], respond=respond, pace=services.pace)
 
 
 async def history(services: Services, client: Any, respond: Any, target: Target | None, channel: str) -> None:
@@ -238,7 +238,7 @@ async def history(services: Services, client: Any, respond: Any, target: Target 
     else:
         found = await attempts.recent(count=15)
         where = "all containers"
-    await post_messages(client, channel, [views.history_message(found, where)], respond=respond)
+    await post_messages(client, channel, [views.history_message(found, where)], respond=respond, pace=services.pace)
 
 
 async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,
@@ -260,7 +260,7 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
                                 user_flags(attempt.argv), user, channel)
         choices = await _remedy_choices(services, request, report.planned.budget)
     await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
-                        thread_ts=thread_ts or attempt.thread_ts)
+                        thread_ts=thread_ts or attempt.thread_ts, pace=services.pace)
     if report.finding is not None:
         await attempts.save(replace(attempt, observed={**attempt.observed, "triage": report.finding.label}))
     await services.store.audit(action="sglang.triage", user=user, channel=channel, attempt=attempt.id,

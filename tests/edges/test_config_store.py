@@ -117,3 +117,40 @@ async def test_attempt_history_survives_a_redis_restart(tmp_path):
     finally:
         await store.redis.aclose()
         server.stop()
+
+
+async def test_two_replicas_share_one_posting_pace_per_channel(store, redis_url):
+    """Each replica books its slot from one Redis timeline: together they still post one
+    message per spacing to a channel, another channel is not held back, and a replica whose
+    Redis is gone falls back to pacing itself (delayed, never dropped)."""
+    import time
+
+    from bot.slack import ChannelPace
+
+    other = Store(connect(redis_url))
+    spacing = 0.2
+    replicas = [ChannelPace(spacing_s=spacing, shared=s.reserve_post_slot) for s in (store, other)]
+    sent: list[tuple[str, float]] = []
+
+    async def post(pace, channel):
+        await pace.wait(channel)
+        sent.append((channel, time.monotonic()))
+
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(post(replicas[i % 2], "C0PACE") for i in range(8)), post(replicas[1], "C0OTHER"))
+        times = sorted(t for c, t in sent if c == "C0PACE")
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert len(times) == 8 and min(gaps) >= spacing * 0.9, gaps
+        assert times[-1] - started < 8 * spacing + 0.5
+        assert next(t for c, t in sent if c == "C0OTHER") - started < spacing  # its own timeline
+    finally:
+        await other.close()
+
+    gone = Store(connect("redis://127.0.0.1:1/0"))
+    alone = ChannelPace(spacing_s=spacing, shared=gone.reserve_post_slot)
+    started = time.monotonic()
+    for _ in range(3):
+        await alone.wait("C0PACE")
+    assert 2 * spacing * 0.9 <= time.monotonic() - started < 2 * spacing + 3 * 2.5
+    await gone.close()
