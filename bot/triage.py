@@ -16,8 +16,10 @@ from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus
 from bot.core.diagnosis import Finding, LaunchContext, diagnose
+from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.errors import GpuopsError, RemoteError
+from bot.faults import read_kernel_xids
 from bot.launch import container_of, user_flags
 from bot.status import SmiFailed, Transport, read_node
 
@@ -105,17 +107,28 @@ def _disk(df: str) -> str:
 
 
 async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt) -> tuple[str, tuple[str, ...]]:
+    """The node's GPUs now (who holds them) and the Xid events since the attempt started."""
     node = inventory.nodes[attempt.node]
-    try:
-        host, dmesg = await asyncio.gather(
-            read_node(transport, attempt.node, node.proc_root),
-            transport.run(attempt.node, ("dmesg", "--level=err,warn"), ok_exit=(0, 1)),
-        )
-    except (RemoteError, SmiFailed) as exc:
-        return f"GPUs: could not read the node ({getattr(exc, 'user_message', exc)})", ()
-    held = [f"GPU {g.index}: PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB"
-            for g in host.gpus for p in host.processes_of(g)]
-    memory = "; ".join(f"GPU {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB" for g in host.gpus)
-    gpus = f"GPUs now: {memory}" + (f"; held by {', '.join(held)}" if held else "; no process holds GPU memory")
-    xid = tuple(line.strip()[:200] for line in dmesg.stdout.splitlines() if "NVRM: Xid" in line)[-5:]
-    return gpus, xid
+    hours = max(1, int((time.time() - attempt.created_at) // 3600) + 1)
+    host, kernel = await asyncio.gather(
+        read_node(transport, attempt.node, node.proc_root),
+        read_kernel_xids(transport, attempt.node, hours, attempt.created_at - 60),
+        return_exceptions=True,
+    )
+    if isinstance(host, BaseException):
+        if not isinstance(host, RemoteError | SmiFailed):
+            raise host
+        gpus = f"GPUs: could not read the node ({getattr(host, 'user_message', host)})"
+        bus: dict[str, int] = {}
+    else:
+        held = [f"GPU {g.index}: PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB"
+                for g in host.gpus for p in host.processes_of(g)]
+        memory = "; ".join(f"GPU {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB" for g in host.gpus)
+        gpus = f"GPUs now: {memory}" + (f"; held by {', '.join(held)}" if held else "; no process holds GPU memory")
+        bus = gpus_by_bus((g.index, g.pci_bus_id) for g in host.gpus)
+    if isinstance(kernel, BaseException):
+        if not isinstance(kernel, RemoteError):
+            raise kernel
+        return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",)
+    events, _source = kernel
+    return gpus, tuple(xid_findings(attempt.node, events, bus))

@@ -357,7 +357,10 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v) or "unknown"
     lines.append(f"• versions in the container: {escape_mrkdwn(versions)}")
     lines.append(f"• {escape_mrkdwn(report.disk)}")
-    lines.append("• kernel Xid: " + (escape_mrkdwn("; ".join(report.xid)) if report.xid else "none seen"))
+    if report.xid:
+        lines += [f"• kernel: {escape_mrkdwn(x)}" for x in report.xid]
+    else:
+        lines.append("• kernel: no Xid since the attempt started")
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     if evidence:
         blocks += monospace_sections(evidence)

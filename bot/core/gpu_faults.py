@@ -10,6 +10,7 @@ row-remapping guides.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -237,9 +238,9 @@ def xid_findings(where: str, events: list[XidEvent], gpus_by_bus: dict[str, int]
     return findings
 
 
-def gpus_by_bus(gpus: list[GpuMemoryErrors]) -> dict[str, int]:
-    """Bus id -> GPU index, to name the GPU an Xid line points at."""
-    return {bus: g.index for g in gpus if (bus := _bus(g.pci_bus_id))}
+def gpus_by_bus(gpus: Iterable[tuple[int, str | None]]) -> dict[str, int]:
+    """(index, PCI bus id) pairs -> bus -> GPU index, to name the GPU an Xid line points at."""
+    return {bus: index for index, pci in gpus if (bus := _bus(pci))}
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ def summarise_faults(faults: tuple[NodeFaults, ...],
     for nf in sorted(faults, key=lambda f: f.node):
         gpus = list(nf.memory)
         findings += memory_error_findings(nf.node, gpus, (previous_counts or {}).get(nf.node))
-        findings += xid_findings(nf.node, list(nf.xid), gpus_by_bus(gpus))
+        findings += xid_findings(nf.node, list(nf.xid), gpus_by_bus((g.index, g.pci_bus_id) for g in gpus))
         counts[nf.node] = {g.uuid or str(g.index): g.counts() for g in gpus if g.counts()}
         if nf.memory_problem:
             ecc = nf.memory_problem

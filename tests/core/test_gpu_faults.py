@@ -115,7 +115,7 @@ def test_xid_findings_name_the_gpu_by_bus_and_put_application_codes_last():
             GpuMemoryErrors(1, "GPU-1", "00000000:00:06.0", None, *([None] * 10))]
     events = xid_events(XID_LINES)
     events = [events[4], events[1], events[1]]  # an MMU fault on GPU 1, the bus loss twice on GPU 0
-    found = xid_findings("pve5", events, gpus_by_bus(gpus))
+    found = xid_findings("pve5", events, gpus_by_bus((g.index, g.pci_bus_id) for g in gpus))
     assert found[0] == ("pve5 GPU 0: Xid 79 2x, GPU has fallen off the bus: the GPU is gone until a reboot; "
                         "check power, riser and seating — last: pid=1122, GPU has fallen off the bus.")
     assert found[1].startswith("pve5 GPU 1: Xid 31 once, GPU memory page fault (MMU fault) (application-caused)")

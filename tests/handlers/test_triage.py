@@ -24,6 +24,17 @@ async def failed_launch(lab, scenario):
 
 async def test_triage_names_the_cause_not_the_sigquit_echo_and_offers_experiments(lab):
     attempt = await failed_launch(lab, "sigquit_after_oom")
+    # the real MMU-fault Xid line, on this node's GPU 0: once an hour before the attempt (not its
+    # concern), once while it ran
+    from datetime import UTC, datetime
+
+    from tests.handlers.test_scheduler import XID_LINES
+
+    fault = XID_LINES[-1].split("XID: ", 1)[1].replace("PCI:0000:00:06", "PCI:0000:4f:00")
+    state = lab.nodes["pve5"].read_state()
+    state["kernel_log"] = [f"{datetime.fromtimestamp(at, UTC).strftime('%Y-%m-%dT%H:%M:%S+0000')} pve5 kernel: {fault}"
+                           for at in (attempt.created_at - 3600, attempt.created_at + 1)]
+    lab.nodes["pve5"].write_state(state)
     await lab.slash("/sglang", f"triage {attempt.id}", user_id="U0EVE")  # viewers may triage
     calls = await wait_text(lab, "Triage of", method="chat.postMessage")
     report = post_with(calls, "Triage of")
@@ -36,6 +47,7 @@ async def test_triage_names_the_cause_not_the_sigquit_echo_and_offers_experiment
     number = next(i for i, x in enumerate(log_lines, 1) if x.startswith("RuntimeError: Not enough memory"))
     assert f"L{number}: RuntimeError: Not enough memory" in text  # the line number in the attempt's own log
     assert "no process holds GPU memory" in text and "sglang 0.5.9" in text and "free disk on" in text
+    assert "kernel: pve5 GPU 0: Xid 31 once, GPU memory page fault (MMU fault) (application-caused)" in text
     assert report.params.get("thread_ts") == attempt.thread_ts  # answered in the attempt's thread
     choice = next(b for b in buttons(report) if "--mamba-ssm-dtype bfloat16" in b["text"]["text"])
     lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
