@@ -57,7 +57,8 @@ RULES: tuple[Rule, ...] = (
          "runtime", "a CUDA kernel assertion fired (an index out of bounds)",
          "check token ids vs vocab size and the draft model's context vs the target's", 2),
     Rule("nccl_error", (r"NCCL error: unhandled system error", r"ncclSystemError", r"NCCL error:",
-                        r"Error while creating shared memory segment /dev/shm/nccl-", r"ncclCommInitRank failed"),
+                        r"Error while creating shared memory segment /dev/shm/nccl-", r"ncclCommInitRank failed",
+                        r"NCCL error in: .*ProcessGroupNCCL", r"\bnccl(?:UnhandledCuda|Internal|Remote|InvalidUsage)Error\b"),
          "startup", "NCCL could not set up or use its transport (shared memory, sockets, P2P)",
          "give the container more /dev/shm, or set NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to find the transport", 3),
     Rule("distributed_comm_error", (r"gloo/transport/tcp/pair\.cc.*Connection cl",),
@@ -196,6 +197,7 @@ _CONTEXT_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("hybrid_linear", re.compile(r"TypeError: 'NoneType' object cannot be interpreted as an integer"),
      "mamba_cache_error"),
 )
+_NCCL_OOM = re.compile(r"Cuda failure 2 'out of memory'|Failed to CUDA calloc")
 _TINY_AVAIL = re.compile(r"Load weight end\..*avail mem=(?P<avail>[\d.]+) GB, mem usage=(?P<usage>[\d.]+) GB")
 
 
@@ -295,7 +297,12 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in same[:3])
         also = tuple(sorted({h[1].label for h in hits if h[1].label != rule.label}))
         confidence = "high" if rule.strength >= 3 else "medium" if rule.strength == 2 else "low"
-        return Finding(rule.label, rule.phase, confidence, rule.explanation, rule.next_step, evidence, also, notes)
+        explanation, next_step = rule.explanation, rule.next_step
+        if rule.label == "nccl_error" and any(_NCCL_OOM.search(lines[i]) for i in order[chosen[0]:]):
+            explanation = ("NCCL could not allocate its buffers: its own last error is a CUDA out-of-memory "
+                           "(they live outside the static pool that --mem-fraction-static sizes)")
+            next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
+        return Finding(rule.label, rule.phase, confidence, explanation, next_step, evidence, also, notes)
     for index in order:  # weak signal: weights left almost nothing free
         m = _TINY_AVAIL.search(lines[index])
         if m and float(m.group("avail")) < 0.2 * (float(m.group("avail")) + float(m.group("usage"))):

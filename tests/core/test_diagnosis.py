@@ -90,3 +90,15 @@ def test_context_decides_generic_symptoms():
 def test_unknown_quotes_the_most_telling_lines():
     finding = diagnose("starting up\nloading things\nsomething odd: Failed to frobnicate the widget\n")
     assert finding.label == "unknown" and "Failed to frobnicate" in finding.evidence[-1].text
+
+
+def test_nccl_unhandled_cuda_error_whose_last_error_is_oom_says_so():
+    text = (FIXTURES / "other-logs" / "nccl-unhandled-cuda-oom.txt").read_text()
+    finding = diagnose(text)
+    assert finding.label == "nccl_error" and finding.evidence[0].line_no == 2
+    assert "out-of-memory" in finding.explanation and "--mem-fraction-static" in finding.next_step
+    without_oom = "\n".join(x for x in text.splitlines() if "out of memory" not in x)
+    assert "/dev/shm" in diagnose(without_oom).next_step  # the transport advice when it is not memory
+    # an earlier CUDA fault stays the first cause; NCCL's unhandled CUDA error is its echo
+    assert diagnose("RuntimeError: CUDA error: an illegal memory access was encountered\n" + text).label == \
+        "illegal_memory_access"
