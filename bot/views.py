@@ -221,6 +221,9 @@ def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
     if budget.not_modelled:
         blocks.append(ContextBlock(elements=[MarkdownTextObject(
             text="Not modelled (passed through): " + escape_mrkdwn(" ".join(budget.not_modelled))[:2900])]))
+    if budget.model_notes:
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(
+            text="Note: " + escape_mrkdwn("; ".join(budget.model_notes))[:2900])]))
     dicts = [b.to_dict() for b in blocks]
     return [SlackMessage(f"{title}: {word}", dicts[i:i + BLOCKS_PER_MESSAGE])
             for i in range(0, len(dicts), BLOCKS_PER_MESSAGE)]

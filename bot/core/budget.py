@@ -27,6 +27,8 @@ from bot.core.model import (
     kv_bytes_per_token,
     mamba_bytes_per_request,
     mtp_params,
+    quantization_from,
+    replicated_bytes,
     weight_bytes_per_gpu,
 )
 
@@ -201,6 +203,7 @@ class Budget:
     lines: tuple[BudgetLine, ...]
     remedies: tuple[Remedy, ...] = ()
     not_modelled: tuple[str, ...] = ()
+    model_notes: tuple[str, ...] = ()  # what the estimate from config.json leaves out
     reason_kinds: tuple[str, ...] = ()  # one per reason: support, radix, admit, capped, context, headroom
 
     @property
@@ -366,16 +369,25 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
 
     # weights
     quant = inp.quant or model.quant
-    if inp.weights_bytes_total:
-        weights = inp.weights_bytes_total / tp / GIB
+    online = None
+    if quant.method == "none" and flags.quantization in ONLINE_QUANT:
+        quant = online = quantization_from("fp8")  # SGLang quantizes a 16-bit checkpoint to FP8 as it loads
+    if inp.weights_bytes_total and online is None:
+        whole = replicated_bytes(model, quant)
+        weights = ((inp.weights_bytes_total - whole) / tp + whole) / GIB
         weights_why = f"checkpoint size {inp.weights_bytes_total / GIB:.2f} GiB / tp {tp}"
+        if whole * (1 - 1 / tp) >= 0.05 * GIB:
+            weights_why += f" + {whole * (1 - 1 / tp) / GIB:.2f} GiB every rank holds whole ({_whole_parts(model)})"
     else:
         # AWQ/GPTQ MoE runs on Marlin kernels, which are CUDA-only: on ROCm the fused-MoE layer
         # creates its expert weights unquantized (a startup OOM that the int4 byte count hides)
         experts_dense = bool(model.moe) and quant.method in ("awq", "gptq") and inp.gpus.vendor == "amd"
         weights = weight_bytes_per_gpu(model, tp, quant, experts_unquantized=experts_dense) / GIB
+        embeddings = "embeddings on every rank" if model.replicated_embeddings else "embeddings vocab-parallel"
         weights_why = (f"{_params(model) / 1e9:.2f} B params x {quant.label if quant.method != 'none' else model.dtype}"
-                       f", sharded over tp={tp} (embeddings vocab-parallel; norms replicated)")
+                       f", sharded over tp={tp} ({embeddings}; norms replicated)")
+        if online is not None:
+            weights_why += f"; --quantization {flags.quantization} quantizes the {model.dtype} checkpoint as it loads"
         if experts_dense:
             weights_why += f"; MoE experts in {model.dtype}: no AWQ MoE kernel on ROCm"
         kept = [f"{part}" + ("" if share >= 1 else f" ({share:.0%})") for part, share in quant.kept
@@ -535,7 +547,19 @@ def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGL
         headroom_gib=headroom, verdict=kind, error_text=error, reasons=tuple(text for _, text in degraded),
         reason_kinds=tuple(k for k, _ in degraded), lines=tuple(w.lines),
         not_modelled=not_modelled,
+        model_notes=tuple(n for n in model.notes
+                          if inp.weights_bytes_total is None or "not counted in the weights" not in n),
     )
+
+
+ONLINE_QUANT = ("fp8", "w8a8_fp8")  # flags that quantize an unquantized checkpoint at load time
+
+
+def _whole_parts(model: ModelSpec) -> str:
+    from bot.core.model import weight_parts
+
+    big = [p.name for p in weight_parts(model) if not p.sharded and p.params >= 0.01 * model.vocab * model.hidden]
+    return ", ".join(big) or "norms and routers"
 
 
 def _params(model: ModelSpec) -> int:

@@ -131,6 +131,11 @@ class ModelSpec:
     vision_layers: int = 0
     vision_hidden: int = 0
     transformers_version: str | None = None  # the transformers that wrote this config.json
+    # SGLang's Gemma 3/4 embed with a plain nn.Embedding (not vocab-parallel): every TP rank holds
+    # the whole table, and it doubles as the tied lm_head (models/gemma3_causal.py, gemma4_causal.py)
+    replicated_embeddings: bool = False
+    per_layer_input: int = 0  # Gemma 4 E2B/E4B: hidden_size_per_layer_input (PLE), 0 when absent
+    per_layer_vocab: int = 0  # vocab_size_per_layer_input
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -216,6 +221,15 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         merge = 4 * vision_hidden
         vision_params += merge * merge + merge * out
     quant = _quantization(config, text, kinds)
+    notes = []
+    if vision and not vision_params:
+        notes.append("the vision tower's size cannot be read from this config: it is not counted in the weights")
+    if config.get("audio_config"):
+        notes.append("an audio tower is loaded too and is not counted in the weights")
+    shared = int(_get(text, "num_kv_shared_layers", default=0) or 0)
+    if shared:
+        notes.append(f"{shared} layers reuse earlier layers' KV cache; the KV estimate counts every layer "
+                     "(an upper bound on bytes per token)")
     return ModelSpec(
         name=name,
         architecture=architecture,
@@ -249,6 +263,10 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         vision_layers=vision_layers,
         vision_hidden=vision_hidden,
         transformers_version=_get(config, "transformers_version") or _get(text, "transformers_version"),
+        replicated_embeddings=str(text.get("model_type", model_type)).startswith(("gemma3", "gemma4")),
+        per_layer_input=int(_get(text, "hidden_size_per_layer_input", default=0) or 0),
+        per_layer_vocab=int(_get(text, "vocab_size_per_layer_input", default=vocab) or vocab),
+        notes=tuple(notes),
     )
 
 
@@ -387,9 +405,14 @@ class WeightPart:
 def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]:
     """Parameter counts by component, from the geometry (biases and norms included)."""
     h = spec.hidden
-    parts = [WeightPart("embeddings", spec.vocab * h, True, False)]
+    parts = [WeightPart("embeddings", spec.vocab * h, not spec.replicated_embeddings, False)]
     if not spec.tied_embeddings:
         parts.append(WeightPart("lm_head", spec.vocab * h, True, False))
+    if spec.per_layer_input:
+        # Gemma 4 per-layer embeddings (a replicated table) and the replicated projection into them
+        width = spec.layers * spec.per_layer_input
+        parts.append(WeightPart("per-layer embeddings", spec.per_layer_vocab * width, False, False))
+        parts.append(WeightPart("per-layer projection", h * width, False, True))
     attention = mlp = experts = linear = norms = 0
     for index, kind in enumerate(spec.layer_kinds):
         attention_i, linear_i = _attention_params(spec, kind)
@@ -479,12 +502,11 @@ def mtp_params(spec: ModelSpec) -> int:
     return spec.mtp_layers * (attention + dense + experts + 2 * spec.hidden * spec.hidden)
 
 
-def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = None,
-                         include_mtp: bool = False, experts_unquantized: bool = False) -> float:
-    """Bytes one GPU holds: sharded parts / tp, replicated parts whole."""
-    quant = quant or spec.quant
+def _part_bytes(spec: ModelSpec, quant: Quantization, include_mtp: bool,
+                experts_unquantized: bool) -> list[tuple[WeightPart, float]]:
+    """Each weight part with its whole (unsharded) size in bytes."""
     base = DTYPE_BYTES.get(spec.dtype, 2.0)
-    total = 0.0
+    out = []
     for part in weight_parts(spec, include_mtp):
         per_param = base
         if part.expert and experts_unquantized:
@@ -492,9 +514,20 @@ def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = 
         elif part.quantizable and quant.method != "none" and (part.expert or not quant.experts_only):
             kept = quant.kept_fraction(part.name)
             per_param = kept * base + (1 - kept) * quant.bytes_per_param
-        share = part.params / tp if part.sharded else part.params
-        total += share * per_param
-    return total
+        out.append((part, part.params * per_param))
+    return out
+
+
+def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = None,
+                         include_mtp: bool = False, experts_unquantized: bool = False) -> float:
+    """Bytes one GPU holds: sharded parts / tp, replicated parts whole."""
+    parts = _part_bytes(spec, quant or spec.quant, include_mtp, experts_unquantized)
+    return sum(size / tp if part.sharded else size for part, size in parts)
+
+
+def replicated_bytes(spec: ModelSpec, quant: Quantization | None = None) -> float:
+    """Bytes of the parts every TP rank holds whole (norms, routers, Gemma's embedding table)."""
+    return sum(size for part, size in _part_bytes(spec, quant or spec.quant, False, False) if not part.sharded)
 
 
 def kv_bytes_per_token(spec: ModelSpec, tp: int, kv_dtype_bytes: float) -> tuple[float, float]:

@@ -96,7 +96,11 @@ def test_gemma4_sliding_and_global_layers_by_hand():
     # with --swa-full-tokens-ratio 0.8 a full token costs 16,384 + 0.8 x 163,840 = 147,456 B
     b = run(gemma, ["--tp", "2", "--mem-fraction-static", "0.85", "--swa-full-tokens-ratio", "0.8"],
             version="0.5.12", total_mib=24576, pre=22.91, weights_bytes_total=int(2 * 5.42 * GIB))
-    rest = 22.91 - 5.42 - 22.91 * 0.15
+    # SGLang's Gemma embeds with a plain nn.Embedding: each rank holds the whole 262,144 x 3,840 bf16
+    # table (2,013,265,920 B), so only the rest of the checkpoint is split over tp=2
+    table = 262_144 * 3_840 * 2
+    assert abs(b.weights_gib - ((2 * 5.42 * GIB - table) / 2 + table) / GIB) < 0.002
+    rest = 22.91 - b.weights_gib - 22.91 * 0.15
     assert b.kv_cell_bytes == 147_456
     assert b.kv_tokens == math.floor(rest * GIB / 147_456)
     assert b.swa_tokens == int(b.kv_tokens * 0.8)
@@ -333,3 +337,42 @@ def test_remedies_change_one_flag_of_the_original_argv():
                                                                 "--mem-fraction-static", "0.94")
     assert with_flag(argv, "--tp-size", "4") == ("--mem-fraction-static=0.85", "--enable-torch-compile",
                                                  "--tp-size", "4")
+
+
+# --------------------------------------------------------------------------- what every rank holds whole
+
+def test_gemma_embedding_table_is_whole_on_every_rank_other_models_split_it():
+    gemma = spec("google__gemma-4-31b-it")
+    table = 262_144 * 5_376 * 2  # vocab x hidden x bf16, also the tied lm_head
+    embeddings = next(p for p in weight_parts(gemma) if p.name == "embeddings")
+    assert not embeddings.sharded
+    one, two = weight_bytes_per_gpu(gemma, 1), weight_bytes_per_gpu(gemma, 2)
+    assert two == pytest.approx((one - table) / 2 + table, rel=1e-4)  # norms are replicated too: tiny
+    qwen = spec("Qwen__QwQ-32B")
+    assert next(p for p in weight_parts(qwen) if p.name == "embeddings").sharded
+    b = run(gemma, ["--tp", "2"], version="0.5.12", total_mib=24576)
+    assert "embeddings on every rank" in b.lines[1].why
+
+
+def test_online_fp8_quantization_of_a_16_bit_checkpoint():
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    plain = run(llama, ["--tp", "1"])
+    fp8 = run(llama, ["--tp", "1", "--quantization", "fp8"])
+    # linear layers go from 2 B to ~1 B per weight; embeddings and lm_head (2 x 128,256 x 4,096) stay bf16
+    head = 2 * 128_256 * 4_096 * 2 / GIB
+    assert fp8.weights_gib == pytest.approx((plain.weights_gib - head) / 2 + head, rel=0.01)
+    assert "--quantization fp8 quantizes the bfloat16 checkpoint as it loads" in fp8.lines[1].why
+
+
+def test_what_the_config_cannot_size_is_said_not_hidden():
+    twelve = spec("google__gemma-4-12B")
+    assert any("vision tower" in n and "not counted" in n for n in twelve.notes)
+    assert any("audio tower" in n for n in twelve.notes)
+    b = run(twelve, ["--tp", "2"], version="0.5.12", total_mib=24576)
+    assert len(b.model_notes) == 2
+    # with the checkpoint's real size the towers are inside the byte count: no caveat (7,814,927,456 B is
+    # the gemma-4-12B-it-AWQ directory in github.com/mattbucci/2x-3090-GA102-300-A1-sglang-inference
+    # benchmarks/models-manifest-letsrtfm-amd-2026-07-19.json @ 09dac25a)
+    sized = run(twelve, ["--tp", "2"], version="0.5.12", total_mib=24576, weights_bytes_total=7_814_927_456)
+    assert sized.model_notes == ()
+    assert "+ 0.94 GiB every rank holds whole (embeddings)" in sized.lines[1].why
