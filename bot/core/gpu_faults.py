@@ -10,21 +10,12 @@ row-remapping guides.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from bot.core.smi import field, integer, is_marker, read_csv
-
-# query order: identity first, then the counters; older drivers lack the remapped_rows fields
-MEMORY_ERROR_FIELDS: tuple[str, ...] = (
-    "index", "uuid", "pci.bus_id", "ecc.mode.current",
-    "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
-    "ecc.errors.uncorrected.aggregate.total",
-    "retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count", "retired_pages.pending",
-    "remapped_rows.correctable", "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure",
-)
 
 _INVALID_FIELD_RE = re.compile(r'Field "([^"]+)" is not a valid field to query')
 
@@ -85,28 +76,33 @@ def _count(cell: str | None) -> int | None:
     return None if cell is None or is_marker(cell) else integer(cell)
 
 
+# GpuMemoryErrors attribute <- query field, read as text, a count or a Yes/No flag. Identity first;
+# older drivers lack the remapped_rows fields (the query drops what the driver refuses)
+_COLUMNS: tuple[tuple[str, str, Callable[[str | None], Any]], ...] = (
+    ("uuid", "uuid", _text),
+    ("pci_bus_id", "pci.bus_id", _text),
+    ("ecc_mode", "ecc.mode.current", _text),
+    ("corrected_volatile", "ecc.errors.corrected.volatile.total", _count),
+    ("uncorrected_volatile", "ecc.errors.uncorrected.volatile.total", _count),
+    ("uncorrected_aggregate", "ecc.errors.uncorrected.aggregate.total", _count),
+    ("retired_single_bit", "retired_pages.single_bit_ecc.count", _count),
+    ("retired_double_bit", "retired_pages.double_bit.count", _count),
+    ("retired_pending", "retired_pages.pending", _flag),
+    ("remapped_correctable", "remapped_rows.correctable", _count),
+    ("remapped_uncorrectable", "remapped_rows.uncorrectable", _count),
+    ("remapped_pending", "remapped_rows.pending", _flag),
+    ("remapped_failure", "remapped_rows.failure", _flag),
+)
+MEMORY_ERROR_FIELDS: tuple[str, ...] = ("index", *(name for _, name, _ in _COLUMNS))
+
+
 def memory_errors_from_csv(text: str) -> list[GpuMemoryErrors]:
     """Rows of a ``--query-gpu`` CSV printed *with* its header (so dropped fields are fine)."""
-    table = read_csv(text)
     out = []
-    for position, row in enumerate(table.rows):
+    for position, row in enumerate(read_csv(text).rows):
         index = integer(field(row, "index"))
-        out.append(GpuMemoryErrors(
-            index=position if index is None else index,
-            uuid=_text(field(row, "uuid")),
-            pci_bus_id=_text(field(row, "pci.bus_id")),
-            ecc_mode=_text(field(row, "ecc.mode.current")),
-            corrected_volatile=_count(field(row, "ecc.errors.corrected.volatile.total")),
-            uncorrected_volatile=_count(field(row, "ecc.errors.uncorrected.volatile.total")),
-            uncorrected_aggregate=_count(field(row, "ecc.errors.uncorrected.aggregate.total")),
-            retired_single_bit=_count(field(row, "retired_pages.single_bit_ecc.count")),
-            retired_double_bit=_count(field(row, "retired_pages.double_bit.count")),
-            retired_pending=_flag(field(row, "retired_pages.pending")),
-            remapped_correctable=_count(field(row, "remapped_rows.correctable")),
-            remapped_uncorrectable=_count(field(row, "remapped_rows.uncorrectable")),
-            remapped_pending=_flag(field(row, "remapped_rows.pending")),
-            remapped_failure=_flag(field(row, "remapped_rows.failure")),
-        ))
+        values = {attr: read(field(row, name)) for attr, name, read in _COLUMNS}
+        out.append(GpuMemoryErrors(index=position if index is None else index, **values))
     return out
 
 
