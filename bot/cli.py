@@ -80,28 +80,74 @@ def cmd_smi_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from bot.app import build_services
-    from bot.config import Settings
     from bot.core.inventory import resolve_targets
     from bot.core.report import target_view
     from bot.status import read_status
     from bot.views import status_text
+
+    async def work(services: Any) -> int:
+        targets = resolve_targets(args.target, services.inventory, services.settings.local_gpus)
+        report = await read_status(services.transport, services.inventory, targets,
+                                   limits=services.limits, deadline_s=services.settings.status_deadline_s)
+        print(status_text(report))
+        # exit 3 when any target needs attention: scripts and cron can act on it
+        return 0 if all(target_view(s).state == "ok" for s in report.statuses) else 3
+
+    return _with_services(args, work)
+
+
+def _with_services(args: argparse.Namespace, work: Any) -> int:
+    """Build the same services the bot uses (embedded Redis unless REDIS_URL), run ``work``, close."""
+    from bot.app import build_services
+    from bot.config import Settings
 
     settings = Settings() if args.inventory is None else Settings(inventory=Path(args.inventory))
 
     async def run() -> int:
         services = build_services(settings)
         try:
-            targets = resolve_targets(args.target, services.inventory, settings.local_gpus)
-            report = await read_status(services.transport, services.inventory, targets,
-                                       limits=services.limits, deadline_s=settings.status_deadline_s)
-            print(status_text(report))
-            # exit 3 when any target needs attention: scripts and cron can act on it
-            return 0 if all(target_view(s).state == "ok" for s in report.statuses) else 3
+            return int(await work(services))
         finally:
             await services.close()
 
     return asyncio.run(run())
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """The daily health report, now: the samples kept in Redis plus a fresh read (same as /gpu health)."""
+    import time
+
+    from bot.scheduler import Scheduler
+    from bot.views import blocks_to_text, health_message
+
+    async def work(services: Any) -> int:
+        report = await Scheduler(services, client=None).report(args.target, "cli", time.time())
+        print(blocks_to_text(health_message(report).blocks))
+        return 3 if report.findings or report.unreachable else 0
+
+    return _with_services(args, work)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """The attempts recorded in Redis, newest first (same as /sglang history)."""
+    from bot.core.inventory import resolve_targets
+    from bot.views import blocks_to_text, history_message
+
+    async def work(services: Any) -> int:
+        if args.container:
+            target = resolve_targets(args.container, services.inventory)[0]
+            if target.vmid is None:
+                from bot.errors import UsageError
+
+                raise UsageError(f"`{args.container}` is a node; history is kept per container")
+            found = await services.attempts.recent(target.node, target.vmid, args.count)
+            where = target.label
+        else:
+            found, where = await services.attempts.recent(count=args.count), "all containers"
+        print(blocks_to_text(history_message(found, where).blocks))
+        return 0
+
+    return _with_services(args, work)
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
@@ -206,6 +252,17 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("target", nargs="?", default="all")
     status.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     status.set_defaults(func=cmd_status)
+
+    health = sub.add_parser("health", help="the daily GPU health report, now (same answer as /gpu health)")
+    health.add_argument("target", nargs="?", default="all")
+    health.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    health.set_defaults(func=cmd_health)
+
+    history = sub.add_parser("history", help="launch attempts recorded in Redis (same answer as /sglang history)")
+    history.add_argument("container", nargs="?", help="a container name or node:vmid (default: all)")
+    history.add_argument("--count", type=int, default=15)
+    history.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    history.set_defaults(func=cmd_history)
 
     smi = sub.add_parser("smi", help="nvidia-smi output tools")
     smi_sub = smi.add_subparsers(dest="smi_command", required=True)

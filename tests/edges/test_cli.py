@@ -129,3 +129,41 @@ def test_triage_in_a_terminal(tmp_path):
     assert "also in the log (not the cause): child_process_died" in out.stdout
     data = json.loads(gpuops("triage", str(log), "--json").stdout)
     assert data["label"] == "nccl_error" and data["evidence"][0]["line_no"] > 1
+
+
+async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
+    """The same answers as /gpu health and /sglang history, from one Redis, in a separate process."""
+    import asyncio
+    import time
+    from datetime import UTC, datetime
+
+    from bot.core.attempts import Attempt, AttemptStatus, Transition
+    from bot.store import AttemptStore, connect
+
+    bus_loss = (FIXTURES / "kernel-log" / "xid-lines.txt").read_text().splitlines()[1].split("kernel: ", 1)[1]
+    state = seed_node_state("pve19")
+    stamp = datetime.fromtimestamp(time.time() - 3600, UTC).strftime("%Y-%m-%dT%H:%M:%S+0000")
+    state["kernel_log"] = [f"{stamp} pve19 kernel: {bus_loss.replace('PCI:0000:01:00', 'PCI:0000:52:00')}"]
+    node = await start_node(tmp_path / "pve19", "pve19", state=state, prefer=SSH_KIND)
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"nodes": {"pve19": node.inventory_entry()},
+                                         "containers": {"ct-cli": {"node": "pve19", "vmid": 319}}}))
+    store = AttemptStore(connect(redis_url))
+    now = time.time()
+    await store.save(Attempt("a-cli-1", "U1", "C1", "pve19", 319, "ct-cli", "/models/m", ("--tp", "2"), 30000,
+                             now - 60, (Transition(AttemptStatus.LAUNCHING, now - 60),
+                                        Transition(AttemptStatus.FAILED, now - 30, "kv_pool_oom")),
+                             error_line="RuntimeError: Not enough memory."))
+    await store.redis.aclose()
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis_url, "HOME": str(tmp_path)}
+    try:
+        health = await asyncio.to_thread(gpuops, "health", "--inventory", str(inventory), env=env)
+        history = await asyncio.to_thread(gpuops, "history", "ct-cli", "--inventory", str(inventory), env=env)
+    finally:
+        await node.stop()
+    assert health.returncode == 3, health.stderr  # a finding: exit 3, like status
+    assert "pve19 GPU 1: Xid 79 once, GPU has fallen off the bus" in health.stdout
+    assert "pve19: ECC off on GPU 0, 1; 1 Xid event(s) in 24 h (journalctl)" in health.stdout
+    assert history.returncode == 0, history.stderr
+    assert "Attempts on pve19:319 (ct-cli)" in history.stdout
+    assert "a-cli-1" in history.stdout and "failed" in history.stdout and "Not enough memory" in history.stdout
