@@ -26,7 +26,7 @@ from aiohttp import web
 
 from bot.app import Services, after_start, build_app, build_services, serve_http
 from bot.config import Settings, parse_inventory
-from bot.lab.nodes import LabNode, container_path, free_port, seed_node_state, start_node
+from bot.lab.nodes import LAB_DIR, LabNode, container_path, free_port, seed_node_state, start_node
 from bot.slack_standin import Call, SlackStandIn, block_action_body, mention_event_body, signed_headers, slash_body
 from bot.views import blocks_to_text
 
@@ -151,6 +151,7 @@ SCRIPT: list[tuple[str, Callable[[Lab], None] | None]] = [
     ("/sglang budget sglang-a6000 {model} --tp 2 --context-length 65536 --mem-fraction-static 0.85 "
      "--enable-torch-compile --speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
      "--speculative-num-draft-tokens 4 --mamba-full-memory-ratio 0.5", None),
+    ("/gpu health pve5", lambda lab: _kernel_xid(lab.nodes["pve5"])),
     ("/gpu status pve5:999", None),
     ("/gpu frobnicate", None),
 ]
@@ -178,6 +179,15 @@ def _free_gpus(node: LabNode) -> None:
     state["processes"] = []
     for gpu in state["gpus"]:
         gpu.pop("orphaned_mib", None)
+    node.write_state(state)
+
+
+def _kernel_xid(node: LabNode) -> None:
+    """A real Xid line in the node's kernel log, two hours back, on GPU 0 (see data/SOURCE.md)."""
+    line = (LAB_DIR / "data" / "xid-mmu-fault.txt").read_text().strip().replace("PCI:0000:00:06", "PCI:0000:4f:00")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(time.time() - 2 * 3600))
+    state = node.read_state()
+    state["kernel_log"] = [f"{stamp} {node.name} kernel: {line}"]
     node.write_state(state)
 
 

@@ -74,6 +74,7 @@ def test_lab_script_plays_the_skeleton_end_to_end():
     assert "free the GPUs first" in text
     assert "SGLang would print: `Not enough memory. Please try to increase --mem-fraction-static. Current value: " \
            "self.server_args.mem_fraction_static=0.85`" in text
+    assert "pve5 GPU 0: Xid 31 once, GPU memory page fault (MMU fault)" in text  # /gpu health reads the kernel log
     assert "seed arc: all steps happened as scripted" in text
     assert "Traceback" not in out.stderr
 
