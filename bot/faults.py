@@ -74,5 +74,6 @@ async def read_faults(transport: Transport, node: str, now: float, hours: int = 
 
 
 def _short(text: str) -> str:
-    line = text.strip().splitlines()[-1] if text.strip() else "no output"
+    """The first line: an nvidia-smi banner says what is wrong there, and details follow."""
+    line = text.strip().splitlines()[0] if text.strip() else "no output"
     return line[:160]
