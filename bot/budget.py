@@ -71,9 +71,10 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
         versions = {}
-    if flags.tp > len(gpus.gpus):
-        raise UsageError(f"--tp-size {flags.tp} needs {flags.tp} GPUs; container {target.label} sees {len(gpus.gpus)}")
-    used = gpus.gpus[:flags.tp]
+    if flags.gpus_needed > len(gpus.gpus):
+        raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp "
+                         f"{flags.dp}); container {target.label} sees {len(gpus.gpus)}")
+    used = gpus.gpus[:flags.gpus_needed]
     totals = [g.memory_total_mib for g in used if g.memory_total_mib]
     free = tuple(g.memory_free_mib for g in used if g.memory_free_mib is not None)
     name = (used[0].name or "GPU") if used else "GPU"
@@ -81,7 +82,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     sglang = versions.get("sglang")
     budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total))
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
-    title = f"{model.name} on {target.label}: {flags.tp}x {name.removeprefix('NVIDIA ')}, {installed}"
+    title = f"{model.name} on {target.label}: {len(used)}x {name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)
     return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, uuids,
                          model.transformers_version)

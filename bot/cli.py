@@ -173,12 +173,13 @@ def cmd_budget(args: argparse.Namespace) -> int:
     if total is None and not free:
         raise UsageError(f"unknown GPU {args.gpu!r}: give --total-mib (or --free-mib)")
     flags = parse_sglang_flags(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
-    if flags.tp > args.gpus:
-        raise UsageError(f"--tp-size {flags.tp} needs {flags.tp} GPUs, --gpus is {args.gpus}")
+    if flags.gpus_needed > args.gpus:
+        raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp {flags.dp}), "
+                         f"--gpus is {args.gpus}")
     gpus = GpuPlan(args.gpu, total, args.gpus, free)
     model = read_config(config, name=config_path.parent.name)
     budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), total_size))
-    title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}"
+    title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}" + (f" pp={flags.pp}" if flags.pp > 1 else "")
     if args.json:
         print(json.dumps(_budget_json(budget), indent=2))
     else:

@@ -136,7 +136,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(Check("port free", "warn", f"could not check port {port}: {exc.user_message}"))
 
     if planned is not None:
-        checks.append(_gpus_clean(planned, host, flags.tp, limits))
+        checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))
         versions = planned.versions
         sglang = versions.get("sglang")
         support = [r for r, k in zip(planned.budget.reasons, planned.budget.reason_kinds, strict=True)

@@ -27,6 +27,7 @@ from bot.core.model import (
     kv_bytes_per_token,
     mamba_bytes_per_request,
     mtp_params,
+    pipeline_stages,
     quantization_from,
     replicated_bytes,
     weight_bytes_per_gpu,
@@ -336,7 +337,35 @@ def compute_budget(inp: BudgetInput, with_remedies: bool = True) -> Budget:
     return budget
 
 
-def _compute(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGLang's startup order
+def _compute(inp: BudgetInput) -> Budget:
+    """With pipeline parallelism every rank sizes its own pools from its own layers; the launch is
+    bound by the rank that fails, else by the one with the fewest KV tokens."""
+    if inp.flags.pp <= 1:
+        return _compute_rank(inp)
+    whole = weight_bytes_per_gpu(inp.model, 1)
+    ranks = []
+    for stage in pipeline_stages(inp.model, inp.flags.pp):
+        share = None
+        if inp.weights_bytes_total:  # the checkpoint's bytes, split as the estimate splits them
+            share = int(inp.weights_bytes_total * weight_bytes_per_gpu(stage, 1) / whole)
+        ranks.append(_compute_rank(replace(inp, model=stage, weights_bytes_total=share)))
+    failing = [i for i, b in enumerate(ranks) if b.verdict is VerdictKind.FAILS]
+    bind = failing[0] if failing else min(range(len(ranks)), key=lambda i: ranks[i].kv_tokens)
+    stage = pipeline_stages(inp.model, inp.flags.pp)[bind]
+    assert stage.stage is not None
+    rank, pp, first, _ = stage.stage
+    holds = ["embeddings"] if rank == 0 else []
+    holds += ["lm_head"] if rank == pp - 1 else []
+    others = ", ".join(f"rank {i}: {b.kv_tokens:,}" for i, b in enumerate(ranks) if i != bind)
+    line = BudgetLine("pipeline rank", None,
+                      f"layers {first}-{first + stage.layers - 1}" + (f" + {' + '.join(holds)}" if holds else "")
+                      + f"; binds the launch ({'it fails' if failing else 'fewest KV tokens'}; {others})",
+                      value=f"{rank + 1} of {pp}")
+    chosen = ranks[bind]
+    return replace(chosen, lines=(line, *chosen.lines))
+
+
+def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGLang's startup order
     model, flags, version = inp.model, inp.flags, inp.version
     era = version.era
     w = _Work()
@@ -742,14 +771,15 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         if good(b):
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
                                    f"halves KV bytes per token: {_effect(b)}", 5))
-    if inp.gpus.count >= flags.tp * 2:
+    wider = flags.changed(tp=flags.tp * 2)
+    if inp.gpus.count >= wider.gpus_needed:
         b = trial(tp=flags.tp * 2)
         if good(b):
-            remedies.append(Remedy(f"--tp-size {flags.tp * 2}", flags.changed(tp=flags.tp * 2),
-                                   f"uses {flags.tp * 2} GPUs: {_effect(b)}", 6))
+            remedies.append(Remedy(f"--tp-size {flags.tp * 2}", wider, f"uses {wider.gpus_needed} GPUs: {_effect(b)}",
+                                   6))
     elif failed.verdict is VerdictKind.FAILS and not any(r.cost_rank < 6 for r in remedies):
-        remedies.append(Remedy(f"tp {flags.tp * 2} (needs {flags.tp * 2} GPUs; {inp.gpus.count} available)", None,
-                               "more GPUs share the weights", 7))
+        remedies.append(Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {inp.gpus.count} available)",
+                               None, "more GPUs share the weights", 7))
     return sorted(remedies, key=lambda r: r.cost_rank)
 
 

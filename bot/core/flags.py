@@ -146,6 +146,11 @@ class LaunchFlags:
     unknown: tuple[str, ...] = ()  # flags SGLang's known set does not have
 
     @property
+    def gpus_needed(self) -> int:
+        """GPUs one launch occupies: tp x pp, times dp unless DP attention runs inside the TP group."""
+        return self.tp * self.pp * (1 if self.enable_dp_attention else self.dp)
+
+    @property
     def speculative(self) -> bool:
         return self.speculative_algorithm is not None and self.speculative_algorithm != "NGRAM"
 

@@ -136,6 +136,8 @@ class ModelSpec:
     replicated_embeddings: bool = False
     per_layer_input: int = 0  # Gemma 4 E2B/E4B: hidden_size_per_layer_input (PLE), 0 when absent
     per_layer_vocab: int = 0  # vocab_size_per_layer_input
+    # one pipeline-parallel rank's share: (rank, pp size, first layer, whole model's layer count)
+    stage: tuple[int, int, int, int] | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -405,12 +407,17 @@ class WeightPart:
 def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]:
     """Parameter counts by component, from the geometry (biases and norms included)."""
     h = spec.hidden
-    parts = [WeightPart("embeddings", spec.vocab * h, not spec.replicated_embeddings, False)]
-    if not spec.tied_embeddings:
+    first = spec.stage is None or spec.stage[0] == 0
+    last = spec.stage is None or spec.stage[0] == spec.stage[1] - 1
+    parts = []
+    if first:
+        parts.append(WeightPart("embeddings", spec.vocab * h, not spec.replicated_embeddings, False))
+    # under pipeline parallelism the last rank builds its own lm_head even when tied: the tie cannot cross ranks
+    if last and (not spec.tied_embeddings or spec.stage is not None):
         parts.append(WeightPart("lm_head", spec.vocab * h, True, False))
-    if spec.per_layer_input:
+    if spec.per_layer_input and first:
         # Gemma 4 per-layer embeddings (a replicated table) and the replicated projection into them
-        width = spec.layers * spec.per_layer_input
+        width = (spec.stage[3] if spec.stage else spec.layers) * spec.per_layer_input
         parts.append(WeightPart("per-layer embeddings", spec.per_layer_vocab * width, False, False))
         parts.append(WeightPart("per-layer projection", h * width, False, True))
     attention = mlp = experts = linear = norms = 0
@@ -429,13 +436,35 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
         WeightPart("linear attention", linear, True, False),
         WeightPart("mlp", mlp, True, True),
         WeightPart("experts", experts, True, True, expert=True),
-        WeightPart("norms and routers", norms + h + _router_params(spec), False, False),
+        WeightPart("norms and routers", norms + (h if last else 0) + _router_params(spec), False, False),
     ]
-    if spec.vision_params:
+    if spec.vision_params and first:
         parts.append(WeightPart("vision tower", spec.vision_params, True, False))
     if include_mtp and spec.mtp_layers:
         parts.append(WeightPart("mtp head", mtp_params(spec), True, True))
     return [p for p in parts if p.params]
+
+
+def pipeline_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
+    """What each pipeline-parallel rank holds. Layers split evenly, the last ``layers % pp`` ranks
+    one more (SGLang's ``get_pp_indices``); the first rank holds the embeddings (and a vision
+    tower), the last the lm_head and any MTP head."""
+    if pp <= 1:
+        return [spec]
+    base, extra = divmod(spec.layers, pp)
+    stages = []
+    start = 0
+    for rank in range(pp):
+        count = base + (1 if rank >= pp - extra else 0)
+        moe = spec.moe
+        if moe is not None:
+            dense = frozenset(i - start for i in moe.dense_layers if start <= i < start + count)
+            moe = replace(moe, dense_layers=dense)
+        stages.append(replace(
+            spec, layers=count, layer_kinds=spec.layer_kinds[start:start + count], moe=moe,
+            mtp_layers=spec.mtp_layers if rank == pp - 1 else 0, stage=(rank, pp, start, spec.layers)))
+        start += count
+    return stages
 
 
 def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int]:

@@ -376,3 +376,48 @@ def test_what_the_config_cannot_size_is_said_not_hidden():
     sized = run(twelve, ["--tp", "2"], version="0.5.12", total_mib=24576, weights_bytes_total=7_814_927_456)
     assert sized.model_notes == ()
     assert "+ 0.94 GiB every rank holds whole (embeddings)" in sized.lines[1].why
+
+
+# --------------------------------------------------------------------------- pipeline parallelism
+
+def test_pipeline_stages_split_layers_like_sglang_and_place_embeddings_and_head():
+    from bot.core.model import pipeline_stages
+
+    llama = spec("meta-llama__Llama-3.1-70B-Instruct")  # 80 layers, untied
+    stages = pipeline_stages(llama, 3)
+    # 80 = 3 x 26 + 2: the last two ranks take one layer more
+    assert [s.layers for s in stages] == [26, 27, 27]
+    assert [s.stage[2] for s in stages] == [0, 26, 53]
+    names = [{p.name for p in weight_parts(s)} for s in stages]
+    assert "embeddings" in names[0] and "lm_head" not in names[0]
+    assert "embeddings" not in names[1] and "lm_head" not in names[1]
+    assert "lm_head" in names[2] and "embeddings" not in names[2]
+    assert sum(weight_bytes_per_gpu(s, 1) for s in stages) == pytest.approx(weight_bytes_per_gpu(llama, 1))
+    # a tied model gets a real lm_head on the last rank: the tie cannot cross ranks
+    small = spec("Qwen__Qwen3-4B")
+    two = pipeline_stages(small, 2)
+    extra = sum(weight_bytes_per_gpu(s, 1) for s in two) - weight_bytes_per_gpu(small, 1)
+    assert extra == 151_936 * 2_560 * 2
+    # DeepSeek's dense prefix stays on the rank that holds those layers
+    r1 = spec("deepseek-ai__DeepSeek-R1")
+    first, second = pipeline_stages(r1, 2)
+    assert first.moe.dense_layers == frozenset({0, 1, 2}) and second.moe.dense_layers == frozenset()
+    assert (first.mtp_layers, second.mtp_layers) == (0, 1)
+
+
+def test_pipeline_budget_is_bound_by_the_rank_with_fewest_kv_tokens():
+    llama = spec("meta-llama__Llama-3.1-70B-Instruct")
+    b = run(llama, ["--tp", "2", "--pp", "2", "--mem-fraction-static", "0.88"], count=4)
+    # each rank holds 40 layers: 4 KV heads/GPU x (128 + 128) x 2 B x 40 = 81,920 B per token
+    assert b.kv_cell_bytes == 81_920
+    assert b.lines[0].label == "pipeline rank" and "layers 0-39 + embeddings" in b.lines[0].why
+    # rank 0 holds 40 layers and the embeddings, counted by the engine's own parts
+    from bot.core.model import pipeline_stages
+
+    rank0 = pipeline_stages(llama, 2)[0]
+    assert b.weights_gib == pytest.approx(weight_bytes_per_gpu(rank0, 2) / GIB)
+    rest = b.pre_gib - b.weights_gib - b.pre_gib * 0.12
+    assert b.kv_tokens == math.floor(rest * GIB / 81_920)
+    assert parse_sglang_flags(["--tp", "2", "--pp", "2"]).gpus_needed == 4
+    assert parse_sglang_flags(["--tp", "2", "--dp", "2"]).gpus_needed == 4
+    assert parse_sglang_flags(["--tp", "2", "--dp", "2", "--enable-dp-attention"]).gpus_needed == 2
