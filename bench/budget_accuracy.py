@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version  # noqa: E402
 from bot.core.flags import LaunchFlags  # noqa: E402
-from bot.core.model import quantization_from, read_config  # noqa: E402
+from bot.core.model import Quantization, quantization_from, read_config  # noqa: E402
 
 # when a case names no version, the release current at the log's date (research notes §0)
 RELEASES_BY_MONTH = [
@@ -90,7 +90,7 @@ def case_flags(case: dict[str, Any]) -> LaunchFlags:
     )
 
 
-def case_quant(case: dict[str, Any]):  # type: ignore[no-untyped-def]
+def case_quant(case: dict[str, Any]) -> Quantization | None:
     """The checkpoint's weight format, from what the case shows: its dtype/quant text or the
     checkpoint name (SGLang reads it from the checkpoint's own config, which the corpus lacks)."""
     text = (case.get("dtype_or_quant") or "").lower()

@@ -133,11 +133,11 @@ def check_sample(entry: dict[str, Any], data: bytes) -> list[str]:
             if "processes" in expect:
                 _check_processes(problems, snap, expect["processes"])
             if "mig_devices" in expect:
-                got = [(m.gpu, m.gi, m.ci, m.mig_dev, m.memory_used_mib, m.memory_total_mib)
-                       for g in snap.gpus for m in g.mig_devices]
-                exp = [(m["gpu"], m["gi"], m["ci"], m["mig_dev"], m["memory_used_mib"], m["memory_total_mib"])
-                       for m in expect["mig_devices"]]
-                _cmp(problems, "mig_devices", got, exp)
+                mig_got = [(m.gpu, m.gi, m.ci, m.mig_dev, m.memory_used_mib, m.memory_total_mib)
+                           for g in snap.gpus for m in g.mig_devices]
+                mig_want = [(m["gpu"], m["gi"], m["ci"], m["mig_dev"], m["memory_used_mib"], m["memory_total_mib"])
+                            for m in expect["mig_devices"]]
+                _cmp(problems, "mig_devices", mig_got, mig_want)
             if "text_after_table" in expect:
                 _cmp(problems, "text_after_table", list(snap.text_after), expect["text_after_table"])
     elif fmt == "csv-apps":
@@ -162,18 +162,18 @@ def check_sample(entry: dict[str, Any], data: bytes) -> list[str]:
                 gpu = gpu_from_query_row(row, 0)
                 want = expect[label]
                 for key, value in want.items():
-                    got = row.get(key) if key in ("timestamp",) else getattr(gpu, key, row.get(key))
-                    _cmp(problems, f"{label}.{key}", got, value)
+                    cell = row.get(key) if key in ("timestamp",) else getattr(gpu, key, row.get(key))
+                    _cmp(problems, f"{label}.{key}", cell, value)
         if "gpu_count" in expect:
             _cmp(problems, "gpu_count", len(snap.gpus), expect["gpu_count"])
             for i, (gpu, want) in enumerate(zip(snap.gpus, expect["gpus"], strict=False)):
                 _check_gpu(problems, f"gpu[{i}]", gpu, want)
                 if "utilization_pct_raw" in want:
                     _cmp(problems, f"gpu[{i}].utilization raw", gpu.raw.get("utilization"), want["utilization_pct_raw"])
-                row = table.rows[i] if "timestamp" not in table.fields else None
+                gpu_row = table.rows[i] if "timestamp" not in table.fields else None
                 for key in ("driver_version", "timestamp", "count"):
-                    if key in want and row is not None:
-                        _cmp(problems, f"gpu[{i}].{key}", row.get(key), want[key])
+                    if key in want and gpu_row is not None:
+                        _cmp(problems, f"gpu[{i}].{key}", gpu_row.get(key), want[key])
         if "na_fields_first_row_count" in expect:
             # the corpus counts the "[N/A]" cells of the first row
             markers = [v for v in table.rows[0].values() if v == "[N/A]"]
