@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
-    top = top_n = partial = partial_n = echo_ok = echo_n = 0
+    top = top_n = partial = partial_n = echo_ok = echo_n = phase_ok = phase_n = 0
     started = time.perf_counter()
     for case in cases:
         quality = case.get("quality")
@@ -42,6 +42,9 @@ def main(argv: list[str]) -> int:
         else:
             partial_n += 1
             partial += right
+        if right and case.get("phase"):  # the phase a right finding gives: startup, runtime, import, request
+            phase_n += 1
+            phase_ok += finding.phase.split(":")[0] == case["phase"]
         secondary = case.get("secondary_labels") or []
         if secondary:
             echo_n += 1
@@ -49,11 +52,12 @@ def main(argv: list[str]) -> int:
             if finding.label in secondary:
                 mark = "ECHO"
         print(f"{mark} {case['id']:<22} {quality:<10} want {case['label']:<30} got {finding.label} "
-              f"({finding.confidence})")
+              f"({finding.confidence}, {finding.phase})")
         if args.verbose and not right:
             for ev in finding.evidence:
                 print(f"       L{ev.line_no}: {ev.text[:160]}")
     print(f"triaged {top_n + partial_n} cases in {(time.perf_counter() - started) * 1000:.0f} ms")
+    print(f"phase: {phase_ok}/{phase_n} of the cases named right are placed in the labelled phase")
     print(f"triage: top-1 {top}/{top_n} (full+error_line), partial {partial}/{partial_n}, "
           f"echoes avoided {echo_ok}/{echo_n}")
     return 0

@@ -120,7 +120,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cuda_driver_too_old", (r"The NVIDIA driver on your system is too old \(found version",
                                  r"CUDA driver version is insufficient for CUDA runtime version",
                                  r"No accelerator \(CUDA, XPU, HPU\) is available"),
-         "import", "the host driver is older than the CUDA runtime in this build",
+         "startup", "the host driver is older than the CUDA runtime in this build",
          "update the host driver (Proxmox node) or use a build for an older CUDA", 3),
     Rule("tp_divisibility_error", (r"assert numerator % denominator == 0",),
          "startup", "a model dimension is not divisible by the tensor-parallel size",
@@ -128,8 +128,11 @@ RULES: tuple[Rule, ...] = (
     Rule("kv_transfer_error", (r"KVTransferError\(bootstrap_room=", r"Failed to get kvcache from prefill instance",
                                r"timed out after [\d.]+s in KVPoll\.WaitingForInput"),
          "runtime", "KV transfer between prefill and decode instances failed", "check the disaggregation peers", 3),
-    Rule("mamba_cache_error", (r"MambaRadixCache", r"Page size must be 1 for MambaRadixCache",
-                               r"set_mamba_track_indices_from_reqs"),
+    # a configuration the state pool refuses at startup, then its bookkeeping failing while serving
+    Rule("mamba_cache_error", (r"Page size must be 1 for MambaRadixCache",),
+         "startup", "the hybrid (mamba/linear-attention) state pool refuses this configuration",
+         "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
+    Rule("mamba_cache_error", (r"MambaRadixCache", r"set_mamba_track_indices_from_reqs"),
          "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
          "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
     Rule("unsupported_feature_combination", (r"'HybridAttnBackend' object has no attribute",
@@ -166,6 +169,15 @@ _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Lo
 _CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
 _READY = re.compile(r"The server is fired up and ready to roll")
+# where in the server's life a line sits: the last marker at or before the cause decides the phase
+_PHASE_MARKERS = (
+    (re.compile(r"The server is fired up|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
+    (re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph (?:begin|failed)"), "startup: CUDA graphs"),
+    (re.compile(r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated|Load weight end"),
+     "startup: KV pool"),
+    (re.compile(r"Load weight begin|Loading safetensors checkpoint shards"), "startup: weights"),
+    (re.compile(r"Init torch distributed begin|server_args=ServerArgs"), "startup: init"),
+)
 _STAGES = (
     (re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph begin"), "CUDA graph capture", "a hang at capture"),
     (re.compile(r"Load weight begin|Loading safetensors checkpoint shards"), "weight loading",
@@ -298,12 +310,13 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in same[:3])
         also = tuple(sorted({h[1].label for h in hits if h[1].label != rule.label}))
         confidence = "high" if rule.strength >= 3 else "medium" if rule.strength == 2 else "low"
+        phase = _phase(lines, order, chosen[0], rule.phase)
         explanation, next_step = rule.explanation, rule.next_step
         if rule.label == "nccl_error" and any(_NCCL_OOM.search(lines[i]) for i in order[chosen[0]:]):
             explanation = ("NCCL could not allocate its buffers: its own last error is a CUDA out-of-memory "
                            "(they live outside the static pool that --mem-fraction-static sizes)")
             next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
-        return Finding(rule.label, rule.phase, confidence, explanation, next_step, evidence, also, notes)
+        return Finding(rule.label, phase, confidence, explanation, next_step, evidence, also, notes)
     for index in order:  # weak signal: weights left almost nothing free
         m = _TINY_AVAIL.search(lines[index])
         if m and float(m.group("avail")) < 0.2 * (float(m.group("avail")) + float(m.group("usage"))):
@@ -328,6 +341,18 @@ _FRAME = re.compile(r'^\s*File "[^"]+", line \d+|^\s{2,}\S')
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b")
 
 
+def _phase(lines: list[str], order: list[int], position: int, default: str) -> str:
+    """The phase the log itself shows at the cause: the last life-cycle marker up to that line.
+    A request rejection stays a request; without markers the rule's own phase stands."""
+    if default == "request":
+        return default
+    for index in reversed(order[:position + 1]):
+        for pattern, phase in _PHASE_MARKERS:
+            if pattern.search(lines[index]):
+                return phase
+    return default
+
+
 def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:
     """True when the text stops in a traceback's frames, before the traceback's exception line."""
     content = [lines[i] for i in order if lines[i].strip()]
@@ -346,7 +371,8 @@ def _with_context(hits: list[tuple[int, Rule, int]], lines: list[str], order: li
         for feature, pattern, label in _CONTEXT_RULES:
             if getattr(context, feature) and pattern.search(lines[index]):
                 rule = RULE_BY_LABEL[label]
-                extra.append((position, Rule(rule.label, rule.patterns, rule.phase, rule.explanation + (
+                # these are forward-pass symptoms: while serving, unless the log's markers say otherwise
+                extra.append((position, Rule(rule.label, rule.patterns, "runtime", rule.explanation + (
                     f" (the launch used {feature.replace('_', ' ')}, whose path this symptom points to)"),
                     rule.next_step, 3), index))
     return hits + extra
@@ -379,6 +405,7 @@ _TELLING = re.compile(r"Error|Exception|Traceback|failed|Failed|error:|FATAL|Kil
 def _unknown(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding:
     telling = [(i, lines[i]) for i in order if _TELLING.search(lines[i])]
     picked = telling[-3:] if telling else [(i, lines[i]) for i in order if lines[i].strip()][-3:]
-    return Finding("unknown", "unknown", "low", "no rule matches this log; the most telling lines are quoted",
+    phase = _phase(lines, order, order.index(picked[-1][0]), "unknown") if picked else "unknown"
+    return Finding("unknown", phase, "low", "no rule matches this log; the most telling lines are quoted",
                    "read the lines above; run with --log-level debug for more", tuple(
                        Evidence(i + 1, x.strip()[:400]) for i, x in picked), (), notes)

@@ -102,3 +102,27 @@ def test_nccl_unhandled_cuda_error_whose_last_error_is_oom_says_so():
     # an earlier CUDA fault stays the first cause; NCCL's unhandled CUDA error is its echo
     assert diagnose("RuntimeError: CUDA error: an illegal memory access was encountered\n" + text).label == \
         "illegal_memory_access"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["quality"] in ("full", "error_line", "hang")],
+                         ids=lambda c: c["id"])
+def test_a_named_cause_is_placed_in_its_labelled_phase(case):
+    finding = diagnose(case["log_excerpt"], context=LaunchContext.from_argv([case.get("launch_command") or ""]))
+    if finding.label != case["label"]:
+        pytest.skip("not named right (scored by the top-1 test)")
+    assert finding.phase.split(":")[0] == case["phase"]
+
+
+def test_the_phase_comes_from_where_the_log_is_not_from_the_rule():
+    # real lines: a startup log's weight-load lines, then a real failure's error line after them
+    startup = json.loads((FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines()[3])["log_excerpt"]
+    begin = next(x for x in startup if "Load weight begin" in x)
+    end = next(x for x in startup if "Load weight end" in x)
+    oom = next(c for c in CASES if c["label"] == "kv_pool_oom" and c["quality"] == "error_line")["log_excerpt"]
+    assert diagnose("\n".join([begin, end, oom])).phase == "startup: KV pool"
+    assert diagnose("\n".join([begin, oom])).phase == "startup: weights"
+    assert diagnose(oom).phase == "startup"  # no markers: the rule's own phase
+    decode_oom = next(c for c in CASES if c["label"] == "runtime_oom" and c["quality"] == "error_line")
+    served = next(x for x in json.loads((FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines()[0])[
+        "log_excerpt"] if "The server is fired up" in x)
+    assert diagnose(served + "\n" + decode_oom["log_excerpt"]).phase == "runtime"

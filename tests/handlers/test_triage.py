@@ -39,7 +39,8 @@ async def test_triage_names_the_cause_not_the_sigquit_echo_and_offers_experiment
     calls = await wait_text(lab, "Triage of", method="chat.postMessage")
     report = post_with(calls, "Triage of")
     text = blocks_to_text(report.blocks)
-    assert f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *kv_pool_oom* (high confidence, startup)" in text
+    assert (f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *kv_pool_oom* "
+            "(high confidence, startup: KV pool)") in text
     assert "Also in the log, not the cause: child_process_died" in text
     from pathlib import Path
 
