@@ -78,7 +78,11 @@ RULES: tuple[Rule, ...] = (
          "runtime", "a forward step hung longer than --watchdog-timeout",
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
     Rule("hf_download_error", (r"429 Too Many Requests", r"Unable to load vocabulary from file",
-                               r"DetokenizerManager hit an exception"),
+                               r"DetokenizerManager hit an exception",
+                               r"429 Client Error: Too Many Requests for url: https://huggingface\.co",
+                               r"Cannot access gated repo for url https://huggingface\.co",
+                               r"huggingface_hub\.(?:utils\._errors|errors)\.(?:HfHubHTTPError|RepositoryNotFoundError|"
+                               r"GatedRepoError|LocalEntryNotFoundError)"),
          "startup", "downloading the model or tokenizer from the Hub failed",
          "download the model first and launch from the local path", 2),
     Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
@@ -143,6 +147,10 @@ RULES: tuple[Rule, ...] = (
                                         r"cannot generate MTP seed"),
          "startup", "the failure is in the speculative (EAGLE/MTP) draft or verify path",
          "launch once without --speculative-algorithm to confirm, then check the draft model", 1),
+    # the compiler's own exception names torch.compile; an exception it wraps (an OOM) still wins
+    Rule("torch_compile_error", (r"torch\._dynamo\.exc\.BackendCompilerFailed",
+                                 r"torch\._inductor\.exc\.(?:InductorError|CppCompileError)"),
+         "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 2),
     Rule("torch_compile_error", (r"torch/_dynamo/", r"torch/_inductor/compile_fx\.py", r"/tmp/torchinductor_",
                                  r"^from user code:"),
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 1),
@@ -316,6 +324,10 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
             explanation = ("NCCL could not allocate its buffers: its own last error is a CUDA out-of-memory "
                            "(they live outside the static pool that --mem-fraction-static sizes)")
             next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
+        if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):
+            explanation = "torch.compile ran out of GPU memory while compiling (the compiler's error wraps a CUDA OOM)"
+            next_step = ("lower --torch-compile-max-bs or --mem-fraction-static (compiling needs room outside the "
+                         "static pool), or launch without --enable-torch-compile")
         return Finding(rule.label, phase, confidence, explanation, next_step, evidence, also, notes)
     for index in order:  # weak signal: weights left almost nothing free
         m = _TINY_AVAIL.search(lines[index])

@@ -126,3 +126,18 @@ def test_the_phase_comes_from_where_the_log_is_not_from_the_rule():
     served = next(x for x in json.loads((FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines()[0])[
         "log_excerpt"] if "The server is fired up" in x)
     assert diagnose(served + "\n" + decode_oom["log_excerpt"]).phase == "runtime"
+
+
+def test_hub_rate_limit_and_compiler_failures_in_their_library_wording():
+    hub = diagnose((FIXTURES / "other-logs" / "hf-hub-429-client-error.txt").read_text())
+    assert (hub.label, hub.evidence[0].line_no) == ("hf_download_error", 1)
+    compiled = diagnose((FIXTURES / "other-logs" / "inductor-no-triton.txt").read_text())
+    assert (compiled.label, compiled.evidence[0].line_no) == ("torch_compile_error", 2)
+    assert "--enable-torch-compile" in compiled.next_step
+    # the same compiler failure wrapping a CUDA OOM says it is memory (the OOM line is the weight-load one of
+    # a real corpus case)
+    oom_line = next(x for c in CASES if c["label"] == "weight_load_oom" for x in c["log_excerpt"].splitlines()
+                    if "CUDA out of memory" in x)
+    text = (FIXTURES / "other-logs" / "inductor-no-triton.txt").read_text().splitlines()
+    wrapped = diagnose("\n".join([*text[:2], oom_line]))
+    assert wrapped.label == "torch_compile_error" and "out of GPU memory" in wrapped.explanation
