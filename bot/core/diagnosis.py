@@ -35,7 +35,8 @@ RULES: tuple[Rule, ...] = (
                          r"Loaded weights leave no GPU memory for the KV cache"),
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
-    Rule("cuda_graph_oom", (r"Capture cuda graph failed:.*(?:CUDA out of memory|OutOfMemoryError)",),
+    Rule("cuda_graph_oom", (r"Capture cuda graph failed:.*(?:CUDA out of memory|CUDA error: out of memory|"
+                            r"OutOfMemoryError)",),
          "startup", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
     Rule("flashinfer_workspace_oom", (r"Failed to allocate memory for batch_prefill_tmp_v with size",),
@@ -159,7 +160,7 @@ RULES: tuple[Rule, ...] = (
                                       r"Capture cuda graph failed:"),
          "startup", "CUDA-graph capture failed for a reason other than memory",
          "launch with --disable-cuda-graph to confirm, then lower --cuda-graph-max-bs", 1),
-    Rule("weight_load_oom", (r"(?:CUDA out of memory|OutOfMemoryError)",), "startup",
+    Rule("weight_load_oom", (r"(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",), "startup",
          "the GPU ran out of memory while building or loading the model weights",
          "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 1),
     Rule(ECHO, (r"Received sigquit from a child proces", r"SIGQUIT received\. signum=None"),
@@ -171,7 +172,7 @@ _COMPILED = [(r, r.compiled()) for r in RULES]
 
 _PREFIX = re.compile(r"^\S+Z? (?:stdout|stderr) [FP] ")  # kubernetes/containerd log prefixes
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
-_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
+_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError")
 _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Loading safetensors|loading shards|"
                            r"Load weight begin|weight_utils")
 _CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one_batch|CudaGraphRunner")

@@ -141,3 +141,8 @@ def test_hub_rate_limit_and_compiler_failures_in_their_library_wording():
     text = (FIXTURES / "other-logs" / "inductor-no-triton.txt").read_text().splitlines()
     wrapped = diagnose("\n".join([*text[:2], oom_line]))
     assert wrapped.label == "torch_compile_error" and "out of GPU memory" in wrapped.explanation
+
+
+def test_cuda_error_out_of_memory_wording_is_an_oom_too():
+    # torch's wording when the allocation fails inside a CUDA call, as quoted from a real training run's stdout
+    assert diagnose("RuntimeError: CUDA error: out of memory").label == "weight_load_oom"
