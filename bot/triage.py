@@ -50,7 +50,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     def inside(argv: remote.Argv) -> remote.Argv:
         return remote.pct_exec(attempt.vmid, argv)
 
-    stat, content, versions_out, disk_out = await asyncio.gather(
+    config_path = attempt.model_path.rstrip("/") + "/config.json"
+    stat, content, versions_out, disk_out, config_out = await asyncio.gather(
         transport.run(attempt.node, inside(("stat", "-c", "%Y %s", remote.checked_path(log))), ok_exit=(0, 1)),
         transport.run(attempt.node, inside(("head", "-c", str(MAX_LOG_BYTES), remote.checked_path(log))),
                       ok_exit=(0, 1)),
@@ -58,6 +59,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
             python, ("sglang", "torch", "transformers", "flashinfer-python"))), ok_exit=(0, 1, 127)),
         transport.run(attempt.node, inside(("df", "-Pk", remote.checked_path(log.rsplit("/", 1)[0] or "/"))),
                       ok_exit=(0, 1)),
+        transport.run(attempt.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
     )
     gpus, xid = await _node_evidence(transport, inventory, attempt)
     try:
@@ -73,7 +75,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     stalled = None
     if attempt.status is AttemptStatus.LAUNCHING:
         stalled = max(0.0, (time.time() - mtime) / 60)
-    context = LaunchContext.from_argv(attempt.argv)
+    context = LaunchContext.from_argv(attempt.argv, _model_types(config_out.stdout if config_out.exit_status == 0
+                                                                 else ""))
     finding = diagnose(text, stalled_minutes=stalled, context=context)
     planned = None
     if finding.label in MEMORY_LABELS:
@@ -82,6 +85,19 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         except GpuopsError:
             planned = None
     return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned)
+
+
+def _model_types(config_text: str) -> tuple[str, ...]:
+    """The checkpoint's model_type and its text_config's (a multimodal wrapper names both)."""
+    try:
+        config = json.loads(config_text)
+    except json.JSONDecodeError:
+        return ()
+    if not isinstance(config, dict):
+        return ()
+    nested = config.get("text_config")
+    text: dict[str, object] = nested if isinstance(nested, dict) else {}
+    return tuple(str(t) for t in (config.get("model_type"), text.get("model_type")) if t)
 
 
 def _stale(attempt: Attempt, stat: str | None, text: str) -> str | None:

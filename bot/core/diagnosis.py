@@ -202,14 +202,17 @@ class LaunchContext:
 
     speculative: bool = False
     hybrid_linear: bool = False  # Qwen3-Next / Qwen3.5 / Qwen3.6 style GDN model (mamba state pool)
+    model_types: tuple[str, ...] = ()  # the checkpoint's config.json model_type (and its text_config's)
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str], model_type: str | None = None) -> LaunchContext:
+    def from_argv(cls, argv: Sequence[str], model_type: str | Sequence[str] | None = None) -> LaunchContext:
         text = " ".join(argv)
+        types = (model_type,) if isinstance(model_type, str) else tuple(model_type or ())
         return cls(
             speculative=bool(re.search(r"--speculative-algo\S*\s+\S+|\b(?:EAGLE3?|NEXTN|MTP)\b", text)),
             hybrid_linear=bool(re.search(r"--mamba-|Qwen3[.-]?(?:5|6|Next)", text, re.I))
-            or (model_type or "").startswith(("qwen3_next", "qwen3_5")),
+            or any(t.startswith(("qwen3_next", "qwen3_5")) for t in types),
+            model_types=tuple(t for t in types if t),
         )
 
 
@@ -388,6 +391,12 @@ def _with_context(hits: list[tuple[int, Rule, int]], lines: list[str], order: li
                 extra.append((position, Rule(rule.label, rule.patterns, "runtime", rule.explanation + (
                     f" (the launch used {feature.replace('_', ' ')}, whose path this symptom points to)"),
                     rule.next_step, 3), index))
+        # a bare KeyError naming the checkpoint's own model_type: transformers does not know it
+        for model_type in context.model_types:
+            if re.search(rf"KeyError: '{re.escape(model_type)}'", lines[index]):
+                extra.append((position, replace(RULE_BY_LABEL["transformers_too_old"], explanation=(
+                    f"the installed transformers does not know model_type '{model_type}' (this checkpoint's)")),
+                    index))
     return hits + extra
 
 

@@ -146,3 +146,14 @@ def test_hub_rate_limit_and_compiler_failures_in_their_library_wording():
 def test_cuda_error_out_of_memory_wording_is_an_oom_too():
     # torch's wording when the allocation fails inside a CUDA call, as quoted from a real training run's stdout
     assert diagnose("RuntimeError: CUDA error: out of memory").label == "weight_load_oom"
+
+
+def test_a_bare_keyerror_naming_the_checkpoints_model_type_is_transformers_too_old():
+    case = next(c for c in CASES if c["id"] == "xinference-3471")  # real: KeyError: 'qwen3_moe'
+    lines = case["log_excerpt"].splitlines()
+    bare = "\n".join(x for x in lines if "CONFIG_MAPPING" not in x)  # the frame that names the lookup is cut away
+    assert diagnose(bare).label != "transformers_too_old"  # alone, a KeyError proves nothing
+    known = diagnose(bare, context=LaunchContext.from_argv([], ("qwen3_moe",)))
+    assert known.label == "transformers_too_old" and "'qwen3_moe'" in known.explanation
+    other = diagnose(bare, context=LaunchContext.from_argv([], ("llama",)))
+    assert other.label != "transformers_too_old"

@@ -70,3 +70,12 @@ async def test_a_log_written_by_another_run_is_refused_as_stale(lab):
     calls = await wait_text(lab, "stale log", method="chat.postMessage")
     text = blocks_to_text(post_with(calls, "stale log").blocks)
     assert "was not written by attempt" in text and "kv_pool_oom" not in text
+
+
+def test_the_triage_reads_the_checkpoints_model_types_from_its_config():
+    from bot.lab.nodes import LAB_DIR
+    from bot.triage import _model_types
+
+    config = (LAB_DIR / "data" / "models" / "Qwen3.6-27B" / "config.json").read_text()
+    assert _model_types(config) == ("qwen3_5", "qwen3_5_text")
+    assert _model_types("not json") == () and _model_types("[1, 2]") == ()
