@@ -365,8 +365,20 @@ def _compute(inp: BudgetInput) -> Budget:
     return replace(chosen, lines=(line, *chosen.lines))
 
 
+DTYPE_FLAG = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
+              "float32": "float32"}  # --dtype; "auto" keeps the checkpoint's
+
+
 def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGLang's startup order
     model, flags, version = inp.model, inp.flags, inp.version
+    if flags.dtype in DTYPE_FLAG and DTYPE_FLAG[flags.dtype] != model.dtype:
+        # weights and an "auto" KV cache follow --dtype; a 16-bit checkpoint's bytes scale with it
+        wanted = DTYPE_FLAG[flags.dtype]
+        if inp.weights_bytes_total and (inp.quant or model.quant).method == "none":
+            scale = DTYPE_BYTES.get(wanted, 2.0) / DTYPE_BYTES.get(model.dtype, 2.0)
+            inp = replace(inp, weights_bytes_total=int(inp.weights_bytes_total * scale))
+        model = replace(model, dtype=wanted)
+        inp = replace(inp, model=model)
     era = version.era
     w = _Work()
     tp = flags.tp

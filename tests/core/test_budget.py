@@ -421,3 +421,15 @@ def test_pipeline_budget_is_bound_by_the_rank_with_fewest_kv_tokens():
     assert parse_sglang_flags(["--tp", "2", "--pp", "2"]).gpus_needed == 4
     assert parse_sglang_flags(["--tp", "2", "--dp", "2"]).gpus_needed == 4
     assert parse_sglang_flags(["--tp", "2", "--dp", "2", "--enable-dp-attention"]).gpus_needed == 2
+
+
+def test_dtype_flag_sizes_weights_and_an_auto_kv_cache():
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")  # bfloat16 checkpoint
+    plain = run(llama, ["--tp", "1"])
+    wide = run(llama, ["--tp", "1", "--dtype", "float32"])
+    assert wide.weights_gib == pytest.approx(2 * plain.weights_gib)
+    # 32 layers x 8 KV heads x (128 + 128) x 4 B
+    assert wide.kv_cell_bytes == 32 * 8 * 256 * 4 == 2 * plain.kv_cell_bytes
+    sized = run(llama, ["--tp", "1", "--dtype", "float32"], weights_bytes_total=16_060_522_496)
+    assert sized.weights_gib == pytest.approx(2 * 16_060_522_496 / GIB, rel=1e-3)
+    assert run(llama, ["--tp", "1", "--dtype", "half"]).weights_gib == pytest.approx(plain.weights_gib)
