@@ -44,6 +44,7 @@ class GpuMemoryErrors:
     remapped_uncorrectable: int | None
     remapped_pending: bool | None  # a remapped row waits for a GPU reset
     remapped_failure: bool | None  # remapping failed: the GPU needs service
+    ecc_mode_pending: str | None = None  # the mode after the next reboot
 
     @property
     def exposes_ecc(self) -> bool:
@@ -82,6 +83,7 @@ _COLUMNS: tuple[tuple[str, str, Callable[[str | None], Any]], ...] = (
     ("uuid", "uuid", _text),
     ("pci_bus_id", "pci.bus_id", _text),
     ("ecc_mode", "ecc.mode.current", _text),
+    ("ecc_mode_pending", "ecc.mode.pending", _text),
     ("corrected_volatile", "ecc.errors.corrected.volatile.total", _count),
     ("uncorrected_volatile", "ecc.errors.uncorrected.volatile.total", _count),
     ("uncorrected_aggregate", "ecc.errors.uncorrected.aggregate.total", _count),
@@ -120,6 +122,9 @@ def memory_error_findings(where: str, gpus: list[GpuMemoryErrors],
                             "to activate it")
         if g.retired_pending:
             findings.append(f"{name}: a retired page is pending — reload the driver or reset the GPU to retire it")
+        if g.ecc_mode and g.ecc_mode_pending and g.ecc_mode_pending != g.ecc_mode:
+            findings.append(f"{name}: ECC turns {'on' if g.ecc_mode_pending == 'Enabled' else 'off'} at the next "
+                            f"reboot — usable memory changes with it (budgets made now are for the current mode)")
         if g.uncorrected_volatile:
             findings.append(f"{name}: {g.uncorrected_volatile} uncorrectable ECC error(s) since the driver loaded")
         if g.ecc_mode == "Disabled":

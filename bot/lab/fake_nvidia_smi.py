@@ -22,7 +22,8 @@ GPU_KEYS = {
     "temperature.gpu": "temperature_c", "power.draw": "power_draw_w", "power.limit": "power_limit_w",
     "fan.speed": "fan_pct", "pstate": "perf_state", "compute_mode": "compute_mode",
     # memory-error counters: a GPU without the key prints [N/A], as GeForce cards and ECC-off GPUs do
-    "ecc.mode.current": "ecc_mode", "ecc.errors.corrected.volatile.total": "ecc_corrected_volatile",
+    "ecc.mode.current": "ecc_mode", "ecc.mode.pending": "ecc_mode_pending",
+    "ecc.errors.corrected.volatile.total": "ecc_corrected_volatile",
     "ecc.errors.uncorrected.volatile.total": "ecc_uncorrected_volatile",
     "ecc.errors.uncorrected.aggregate.total": "ecc_uncorrected_aggregate",
     "retired_pages.single_bit_ecc.count": "retired_sbe", "retired_pages.double_bit.count": "retired_dbe",

@@ -51,7 +51,7 @@ def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
             "fan_pct": gpu.fan_pct,
             "perf_state": gpu.perf_state,
             "compute_mode": gpu.compute_mode,
-            "ecc_mode": "Disabled",  # 49140 MiB is the A6000's ECC-off size
+            "ecc_mode": "Disabled", "ecc_mode_pending": "Disabled",  # 49140 MiB is the A6000's ECC-off size
         })
     return {
         "name": name,

@@ -139,3 +139,13 @@ def test_coverage_says_what_each_node_exposes_and_what_could_not_be_read():
         "pve5: ECC off on GPU 1; 1 Xid event(s) in 24 h (dmesg)",
         "pve6: ECC counters not readable: Failed to initialize NVML; no Xid in 24 h (journalctl)",
     )
+
+
+def test_an_ecc_mode_change_waiting_for_a_reboot_is_a_finding():
+    h100 = memory_errors_from_csv((CSV / "ugx-h100-mig-590-load-query-gpu.csv").read_text())[0]
+    assert (h100.ecc_mode, h100.ecc_mode_pending) == ("Enabled", "Enabled")  # real: no change pending
+    assert memory_error_findings("pve9", [h100]) == []
+    switching = replace(h100, ecc_mode="Disabled", ecc_mode_pending="Enabled")
+    assert memory_error_findings("pve5", [switching]) == [
+        "pve5 GPU 0: ECC turns on at the next reboot — usable memory changes with it (budgets made now are for "
+        "the current mode)"]
