@@ -22,10 +22,12 @@ from bot.core.attempts import Attempt, AttemptStatus, Check, changes_between
 from bot.core.budget import VerdictKind
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
+from bot.core.gpu_faults import NodeFaults, launch_gpu_health
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
+from bot.faults import read_faults
 from bot.launch_settings import LaunchSettings
 from bot.status import SmiFailed, Transport, read_node
 from bot.store import AttemptStore
@@ -112,6 +114,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     budget_task = asyncio.ensure_future(plan_budget(transport, inventory, target, request.model_path, request.flags))
     host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
     assert target.vmid is not None
+    faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
     planned: PlannedBudget | None = None
@@ -135,8 +138,14 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     except RemoteError as exc:
         checks.append(Check("port free", "warn", f"could not check port {port}: {exc.user_message}"))
 
+    try:
+        faults: NodeFaults | None = await faults_task
+    except GpuopsError:
+        faults = None
     if planned is not None:
         checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))
+        if faults is not None:
+            checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
         versions = planned.versions
         sglang = versions.get("sglang")
         support = [r for r, k in zip(planned.budget.reasons, planned.budget.reason_kinds, strict=True)

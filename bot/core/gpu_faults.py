@@ -296,3 +296,22 @@ def summarise_faults(faults: tuple[NodeFaults, ...],
                 f"no Xid in {window_h:g} h ({nf.xid_source})"
         coverage.append(f"{nf.node}: {ecc}; {xid}")
     return FaultSummary(tuple(findings), tuple(coverage), counts)
+
+
+def launch_gpu_health(faults: NodeFaults, uuids: tuple[str, ...]) -> tuple[str, str]:
+    """The pre-flight's word on the GPUs a launch will use: ``fail`` when one needs service,
+    ``warn`` on a hardware signal worth knowing before a 10-minute load, else ``ok``; with why."""
+    gpus = [g for g in faults.memory if not uuids or g.uuid in uuids]
+    bus = gpus_by_bus((g.index, g.pci_bus_id) for g in gpus)
+    # hardware Xids on these GPUs (an application's own faults are the previous run's business)
+    events = [e for e in faults.xid if e.code not in APPLICATION_XIDS and (not uuids or _bus(e.pci_bus_id) in bus)]
+    failed = [g for g in gpus if g.remapped_failure]
+    if failed:
+        return "fail", "; ".join(f"GPU {g.index}: row remapping FAILED — it needs service" for g in failed)
+    problems = memory_error_findings(faults.node, gpus)
+    problems += xid_findings(faults.node, events, bus)
+    if problems:
+        return "warn", "; ".join(p.removeprefix(f"{faults.node} ") for p in problems)
+    unread = [p for p in (faults.memory_problem, faults.xid_problem) if p]
+    seen = "no ECC or Xid problem on these GPUs in 24 h"
+    return "ok", seen + (f" ({'; '.join(unread)})" if unread else "")

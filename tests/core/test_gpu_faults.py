@@ -149,3 +149,22 @@ def test_an_ecc_mode_change_waiting_for_a_reboot_is_a_finding():
     assert memory_error_findings("pve5", [switching]) == [
         "pve5 GPU 0: ECC turns on at the next reboot — usable memory changes with it (budgets made now are for "
         "the current mode)"]
+
+
+def test_the_preflight_word_on_the_launch_gpus():
+    from bot.core.gpu_faults import launch_gpu_health
+
+    remap = a100_row_remap()  # GPU 0 at 10:1c, a row remap pending (real A100 report)
+    other = GpuMemoryErrors(1, "GPU-b", "00000000:20:00.0", "Enabled", 0, 0, 0, None, None, None, 0, 0, False, False)
+    events = tuple(xid_events(XID_LINES))  # Xid 63 at 10:1c (hardware), Xid 31 at 00:06 (an application's)
+    node = NodeFaults("dgx1", memory=(remap, other), xid=events, xid_source="journalctl")
+    status, why = launch_gpu_health(node, ("GPU-a100",))
+    assert status == "warn"
+    assert "GPU 0: a remapped row is pending" in why and "GPU 0: Xid 63 once" in why and "Xid 31" not in why
+    assert launch_gpu_health(node, ("GPU-b",)) == ("ok", "no ECC or Xid problem on these GPUs in 24 h")
+    broken = NodeFaults("dgx1", memory=(replace(remap, remapped_failure=True),),
+                        xid_problem="kernel log not readable: x")
+    assert launch_gpu_health(broken, ("GPU-a100",))[0] == "fail"
+    quiet = NodeFaults("pve5", memory=(other,), xid_problem="kernel log not readable: denied")
+    assert launch_gpu_health(quiet, ()) == ("ok", "no ECC or Xid problem on these GPUs in 24 h "
+                                                  "(kernel log not readable: denied)")

@@ -156,3 +156,20 @@ async def test_bot_restart_reattaches_to_a_live_launch(lab):
     assert lab.services.tasks
     node = lab.nodes["pve5"]
     assert node.launched_pids() == [attempt.pid]
+
+
+async def test_preflight_names_a_hardware_xid_on_the_launch_gpus(lab):
+    """A real row-remap Xid line (tests/fixtures/kernel-log), moved onto GPU 1 of the node, an hour ago."""
+    import time as _time
+
+    from tests.conftest import FIXTURES
+
+    line = (FIXTURES / "kernel-log" / "xid-lines.txt").read_text().splitlines()[0].replace("PCI:0000:10:1c",
+                                                                                           "PCI:0000:52:00")
+    state = lab.nodes["pve5"].read_state()
+    stamp = _time.strftime("%Y-%m-%dT%H:%M:%S+0000", _time.gmtime(_time.time() - 3600))
+    state["kernel_log"] = [f"{stamp} pve5 kernel: {line}"]
+    lab.nodes["pve5"].write_state(state)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "GPU hardware" in text and "GPU 1: Xid 63 once, page retirement / row remapping recorded" in text
