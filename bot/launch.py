@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,8 @@ from bot.faults import read_faults
 from bot.launch_settings import LaunchSettings
 from bot.status import SmiFailed, Transport, read_node
 from bot.store import AttemptStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
 
     try:
         faults: NodeFaults | None = await faults_task
-    except GpuopsError:
+    except Exception:  # the hardware check informs; it must not cost the pre-flight
+        log.warning("reading ECC/Xid on %s failed", target.node, exc_info=True)
         faults = None
     if planned is not None:
         checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))

@@ -111,8 +111,11 @@ class Scheduler:
                 return await asyncio.wait_for(read_faults(self.services.transport, node, now), deadline)
             except TimeoutError:
                 why = f"no answer within {deadline:g}s"
-                return NodeFaults(node, memory_problem=f"ECC counters not readable: {why}",
-                                  xid_problem=f"kernel log not readable: {why}")
+            except Exception:  # a fault read must never cost the post itself
+                log.exception("reading ECC/Xid on %s failed", node)
+                why = "internal error (logged)"
+            return NodeFaults(node, memory_problem=f"ECC counters not readable: {why}",
+                              xid_problem=f"kernel log not readable: {why}")
 
         return tuple(await asyncio.gather(*(one(n) for n in nodes)))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from bot.faults import read_kernel_xids
 from bot.launch import container_of, user_flags
 from bot.status import SmiFailed, Transport, read_node
 
+log = logging.getLogger(__name__)
 MEMORY_LABELS = {"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom", "flashinfer_workspace_oom",
                  "context_exceeds_kv_pool"}
 MAX_LOG_BYTES = 2 * 1024 * 1024
@@ -143,8 +145,11 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
         gpus = f"GPUs now: {memory}" + (f"; held by {', '.join(held)}" if held else "; no process holds GPU memory")
         bus = gpus_by_bus((g.index, g.pci_bus_id) for g in host.gpus)
     if isinstance(kernel, BaseException):
-        if not isinstance(kernel, RemoteError):
+        if isinstance(kernel, RemoteError):
+            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",)
+        if not isinstance(kernel, Exception):
             raise kernel
-        return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",)
+        log.warning("reading Xid events on %s failed", attempt.node, exc_info=kernel)  # evidence, not the triage
+        return gpus, ("kernel log not read: internal error (logged)",)
     events, _source = kernel
     return gpus, tuple(xid_findings(attempt.node, events, bus))
