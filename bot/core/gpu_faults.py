@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -46,18 +46,11 @@ class GpuMemoryErrors:
     remapped_failure: bool | None  # remapping failed: the GPU needs service
     ecc_mode_pending: str | None = None  # the mode after the next reboot
 
-    @property
-    def exposes_ecc(self) -> bool:
-        return self.ecc_mode is not None
-
     def counts(self) -> dict[str, int]:
         """The counters that only ever grow, for "since the last report" comparisons."""
         keys = ("uncorrected_aggregate", "retired_single_bit", "retired_double_bit",
                 "remapped_correctable", "remapped_uncorrectable")
         return {k: v for k in keys if isinstance(v := getattr(self, k), int)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _flag(cell: str | None) -> bool | None:

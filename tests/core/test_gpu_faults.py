@@ -39,7 +39,7 @@ def test_ecc_counters_read_by_header_name_from_a_real_full_query():
 
 def test_a_geforce_card_exposes_no_ecc_and_that_is_not_read_as_clean():
     rtx = memory_errors_from_csv((CSV / "ugx-rtx2080s-595-idle-query-gpu.csv").read_text())[0]
-    assert not rtx.exposes_ecc
+    assert rtx.ecc_mode is None  # [N/A]: not exposed
     assert rtx.uncorrected_volatile is None and rtx.counts() == {}
     summary = summarise_faults((NodeFaults("pve2", memory=(rtx,), xid_source="journalctl"),))
     assert summary.coverage == ("pve2: 1 GPU(s) expose no ECC counters; no Xid in 24 h (journalctl)",)
