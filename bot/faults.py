@@ -55,7 +55,6 @@ async def read_faults(transport: Transport, node: str, now: float, hours: int = 
     memory_task = read_memory_errors(transport, node)
     xid_task = read_kernel_xids(transport, node, hours, now - hours * 3600)
     memory, xid = await asyncio.gather(memory_task, xid_task, return_exceptions=True)
-    result = NodeFaults(node)
     if isinstance(memory, BaseException):
         if not isinstance(memory, GpuopsError):
             raise memory

@@ -62,8 +62,6 @@ class ChannelPace:
             self._last[channel] = self._clock()
 
 
-PACE = ChannelPace()
-
 
 def web_client(token: str | None, base_url: str) -> AsyncWebClient:
     return AsyncWebClient(
@@ -82,15 +80,15 @@ async def post_messages(
     channel: str,
     messages: list[SlackMessage],
     *,
+    pace: ChannelPace,
     respond: Any = None,
     thread_ts: str | None = None,
-    pace: ChannelPace | None = None,
 ) -> list[str]:
     """Post in order; returns the ``ts`` of each. When the bot is not in the channel, fall
     back to the command's response_url so the answer is never lost."""
     posted: list[str] = []
     for message in messages:
-        await (pace or PACE).wait(channel)
+        await pace.wait(channel)
         try:
             answer = await client.chat_postMessage(
                 channel=channel, text=message.text, blocks=message.blocks, thread_ts=thread_ts,

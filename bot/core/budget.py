@@ -31,6 +31,7 @@ from bot.core.model import (
     quantization_from,
     replicated_bytes,
     weight_bytes_per_gpu,
+    weight_parts,
 )
 
 MIB = 1 << 20
@@ -343,15 +344,16 @@ def _compute(inp: BudgetInput) -> Budget:
     if inp.flags.pp <= 1:
         return _compute_rank(inp)
     whole = weight_bytes_per_gpu(inp.model, 1)
+    stages = pipeline_stages(inp.model, inp.flags.pp)
     ranks = []
-    for stage in pipeline_stages(inp.model, inp.flags.pp):
+    for stage in stages:
         share = None
         if inp.weights_bytes_total:  # the checkpoint's bytes, split as the estimate splits them
             share = int(inp.weights_bytes_total * weight_bytes_per_gpu(stage, 1) / whole)
         ranks.append(_compute_rank(replace(inp, model=stage, weights_bytes_total=share)))
     failing = [i for i, b in enumerate(ranks) if b.verdict is VerdictKind.FAILS]
     bind = failing[0] if failing else min(range(len(ranks)), key=lambda i: ranks[i].kv_tokens)
-    stage = pipeline_stages(inp.model, inp.flags.pp)[bind]
+    stage = stages[bind]
     assert stage.stage is not None
     rank, pp, first, _ = stage.stage
     holds = ["embeddings"] if rank == 0 else []
@@ -597,15 +599,11 @@ ONLINE_QUANT = ("fp8", "w8a8_fp8")  # flags that quantize an unquantized checkpo
 
 
 def _whole_parts(model: ModelSpec) -> str:
-    from bot.core.model import weight_parts
-
     big = [p.name for p in weight_parts(model) if not p.sharded and p.params >= 0.01 * model.vocab * model.hidden]
     return ", ".join(big) or "norms and routers"
 
 
 def _params(model: ModelSpec) -> int:
-    from bot.core.model import weight_parts
-
     return sum(p.params for p in weight_parts(model))
 
 

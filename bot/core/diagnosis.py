@@ -177,22 +177,26 @@ _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Lo
                            r"Load weight begin|weight_utils")
 _CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
-_READY = re.compile(r"The server is fired up and ready to roll")
+# SGLang's life-cycle lines, shared by the phase of a finding and the diagnosis of a stalled log
+_READY_LINE = r"The server is fired up and ready to roll"
+_CAPTURE_LINE = r"Capture (?:.*?)(?:cuda|CUDA) graph"
+_WEIGHTS_LINE = r"Load weight begin|Loading safetensors checkpoint shards"
+_INIT_LINE = r"Init torch distributed begin"
+_READY = re.compile(_READY_LINE)
 # where in the server's life a line sits: the last marker at or before the cause decides the phase
 _PHASE_MARKERS = (
-    (re.compile(r"The server is fired up|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
-    (re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph (?:begin|failed)"), "startup: CUDA graphs"),
+    (re.compile(rf"{_READY_LINE}|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
+    (re.compile(rf"{_CAPTURE_LINE} (?:begin|failed)"), "startup: CUDA graphs"),
     (re.compile(r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated|Load weight end"),
      "startup: KV pool"),
-    (re.compile(r"Load weight begin|Loading safetensors checkpoint shards"), "startup: weights"),
-    (re.compile(r"Init torch distributed begin|server_args=ServerArgs"), "startup: init"),
+    (re.compile(_WEIGHTS_LINE), "startup: weights"),
+    (re.compile(rf"{_INIT_LINE}|server_args=ServerArgs"), "startup: init"),
 )
 _STAGES = (
-    (re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph begin"), "CUDA graph capture", "a hang at capture"),
-    (re.compile(r"Load weight begin|Loading safetensors checkpoint shards"), "weight loading",
-     "a hang while loading weights"),
+    (re.compile(rf"{_CAPTURE_LINE} begin"), "CUDA graph capture", "a hang at capture"),
+    (re.compile(_WEIGHTS_LINE), "weight loading", "a hang while loading weights"),
     (re.compile(r"Init COMPLETE|Custom allreduce is disabled because this process group spans across nodes|"
-                r"Init torch distributed begin"), "distributed init", "a hang at distributed init (rendezvous)"),
+                rf"{_INIT_LINE}"), "distributed init", "a hang at distributed init (rendezvous)"),
 )
 
 
