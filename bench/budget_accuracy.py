@@ -20,7 +20,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version  # noqa: E402
+from bot.core.budget import (  # noqa: E402
+    Budget,
+    BudgetInput,
+    GpuPlan,
+    MeasuredWeights,
+    compute_budget,
+    parse_version,
+)
 from bot.core.flags import LaunchFlags  # noqa: E402
 from bot.core.model import Quantization, quantization_from, read_config  # noqa: E402
 
@@ -144,14 +151,17 @@ def error_family(text: str | None) -> str | None:
     return "other"
 
 
-def predict(case: dict[str, Any], config_path: Path) -> Budget:
+def predict(case: dict[str, Any], config_path: Path, measured_gib: float | None = None) -> Budget:
+    """``measured_gib``: weights per GPU as a repeat launch would have them from the first one's log."""
     spec = read_config(json.loads(config_path.read_text()), case["model"])
     logged = case.get("logged") or {}
     pre = logged.get("pre_load_avail_mem_gb")
     total = case.get("gpu_mem_mib") or (round((pre + 1.0) * 1024) if pre else None)
     gpus = GpuPlan(case.get("gpu_name") or "?", total, int(case.get("tp") or 1), pre_gib=pre)
-    inp = BudgetInput(spec, case_flags(case), gpus, parse_version(case_version(case.get("sglang_version"))),
-                      quant=case_quant(case))
+    flags = case_flags(case)
+    measured = None if measured_gib is None else MeasuredWeights(measured_gib, flags.weight_layout, "an earlier load")
+    inp = BudgetInput(spec, flags, gpus, parse_version(case_version(case.get("sglang_version"))),
+                      quant=case_quant(case), measured_weights=measured)
     return compute_budget(inp, with_remedies=False)
 
 
@@ -164,6 +174,8 @@ def main(argv: list[str]) -> int:
     configs = load_configs(Path(args.configs))
     cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
     kv_ok = kv_n = w_ok = w_n = v_ok = v_n = 0
+    repeat_ok = repeat_n = 0  # KV tokens when the weights are measured (a repeat launch of the same load)
+    repeat_misses: list[str] = []
     skipped: list[str] = []
     for case in cases:
         cid = case["id"]
@@ -195,6 +207,15 @@ def main(argv: list[str]) -> int:
             err = (budget.kv_tokens - want_t) / want_t
             kv_ok += abs(err) <= 0.02
             parts.append(f"kv {budget.kv_tokens:,}/{want_t:,} ({err:+.1%})")
+            want_w = expected_weights(logged)
+            if want_w is not None:
+                again = predict(case, config, measured_gib=want_w)
+                repeat_n += 1
+                repeat_err = (again.kv_tokens - want_t) / want_t
+                repeat_ok += abs(repeat_err) <= 0.02
+                if abs(repeat_err) > 0.02:
+                    repeat_misses.append(f"{cid} {repeat_err:+.1%}")
+                parts.append(f"kv@measured {again.kv_tokens:,} ({repeat_err:+.1%})")
         if logged.get("mamba_max_cache_size") is not None:
             parts.append(f"slots {budget.mamba_slots}/{logged['mamba_max_cache_size']}")
         started = failure is None
@@ -212,6 +233,8 @@ def main(argv: list[str]) -> int:
             for line in budget.lines:
                 print(f"      {line.label}: {line.gib if line.gib is None else round(line.gib, 3)} {line.value or ''}")
     print(f"skipped {len(skipped)}: " + "; ".join(skipped))
+    print(f"repeat launch (weights measured by the first load's log, pools still predicted): kv_tokens within 2%: "
+          f"{repeat_ok}/{repeat_n}" + (f"; misses: {', '.join(repeat_misses)}" if repeat_misses else ""))
     print(f"budget: kv_tokens within 2%: {kv_ok}/{kv_n}, weights within 3%: {w_ok}/{w_n}, verdicts: {v_ok}/{v_n}")
     return 0
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core import argv as remote
+from bot.core.attempts import Attempt, measured_weights
 from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
 from bot.core.flags import parse_sglang_flags
 from bot.core.inventory import Inventory, Target
@@ -31,7 +33,9 @@ class PlannedBudget:
 
 
 async def plan_budget(transport: Transport, inventory: Inventory, target: Target, model_path: str,
-                      flag_argv: tuple[str, ...]) -> PlannedBudget:
+                      flag_argv: tuple[str, ...], history: Sequence[Attempt] = ()) -> PlannedBudget:
+    """``history``: the container's attempts, newest first; an earlier load of the same checkpoint
+    in the same layout gives the weights as measured instead of estimated."""
     if target.kind != "container" or target.vmid is None:
         raise UsageError("a budget is planned for a container (`<node>:<vmid>` or its name)")
     flags = parse_sglang_flags(flag_argv)
@@ -80,7 +84,9 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     name = (used[0].name or "GPU") if used else "GPU"
     plan = GpuPlan(name, min(totals) if totals else None, len(gpus.gpus), free)
     sglang = versions.get("sglang")
-    budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total))
+    measured = measured_weights(history, model_path, flags.weight_layout, sglang)
+    budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total,
+                                        measured_weights=measured))
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
     title = f"{model.name} on {target.label}: {len(used)}x {name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)

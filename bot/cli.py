@@ -151,7 +151,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
-    from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
+    from bot.core.budget import BudgetInput, GpuPlan, MeasuredWeights, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags
     from bot.core.gpus import gpu_total_mib
     from bot.core.model import read_config
@@ -178,7 +178,13 @@ def cmd_budget(args: argparse.Namespace) -> int:
                          f"--gpus is {args.gpus}")
     gpus = GpuPlan(args.gpu, total, args.gpus, free)
     model = read_config(config, name=config_path.parent.name)
-    budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), total_size))
+    measured = None
+    if args.weights_gib is not None:
+        if args.weights_gib <= 0:
+            raise UsageError("--weights-gib is the positive GiB per GPU an earlier load logged")
+        measured = MeasuredWeights(args.weights_gib, flags.weight_layout, "--weights-gib (an earlier load)")
+    budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), total_size,
+                                        measured_weights=measured))
     title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}" + (f" pp={flags.pp}" if flags.pp > 1 else "")
     if args.json:
         print(json.dumps(_budget_json(budget), indent=2))
@@ -281,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--total-mib", type=int, help="GPU memory, when the GPU name is not known")
     budget.add_argument("--free-mib", help="free MiB per GPU as nvidia-smi shows them, comma-separated")
     budget.add_argument("--sglang", default="current", help="SGLang version, e.g. 0.5.9 (default: current)")
+    budget.add_argument("--weights-gib", type=float,
+                        help="weights per GPU an earlier load of this checkpoint logged, same tp/pp/quantization "
+                             "(`Load weight end ... mem usage=`): used instead of the estimate")
     budget.add_argument("--json", action="store_true", help="print the numbers as JSON")
     budget.add_argument("--chart", help="also write a per-GPU stacked bar PNG here")
     budget.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")

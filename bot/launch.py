@@ -34,6 +34,7 @@ from bot.status import SmiFailed, Transport, read_node
 from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
+HISTORY_FOR_WEIGHTS = 50  # attempts searched for an earlier load of the same checkpoint
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,11 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     node = inventory.nodes[target.node]
     checks: list[Check] = []
 
-    budget_task = asyncio.ensure_future(plan_budget(transport, inventory, target, request.model_path, request.flags))
-    host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
     assert target.vmid is not None
+    history = await store.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
+    budget_task = asyncio.ensure_future(plan_budget(transport, inventory, target, request.model_path, request.flags,
+                                                    history))
+    host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
@@ -242,6 +245,7 @@ async def _new_attempt(store: AttemptStore, inventory: Inventory, pre: Preflight
         "verdict": budget.verdict.value, "weights_gib": round(budget.weights_gib, 2), "kv_tokens": budget.kv_tokens,
         "mamba_slots": budget.mamba_slots, "max_running_requests": budget.max_running_requests,
         "mem_fraction_static": budget.mem_fraction_static, "error_text": budget.error_text,
+        "sglang": pre.planned.versions.get("sglang") if pre.planned else None,
     }
     container = container_of(inventory, target)
     attempt = Attempt(
@@ -356,7 +360,8 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
 
 def observed_of(progress: Progress) -> dict[str, object]:
     return {k: v for k, v in {
-        "weights_gib": progress.weights_gib, "kv_tokens": progress.kv_tokens, "mamba_slots": progress.mamba_slots,
+        "weights_gib": progress.weights_gib, "weights_format": progress.weights_format,
+        "kv_tokens": progress.kv_tokens, "mamba_slots": progress.mamba_slots,
         "max_running_requests": progress.max_running_requests, "context_len": progress.context_len,
         "stage": progress.label,
     }.items() if v is not None}

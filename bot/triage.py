@@ -83,7 +83,9 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     planned = None
     if finding.label in MEMORY_LABELS:
         try:
-            planned = await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv))
+            # the failed attempt's own log measured its weights: the remedies start from that figure
+            planned = await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
+                                        (attempt,))
         except GpuopsError:
             planned = None
     return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned)

@@ -28,7 +28,16 @@ from bot.core.flags import with_flag
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
 from bot.errors import GpuopsError, UsageError
-from bot.launch import LaunchRequest, follow, preflight, record_refused, request_key, start, user_flags
+from bot.launch import (
+    HISTORY_FOR_WEIGHTS,
+    LaunchRequest,
+    follow,
+    preflight,
+    record_refused,
+    request_key,
+    start,
+    user_flags,
+)
 from bot.slack import post_messages, upload_png
 from bot.triage import triage_attempt
 from handlers.common import authorize
@@ -93,7 +102,10 @@ def register(app: AsyncApp, services: Services) -> None:
 
 async def budget(services: Services, client: Any, respond: Any, target: Target, request: SglangBudgetRequest,
                  user: str, channel: str) -> None:
-    planned = await plan_budget(services.transport, services.inventory, target, request.model_path, request.flags)
+    assert target.vmid is not None
+    history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
+    planned = await plan_budget(services.transport, services.inventory, target, request.model_path, request.flags,
+                                history)
     posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title),
                                  respond=respond, pace=services.pace)
     png = budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title)

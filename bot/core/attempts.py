@@ -4,9 +4,14 @@ happened, with every status transition timestamped. Plain values, serialisable t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
+
+from bot.core.budget import MeasuredWeights
+from bot.core.flags import parse_sglang_flags
+from bot.errors import UsageError
 
 
 class AttemptStatus(StrEnum):
@@ -147,3 +152,50 @@ _ID_RE = re.compile(r"^a[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 
 def is_attempt_id(text: str) -> bool:
     return bool(_ID_RE.match(text))
+
+
+LAUNCHER_FLAGS = ("--model-path", "--model", "--port")
+
+
+def _model_of(argv: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """(model path, the other flags) of an attempt's argv."""
+    model, rest, i = None, [], 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in LAUNCHER_FLAGS:
+            taken = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if name != "--port":
+                model = taken
+            i += 1 if eq else 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    return model, tuple(rest)
+
+
+def measured_weights(history: Sequence[Attempt], model_path: str, layout: str,
+                     sglang: str | None) -> MeasuredWeights | None:
+    """The newest weights figure an earlier attempt's own log gave for this checkpoint in this
+    layout, under the same SGLang (an upgrade can change what a load keeps), or None.
+
+    ``history`` is newest first, as the store returns it."""
+    wanted = model_path.rstrip("/")
+    for attempt in history:
+        gib = attempt.observed.get("weights_gib")
+        if not isinstance(gib, int | float) or gib <= 0:
+            continue
+        model, flags_argv = _model_of(attempt.argv)
+        if (model or attempt.model_path).rstrip("/") != wanted:
+            continue
+        then = attempt.predicted.get("sglang")
+        if sglang and then and then != sglang:
+            continue
+        try:
+            their_layout = parse_sglang_flags(flags_argv).weight_layout
+        except UsageError:
+            continue
+        if their_layout == layout:
+            shown = attempt.observed.get("weights_format")
+            return MeasuredWeights(float(gib), layout, f"attempt {attempt.id}'s log",
+                                   shown if isinstance(shown, str) else None)
+    return None

@@ -143,6 +143,41 @@ class BudgetInput:
     weights_bytes_total: int | None = None  # safetensors total_size, when known: beats the estimate
     quant: Quantization | None = None  # overrides the config's (e.g. an AWQ build of a base config)
     draft_weights_gib: float | None = None  # a separate EAGLE draft checkpoint's size per GPU
+    measured_weights: MeasuredWeights | None = None  # what an earlier load of this checkpoint logged
+
+
+@dataclass(frozen=True)
+class MeasuredWeights:
+    """The weights per GPU an earlier load of the same checkpoint logged (`Load weight end ...
+    mem usage=`), with the layout it was loaded in. SGLang trees and checkpoints differ in what
+    they keep whole, unquantized or repacked; the measurement has all of that, the estimate none."""
+
+    gib: float
+    layout: str  # LaunchFlags.weight_layout of that load
+    source: str  # e.g. "attempt a20261202-101500-1a2b's log"
+    load_format: str | None = None  # as `Load weight end` printed it: "quant=awq", "dtype=bfloat16"
+
+
+def load_format_conflict(load_format: str | None, quant: Quantization, dtype: str) -> str | None:
+    """Why a logged load cannot have been this checkpoint (e.g. it loaded AWQ int4 and this one is
+    bfloat16), or None when it can. Weights from another checkpoint would mislead the budget."""
+    if not load_format:
+        return None  # older SGLang does not print it
+    kind, _, value = load_format.partition("=")
+    if kind == "dtype":
+        if quant.method != "none":
+            return f"that load was unquantized {value}, this launch loads {quant.label}"
+        if DTYPE_BYTES.get(value, 2.0) != DTYPE_BYTES.get(dtype, 2.0):
+            return f"that load was {value}, this launch loads {dtype}"
+        return None
+    try:
+        logged = quantization_from(value)
+    except ValueError:
+        return None if quant.method != "none" else f"that load was {value}, this launch loads {dtype}"
+    if logged.method != quant.method:
+        planned = quant.label if quant.method != "none" else f"unquantized {dtype}"
+        return f"that load was {logged.label}, this launch loads {planned}"
+    return None
 
 
 # --------------------------------------------------------------------------- outputs
@@ -350,7 +385,8 @@ def _compute(inp: BudgetInput) -> Budget:
         share = None
         if inp.weights_bytes_total:  # the checkpoint's bytes, split as the estimate splits them
             share = int(inp.weights_bytes_total * weight_bytes_per_gpu(stage, 1) / whole)
-        ranks.append(_compute_rank(replace(inp, model=stage, weights_bytes_total=share)))
+        # a measurement is rank 0's, which holds only the first stage: every stage is estimated
+        ranks.append(_compute_rank(replace(inp, model=stage, weights_bytes_total=share, measured_weights=None)))
     failing = [i for i, b in enumerate(ranks) if b.verdict is VerdictKind.FAILS]
     bind = failing[0] if failing else min(range(len(ranks)), key=lambda i: ranks[i].kv_tokens)
     stage = stages[bind]
@@ -437,6 +473,16 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                 if part in ("attention", "mlp", "experts", "linear attention")]
         if kept:
             weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
+    measured = inp.measured_weights
+    conflict = None if measured is None else load_format_conflict(measured.load_format, quant, model.dtype)
+    if measured is not None and measured.layout == flags.weight_layout and conflict:
+        weights_why += f"; {measured.source} logged {measured.gib:.2f} GiB, not used: {conflict}"
+    elif measured is not None and measured.layout == flags.weight_layout:
+        estimate = weights
+        weights = measured.gib
+        off = (estimate - weights) / weights
+        weights_why = (f"measured: {measured.source} logged {measured.gib:.2f} GiB per GPU for this checkpoint "
+                       f"({measured.layout}); the estimate was {estimate:.2f} GiB ({off:+.1%})")
     w.line("target weights", weights, weights_why)
     draft_layers = 0
     draft_weights = 0.0

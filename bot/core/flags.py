@@ -151,6 +151,14 @@ class LaunchFlags:
         return self.tp * self.pp * (1 if self.enable_dp_attention else self.dp)
 
     @property
+    def weight_layout(self) -> str:
+        """What decides the bytes each GPU holds after loading: two launches with the same
+        checkpoint and the same layout load the same weights per GPU."""
+        dp_attention = self.dp if self.enable_dp_attention else 1
+        return (f"tp {self.tp}, pp {self.pp}, dp-attention {dp_attention}, "
+                f"quantization {self.quantization or 'checkpoint'}, dtype {self.dtype or 'auto'}")
+
+    @property
     def speculative(self) -> bool:
         return self.speculative_algorithm is not None and self.speculative_algorithm != "NGRAM"
 

@@ -36,6 +36,7 @@ STAGE_LABEL = {
 _INIT_END = re.compile(r"Init torch distributed ends\.")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(?P<avail>[\d.]+) GB")
 _LOAD_END = re.compile(r"Load weight end\..*?avail mem=(?P<avail>[\d.]+) GB(?:, mem usage=(?P<usage>-?[\d.]+) GB)?")
+_LOAD_FORMAT = re.compile(r"\b(?:quant=(?P<quant>[\w-]+)|dtype=torch\.(?P<dtype>\w+))")
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(?P<pct>\d+)%")
 _KV = re.compile(r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens: (?P<tokens>\d+)")
 _KV_NO_COUNT = re.compile(r"KV Cache is allocated\.")
@@ -57,6 +58,7 @@ class Progress:
     weights_percent: int | None = None
     avail_before_load_gib: float | None = None
     weights_gib: float | None = None
+    weights_format: str | None = None  # how the load says it held them: "quant=awq", "dtype=bfloat16"
     kv_tokens: int | None = None
     mamba_slots: int | None = None
     max_running_requests: int | None = None
@@ -108,7 +110,10 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
             usage = m.group("usage")
             target_pair = p.stage < Stage.KV_ALLOCATED  # a draft model's pair comes after the target's pools
             if usage and target_pair and (first_rank or p.weights_gib is None):
-                p = replace(p, weights_gib=float(usage))
+                fmt = _LOAD_FORMAT.search(line)
+                shown = None if fmt is None else (f"quant={fmt.group('quant')}" if fmt.group("quant")
+                                                  else f"dtype={fmt.group('dtype')}")
+                p = replace(p, weights_gib=float(usage), weights_format=shown)
             p = _at_least(p, Stage.WEIGHTS_LOADED)
         elif m := _SHARDS.search(line):
             p = replace(_at_least(p, Stage.LOADING_WEIGHTS), weights_percent=int(m.group("pct")))

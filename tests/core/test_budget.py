@@ -433,3 +433,65 @@ def test_dtype_flag_sizes_weights_and_an_auto_kv_cache():
     sized = run(llama, ["--tp", "1", "--dtype", "float32"], weights_bytes_total=16_060_522_496)
     assert sized.weights_gib == pytest.approx(2 * 16_060_522_496 / GIB, rel=1e-3)
     assert run(llama, ["--tp", "1", "--dtype", "half"]).weights_gib == pytest.approx(plain.weights_gib)
+
+
+# --------------------------------------------------------------------------- measured weights
+
+GEMMA12_AWQ = ["--tp", "2", "--mem-fraction-static", "0.85", "--context-length", "262144",
+               "--disable-cuda-graph", "--swa-full-tokens-ratio", "0.8", "--max-running-requests", "1"]
+
+
+def test_measured_weights_replace_the_estimate_and_the_pools_follow_by_hand():
+    # sglang-startup-004 (gemma-4-12B-it-AWQ, 2x RTX 3090, patched 0.5.12): the estimate misses the
+    # weights (4.51 vs 5.42 GiB logged); with the logged figure the pools are SGLang's own:
+    # slack = 22.91 x 0.15 = 3.4365; rest = 22.91 - 5.42 - 3.4365 = 14.0535 GiB
+    # cell = full 8 layers x 1 kv head x 512 x (K+V) x 2 B = 16,384 + 0.8 x sliding 40 x 4 x 256 x 2 x 2 = 131,072
+    #      = 147,456 B; tokens = 14.0535 x 2^30 // 147,456 = 102,334 (logged 102,094: SGLang's 0.2% of rounding)
+    from bot.core.budget import MeasuredWeights
+    from bot.core.model import quantization_from
+
+    gemma = spec("google__gemma-4-12B")
+    flags = parse_sglang_flags(GEMMA12_AWQ)
+    awq = quantization_from("awq")
+    guessed = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq)
+    measured = MeasuredWeights(5.42, flags.weight_layout, "attempt a1's log", "quant=awq")
+    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=measured)
+    assert b.weights_gib == 5.42 and round(guessed.weights_gib, 2) == 4.51
+    assert b.kv_cell_bytes == 147_456
+    assert b.kv_tokens == int((22.91 - 5.42 - 22.91 * 0.15) * GIB // 147_456) == 102_334
+    assert abs(b.kv_tokens - 102_094) / 102_094 < 0.003
+    line = next(x for x in b.lines if x.label == "target weights")
+    assert line.why.startswith("measured: attempt a1's log logged 5.42 GiB") and "estimate was 4.51 GiB" in line.why
+
+
+def test_measured_weights_of_another_layout_or_checkpoint_are_not_used():
+    from bot.core.budget import MeasuredWeights, load_format_conflict
+    from bot.core.model import NO_QUANT, quantization_from
+
+    gemma = spec("google__gemma-4-12B")
+    awq = quantization_from("awq")
+    guessed = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq)
+    tp1 = MeasuredWeights(9.9, parse_sglang_flags([]).weight_layout, "attempt a0's log", "quant=awq")
+    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=tp1)
+    assert b.weights_gib == guessed.weights_gib  # measured at tp 1: says nothing about tp 2
+    layout = parse_sglang_flags(GEMMA12_AWQ).weight_layout
+    bf16 = MeasuredWeights(11.3, layout, "attempt a0's log", "dtype=bfloat16")
+    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=bf16)
+    assert b.weights_gib == guessed.weights_gib
+    why = next(x for x in b.lines if x.label == "target weights").why
+    assert "11.30 GiB, not used: that load was unquantized bfloat16, this launch loads awq" in why
+    # the load's own words decide: AWQ repacked for Marlin is still AWQ; fp8 is not bf16; 16-bit dtypes weigh the same
+    assert load_format_conflict("quant=awq_marlin", awq, "bfloat16") is None
+    assert load_format_conflict("quant=fp8", NO_QUANT, "bfloat16") == \
+        "that load was fp8, this launch loads unquantized bfloat16"
+    assert load_format_conflict("dtype=float16", NO_QUANT, "bfloat16") is None
+    assert load_format_conflict("dtype=float32", NO_QUANT, "bfloat16") == "that load was float32, this launch " \
+        "loads bfloat16"
+    assert load_format_conflict(None, awq, "bfloat16") is None  # SGLang before 0.5 does not print it
+
+
+def test_weight_layout_names_what_decides_the_bytes_per_gpu():
+    assert parse_sglang_flags(["--tp", "2", "--mem-fraction-static", "0.8"]).weight_layout == \
+        parse_sglang_flags(["--tp-size", "2", "--context-length", "4096"]).weight_layout
+    assert parse_sglang_flags(["--tp", "2"]).weight_layout != parse_sglang_flags(["--tp", "2", "--quantization",
+                                                                                   "fp8"]).weight_layout

@@ -75,3 +75,37 @@ def test_roles_from_users_groups_and_channel_caps():
     assert not decide("sglang.launch.force", "U0OPS", (), "C0LAB", config).allowed
     nobody = RoleConfig(viewers=())
     assert not decide("gpu.status", "U0X", (), "C", nobody).allowed
+
+
+def test_progress_keeps_how_the_load_held_the_weights():
+    by_id = {c["id"]: c for c in CASES}
+    assert advance(Progress(), by_id["sglang-startup-004"]["log_excerpt"]).weights_format == "quant=awq"
+    bf16 = [c for c in CASES if any("Load weight end. type=" in x and "dtype=torch.bfloat16" in x and "mem usage" in x
+                                    for x in c["log_excerpt"])]
+    assert bf16 and all(advance(Progress(), c["log_excerpt"]).weights_format == "dtype=bfloat16" for c in bf16)
+
+
+def _attempt(aid, model, argv, weights=None, sglang=None, fmt=None):
+    observed = {} if weights is None else {"weights_gib": weights, "weights_format": fmt}
+    return Attempt(aid, "U1", "C1", "pve5", 129, "ct", model, ("--model-path", model, *argv, "--port", "30000"),
+                   30000, 1.0, predicted={"sglang": sglang} if sglang else {}, observed=observed)
+
+
+def test_measured_weights_come_from_the_newest_load_of_the_same_checkpoint_and_layout():
+    from bot.core.attempts import measured_weights
+    from bot.core.flags import parse_sglang_flags
+
+    layout = parse_sglang_flags(["--tp", "2", "--mem-fraction-static", "0.88"]).weight_layout
+    history = [  # newest first, as the store lists them
+        _attempt("a5", "/models/other", ("--tp", "2"), weights=7.0),
+        _attempt("a4", "/models/q27", ("--tp", "1"), weights=51.0),
+        _attempt("a3", "/models/q27/", ("--tp", "2", "--mem-fraction-static", "0.85")),  # refused: nothing logged
+        _attempt("a2", "/models/q27", ("--tp", "2", "--mem-fraction-static", "0.85"), weights=25.9, sglang="0.5.9",
+                 fmt="dtype=bfloat16"),
+        _attempt("a1", "/models/q27", ("--tp", "2"), weights=25.8, sglang="0.5.9"),
+    ]
+    found = measured_weights(history, "/models/q27", layout, "0.5.9")
+    assert found is not None and (found.gib, found.source, found.load_format) == \
+        (25.9, "attempt a2's log", "dtype=bfloat16")
+    assert measured_weights(history, "/models/q27", layout, "0.5.10") is None  # an upgrade can change the load
+    assert measured_weights(history, "/models/none", layout, "0.5.9") is None

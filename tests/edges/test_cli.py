@@ -105,6 +105,19 @@ def test_budget_text_names_the_error_and_remedies():
     assert "REMEDIES (cheapest first):" in out.stdout
 
 
+def test_budget_with_the_weights_an_earlier_load_logged():
+    args = ("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "A6000", "--json")
+    estimated = json.loads(gpuops(*args, "--", "--tp", "1", "--mem-fraction-static", "0.88").stdout)
+    out = gpuops(*args, "--weights-gib", "16.5", "--", "--tp", "1", "--mem-fraction-static", "0.88")
+    assert out.returncode == 0, out.stderr
+    measured = json.loads(out.stdout)
+    line = next(x for x in measured["lines"] if x["label"] == "target weights")
+    assert measured["weights_gib"] == 16.5 and line["why"].startswith("measured: --weights-gib (an earlier load)")
+    assert abs(measured["rest_gib"] - (estimated["rest_gib"] - (16.5 - estimated["weights_gib"]))) < 1e-9
+    bad = gpuops(*args, "--weights-gib", "0", "--", "--tp", "1")
+    assert bad.returncode == 2 and "--weights-gib is the positive GiB per GPU" in bad.stderr
+
+
 def test_budget_unknown_gpu_is_a_usage_error():
     out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "Voodoo 5", "--",
                  "--tp", "1")

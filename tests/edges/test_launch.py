@@ -177,3 +177,45 @@ async def test_gpus_clean_looks_only_at_the_gpus_the_launch_uses(setup):
     _, pre = await run_launch(node, inventory, transport, store, ("--tp", "2", "--mem-fraction-static", "0.88"))
     clean = {c.name: c for c in pre.checks}["GPUs clean"]
     assert clean.result == "fail" and "(CT 131) python3 train.py 20000 MiB" in clean.detail
+
+
+def _weights_line(pre):
+    return next(x for x in pre.planned.budget.lines if x.label == "target weights")
+
+
+async def test_the_next_preflight_uses_the_weights_an_earlier_load_of_the_checkpoint_logged(setup):
+    node, inventory, transport, store = setup
+    flags = (*SEED, "--mem-fraction-static", "0.88")
+    _, first = await run_launch(node, inventory, transport, store, flags)
+    estimate = first.planned.budget.weights_gib
+    assert "measured" not in _weights_line(first).why
+    # an earlier load of this checkpoint, same layout, same SGLang, as Redis keeps it (written by `follow`)
+    from bot.core.attempts import Attempt
+
+    model = container_path(node, 129, "models", "Qwen3.6-27B")
+    sglang = first.planned.versions["sglang"]
+    earlier = Attempt("a20261202-090000-0001", "U0OPS", "C0LAB", "pve5", 129, "sglang-a6000", model,
+                      ("--model-path", model, *flags, "--port", "30000"), 30000, time.time() - 600,
+                      predicted={"sglang": sglang}, observed={"weights_gib": 26.13, "weights_format": "dtype=bfloat16"})
+    await store.save(earlier.moved(AttemptStatus.PLANNED, time.time() - 600))
+    _, again = await run_launch(node, inventory, transport, store, flags)
+    b = again.planned.budget
+    assert b.weights_gib == 26.13
+    assert _weights_line(again).why.startswith("measured: attempt a20261202-090000-0001's log logged 26.13 GiB")
+    assert f"the estimate was {estimate:.2f} GiB" in _weights_line(again).why
+    # the pools are sized from the measured weights: 26.13 - estimate GiB less left on each GPU
+    assert b.rest_gib == pytest.approx(first.planned.budget.rest_gib - (26.13 - estimate))
+
+
+async def test_a_load_of_another_checkpoint_is_named_and_not_used(setup):
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["kv_pool_oom"], delay_s=0.02)  # replays a real log of an AWQ load (14.45 GiB)
+    flags = (*SEED, "--mem-fraction-static", "0.85")
+    _, pre = await run_launch(node, inventory, transport, store, flags, force=True)
+    attempt = await start(transport, inventory, store, pre, FAST, time.time())
+    final, _ = await collect(attempt, inventory, transport, store)
+    assert final.observed["weights_gib"] == 14.45 and final.observed["weights_format"] == "quant=awq"
+    _, again = await run_launch(node, inventory, transport, store, flags)
+    assert again.planned.budget.weights_gib == pre.planned.budget.weights_gib  # still the estimate
+    assert f"attempt {final.id}'s log logged 14.45 GiB, not used: that load was awq, this launch loads " \
+           "unquantized bfloat16" in _weights_line(again).why
