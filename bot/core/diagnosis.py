@@ -59,7 +59,7 @@ RULES: tuple[Rule, ...] = (
          "check token ids vs vocab size and the draft model's context vs the target's", 2),
     Rule("nccl_error", (r"NCCL error: unhandled system error", r"ncclSystemError", r"NCCL error:",
                         r"Error while creating shared memory segment /dev/shm/nccl-", r"ncclCommInitRank failed",
-                        r"NCCL error in: .*ProcessGroupNCCL",
+                        r"NCCL error in: \S+\.(?:cpp|hpp|h|cu):\d+",  # torch's form, any torch version
                         r"\bnccl(?:UnhandledCuda|Internal|Remote|InvalidUsage)Error\b"),
          "startup", "NCCL could not set up or use its transport (shared memory, sockets, P2P)",
          "give the container more /dev/shm, or set NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to find the transport", 3),

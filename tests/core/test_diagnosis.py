@@ -128,6 +128,12 @@ def test_the_phase_comes_from_where_the_log_is_not_from_the_rule():
     assert diagnose(served + "\n" + decode_oom["log_excerpt"]).phase == "runtime"
 
 
+def test_torch_nccl_error_line_in_every_torch_generation():
+    for line in (FIXTURES / "other-logs" / "torch-nccl-error-in.txt").read_text().splitlines():
+        finding = diagnose(line)
+        assert finding.label == "nccl_error", line
+
+
 def test_hub_rate_limit_and_compiler_failures_in_their_library_wording():
     hub = diagnose((FIXTURES / "other-logs" / "hf-hub-429-client-error.txt").read_text())
     assert (hub.label, hub.evidence[0].line_no) == ("hf_download_error", 1)
