@@ -29,6 +29,7 @@ from bot.core.budget import (  # noqa: E402
     parse_version,
 )
 from bot.core.flags import LaunchFlags  # noqa: E402
+from bot.core.gpus import gpu_total_mib  # noqa: E402
 from bot.core.model import Quantization, quantization_from, read_config  # noqa: E402
 
 # when a case names no version, the release current at the log's date (research notes §0)
@@ -69,12 +70,17 @@ def case_flags(case: dict[str, Any]) -> LaunchFlags:
     elif "kv_cache_dtype=fp8" in quant_text or "kv-cache-dtype fp8" in quant_text or "kv cache dtype: torch.float8" in \
             quant_text:
         kv = "fp8_e4m3"
+    tp = int(case.get("tp") or 1)
+    dp_attention = re.search(r"DP\d+\.\.DP(\d+)", str(other.get("dp_attention") or ""))
+    dp = int(dp_attention.group(1)) + 1 if dp_attention else int(other.get("dp") or 1)
     spec = other.get("speculative_algorithm")
     if isinstance(spec, str):
         spec = spec.split()[0].upper()
         spec = "EAGLE" if spec in ("NEXTN", "MTP") else spec
     return LaunchFlags(
-        tp=int(case.get("tp") or 1),
+        tp=tp,
+        dp=dp,
+        enable_dp_attention=dp_attention is not None or bool(other.get("enable_dp_attention")),
         mem_fraction_static=case.get("mem_fraction_static"),
         context_length=case.get("context_length"),
         max_running_requests=other.get("max_running_requests"),
@@ -151,12 +157,24 @@ def error_family(text: str | None) -> str | None:
     return "other"
 
 
-def predict(case: dict[str, Any], config_path: Path, measured_gib: float | None = None) -> Budget:
+def case_gpu_mib(case: dict[str, Any]) -> int | None:
+    """The GPU's memory from the model the case names ("H200 (issue: ...)", "NVIDIA GeForce RTX 3090 x2"),
+    when the log gives no free memory: the pools start from the GPUs assumed empty."""
+    name = re.split(r" \(| x\d", case.get("gpu_name") or "")[0].strip()
+    return gpu_total_mib(name) if name else None
+
+
+NOMINAL_GPU_MIB = 1 << 20  # for a case that names no GPU: only its weights are scored
+
+
+def predict(case: dict[str, Any], config_path: Path, measured_gib: float | None = None,
+            nominal_gpu: bool = False) -> Budget:
     """``measured_gib``: weights per GPU as a repeat launch would have them from the first one's log."""
     spec = read_config(json.loads(config_path.read_text()), case["model"])
     logged = case.get("logged") or {}
     pre = logged.get("pre_load_avail_mem_gb")
-    total = case.get("gpu_mem_mib") or (round((pre + 1.0) * 1024) if pre else None)
+    total = case.get("gpu_mem_mib") or (round((pre + 1.0) * 1024) if pre else None) or case_gpu_mib(case) \
+        or (NOMINAL_GPU_MIB if nominal_gpu else None)
     gpus = GpuPlan(case.get("gpu_name") or "?", total, int(case.get("tp") or 1), pre_gib=pre)
     flags = case_flags(case)
     measured = None if measured_gib is None else MeasuredWeights(measured_gib, flags.weight_layout, "an earlier load")
@@ -186,20 +204,27 @@ def main(argv: list[str]) -> int:
             print(f"skip {cid}: no config for {case.get('model')!r}")
             continue
         complete = str(case.get("completeness") or "").startswith("full")
+        weights_only = False
         try:
             budget = predict(case, config)
         except ValueError as exc:
             pre_missing = logged.get("pre_load_avail_mem_gb") is None
-            skipped.append(f"{cid} ({'no pre-load free memory logged' if pre_missing else exc})")
-            print(f"skip {cid}: {exc}")
-            continue
-        parts = [f"{cid} v{budget.version} {budget.era}"]
+            if expected_weights(logged) is None or not pre_missing:
+                skipped.append(f"{cid} ({'no pre-load free memory logged' if pre_missing else exc})")
+                print(f"skip {cid}: {exc}")
+                continue
+            # no GPU memory anywhere in the case, but the weights it logged do not depend on it
+            budget, weights_only = predict(case, config, nominal_gpu=True), True
+        parts = [f"{cid} v{budget.version} {budget.era}" + (" (GPU not named: weights only)" if weights_only else "")]
         want_w = expected_weights(logged)
         if want_w is not None:  # weights are logged before any failure: scored on every case that shows them
             w_n += 1
             err = (budget.weights_gib - want_w) / want_w
             w_ok += abs(err) <= 0.03
             parts.append(f"weights {budget.weights_gib:.2f}/{want_w:.2f} GiB ({err:+.1%})")
+        if weights_only:
+            print("  ".join(parts))
+            continue
         failure = expected_failure(logged)
         want_t = expected_tokens(logged)
         if want_t is not None and failure is None and logged.get("pre_load_avail_mem_gb") is not None:

@@ -29,7 +29,7 @@ from bot.core.model import (
     mtp_params,
     pipeline_stages,
     quantization_from,
-    replicated_bytes,
+    uneven_bytes,
     weight_bytes_per_gpu,
     weight_parts,
 )
@@ -165,9 +165,9 @@ def load_format_conflict(load_format: str | None, quant: Quantization, dtype: st
         return None  # older SGLang does not print it
     kind, _, value = load_format.partition("=")
     if kind == "dtype":
-        if quant.method != "none":
-            return f"that load was unquantized {value}, this launch loads {quant.label}"
-        if DTYPE_BYTES.get(value, 2.0) != DTYPE_BYTES.get(dtype, 2.0):
+        # older SGLang prints the model dtype even for a quantized load (GLM-5-FP8 on 0.5.8 printed
+        # `dtype=torch.bfloat16`): only a different width of an unquantized load is a conflict
+        if quant.method == "none" and DTYPE_BYTES.get(value, 2.0) != DTYPE_BYTES.get(dtype, 2.0):
             return f"that load was {value}, this launch loads {dtype}"
         return None
     try:
@@ -451,18 +451,24 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     online = None
     if quant.method == "none" and flags.quantization in ONLINE_QUANT:
         quant = online = quantization_from("fp8")  # SGLang quantizes a 16-bit checkpoint to FP8 as it loads
+    attn_tp = tp // flags.dp if flags.enable_dp_attention and flags.dp > 1 and tp % flags.dp == 0 else tp
     if inp.weights_bytes_total and online is None:
-        whole = replicated_bytes(model, quant)
-        weights = ((inp.weights_bytes_total - whole) / tp + whole) / GIB
+        extra = uneven_bytes(model, tp, quant, attn_tp)
+        weights = (inp.weights_bytes_total / tp + extra) / GIB
         weights_why = f"checkpoint size {inp.weights_bytes_total / GIB:.2f} GiB / tp {tp}"
-        if whole * (1 - 1 / tp) >= 0.05 * GIB:
-            weights_why += f" + {whole * (1 - 1 / tp) / GIB:.2f} GiB every rank holds whole ({_whole_parts(model)})"
+        if extra >= 0.05 * GIB and attn_tp < tp:
+            weights_why += (f" + {extra / GIB:.2f} GiB every rank holds beyond its share (DP attention: attention "
+                            f"over {attn_tp} GPU(s), embeddings whole; {_whole_parts(model)})")
+        elif extra >= 0.05 * GIB:
+            weights_why += f" + {extra / GIB:.2f} GiB every rank holds whole ({_whole_parts(model)})"
     else:
         # AWQ/GPTQ MoE runs on Marlin kernels, which are CUDA-only: on ROCm the fused-MoE layer
         # creates its expert weights unquantized (a startup OOM that the int4 byte count hides)
         experts_dense = bool(model.moe) and quant.method in ("awq", "gptq") and inp.gpus.vendor == "amd"
-        weights = weight_bytes_per_gpu(model, tp, quant, experts_unquantized=experts_dense) / GIB
+        weights = weight_bytes_per_gpu(model, tp, quant, experts_unquantized=experts_dense, attn_tp=attn_tp) / GIB
         embeddings = "embeddings on every rank" if model.replicated_embeddings else "embeddings vocab-parallel"
+        if attn_tp < tp:
+            embeddings = f"DP attention: attention over {attn_tp} GPU(s), embeddings on every rank"
         weights_why = (f"{_params(model) / 1e9:.2f} B params x {quant.label if quant.method != 'none' else model.dtype}"
                        f", sharded over tp={tp} ({embeddings}; norms replicated)")
         if online is not None:

@@ -7,6 +7,8 @@ A live `/gpu status` read always wins over this table.
 
 from __future__ import annotations
 
+import re
+
 KNOWN_GPU_MIB: dict[str, int] = {
     "RTX A6000": 49140,
     "RTX A5000": 24564,
@@ -31,5 +33,7 @@ def gpu_total_mib(name: str) -> int | None:
     for known, mib in KNOWN_GPU_MIB.items():
         if known.lower().replace("geforce", "").strip() == wanted:
             return mib
-    matches = [mib for known, mib in KNOWN_GPU_MIB.items() if wanted and wanted in known.lower()]
+    # whole words only: "H20" is not the H200, "A100" is either A100 (ambiguous: None)
+    word = re.compile(rf"(?<![\w-]){re.escape(wanted)}(?![\w-])") if wanted else None
+    matches = [mib for known, mib in KNOWN_GPU_MIB.items() if word and word.search(known.lower())]
     return matches[0] if len(set(matches)) == 1 else None

@@ -420,20 +420,22 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
         width = (spec.stage[3] if spec.stage else spec.layers) * spec.per_layer_input
         parts.append(WeightPart("per-layer embeddings", spec.per_layer_vocab * width, False, False))
         parts.append(WeightPart("per-layer projection", h * width, False, True))
-    attention = mlp = experts = linear = norms = 0
+    attention = mlp = experts = linear = linear_small = norms = 0
     for index, kind in enumerate(spec.layer_kinds):
-        attention_i, linear_i = _attention_params(spec, kind)
+        attention_i, linear_i, small_i = _attention_params(spec, kind)
         attention += attention_i
         linear += linear_i
+        linear_small += small_i
         dense_i, experts_i = _mlp_params(spec, index)
         mlp += dense_i
         experts += experts_i
         norms += 2 * h
     parts += [
         WeightPart("attention", attention, True, True),
-        # weight-only quantizers keep recurrent/state-space (DeltaNet, mamba) projections in the model
-        # dtype, like routers, embeddings and vision towers (Qwen's FP8 releases, AutoAWQ's hybrid models)
-        WeightPart("linear attention", linear, True, False),
+        # quantized with the checkpoint (see _attention_params); a checkpoint that keeps them in its
+        # dtype says so in its exclusion list (Qwen's FP8 releases list linear_attn), read by kept_parts
+        WeightPart("linear attention", linear, True, True),
+        WeightPart("linear attention conv and gates", linear_small, True, False),
         WeightPart("mlp", mlp, True, True),
         WeightPart("experts", experts, True, True, expert=True),
         WeightPart("norms and routers", norms + (h if last else 0) + _router_params(spec), False, False),
@@ -467,17 +469,23 @@ def pipeline_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
     return stages
 
 
-def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int]:
+def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
+    """(attention, linear-attention projections, linear-attention small parts) of one layer.
+
+    SGLang builds a Gated DeltaNet's in_proj_qkvz and out_proj with the checkpoint's quant_config
+    (qwen3_next.py / qwen3_5.py), so they are quantized when the checkpoint is; its conv1d is built
+    unquantized, and the beta/alpha projection, A_log, dt_bias and the gated norm are too small to matter."""
     h = spec.hidden
     if kind == "linear":
         la = spec.linear
         assert la is not None
         key_dim = la.num_key_heads * la.key_head_dim
         value_dim = la.num_value_heads * la.value_head_dim
-        in_proj = h * (2 * key_dim + 2 * value_dim) + h * 2 * la.num_value_heads  # qkvz + beta/alpha
-        conv = (2 * key_dim + value_dim) * la.conv_kernel
-        out = value_dim * h + 3 * la.num_value_heads + la.value_head_dim
-        return 0, in_proj + conv + out
+        qkvz = h * (2 * key_dim + 2 * value_dim)
+        out = value_dim * h
+        small = h * 2 * la.num_value_heads + (2 * key_dim + value_dim) * la.conv_kernel \
+            + 3 * la.num_value_heads + la.value_head_dim
+        return 0, qkvz + out, small
     if spec.mla is not None:
         m = spec.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -491,7 +499,7 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int]:
         indexer = 0
         if m.index_head_dim:
             indexer = h * m.index_head_dim + (m.q_lora_rank or h) * 32 * m.index_head_dim + h * 32
-        return q + kv + out + m.kv_lora_rank + indexer, 0
+        return q + kv + out + m.kv_lora_rank + indexer, 0, 0
     heads_dim = spec.head_dim
     kv_heads = spec.kv_heads
     k_eq_v = False
@@ -503,7 +511,7 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int]:
     kv = kv_heads * heads_dim * (1 if k_eq_v else 2)
     bias = (q_out + kv) if spec.qkv_bias else 0
     norms = 2 * heads_dim if spec.qk_norm else 0
-    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + norms, 0
+    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + norms, 0, 0
 
 
 def _mlp_params(spec: ModelSpec, index: int) -> tuple[int, int]:
@@ -526,7 +534,7 @@ def _router_params(spec: ModelSpec) -> int:
 
 def mtp_params(spec: ModelSpec) -> int:
     """One decoder layer plus its input projection (embeddings and lm_head are shared)."""
-    attention, _ = _attention_params(spec, "full")
+    attention, _, _ = _attention_params(spec, "full")
     dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
     return spec.mtp_layers * (attention + dense + experts + 2 * spec.hidden * spec.hidden)
 
@@ -547,16 +555,36 @@ def _part_bytes(spec: ModelSpec, quant: Quantization, include_mtp: bool,
     return out
 
 
+ATTENTION_PARTS = ("attention", "linear attention", "linear attention conv and gates")
+
+
+def part_divisor(part: WeightPart, tp: int, attn_tp: int | None = None) -> int:
+    """How many GPUs share a part. With DP attention (``attn_tp`` = tp / dp < tp) SGLang shards
+    attention over the attention-TP group only and builds the token embedding unsharded
+    (``VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())``)."""
+    attn = attn_tp or tp
+    if not part.sharded:
+        return 1
+    if part.name in ATTENTION_PARTS:
+        return attn
+    if part.name == "embeddings" and attn < tp:
+        return 1
+    return tp
+
+
 def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = None,
-                         include_mtp: bool = False, experts_unquantized: bool = False) -> float:
-    """Bytes one GPU holds: sharded parts / tp, replicated parts whole."""
+                         include_mtp: bool = False, experts_unquantized: bool = False,
+                         attn_tp: int | None = None) -> float:
+    """Bytes one GPU holds: each part over the GPUs that share it (:func:`part_divisor`)."""
     parts = _part_bytes(spec, quant or spec.quant, include_mtp, experts_unquantized)
-    return sum(size / tp if part.sharded else size for part, size in parts)
+    return sum(size / part_divisor(part, tp, attn_tp) for part, size in parts)
 
 
-def replicated_bytes(spec: ModelSpec, quant: Quantization | None = None) -> float:
-    """Bytes of the parts every TP rank holds whole (norms, routers, Gemma's embedding table)."""
-    return sum(size for part, size in _part_bytes(spec, quant or spec.quant, False, False) if not part.sharded)
+def uneven_bytes(spec: ModelSpec, tp: int, quant: Quantization | None = None, attn_tp: int | None = None) -> float:
+    """Bytes a GPU holds beyond an even 1/tp share of the checkpoint: the parts every rank keeps
+    whole (norms, routers, Gemma's embedding table) or shares with fewer ranks (DP attention)."""
+    parts = _part_bytes(spec, quant or spec.quant, False, False)
+    return sum(size * (1 / part_divisor(part, tp, attn_tp) - 1 / tp) for part, size in parts)
 
 
 def kv_bytes_per_token(spec: ModelSpec, tp: int, kv_dtype_bytes: float) -> tuple[float, float]:

@@ -26,10 +26,12 @@ from bot.core.model import (
     weight_bytes_per_gpu,
     weight_parts,
 )
+from bot.core.startup_log import Progress, advance
 from bot.errors import UsageError
 from tests.conftest import FIXTURES
 
 CONFIGS = FIXTURES / "model-configs"
+STARTUP = [json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if x]
 
 
 def spec(name):
@@ -475,16 +477,22 @@ def test_measured_weights_of_another_layout_or_checkpoint_are_not_used():
     b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=tp1)
     assert b.weights_gib == guessed.weights_gib  # measured at tp 1: says nothing about tp 2
     layout = parse_sglang_flags(GEMMA12_AWQ).weight_layout
-    bf16 = MeasuredWeights(11.3, layout, "attempt a0's log", "dtype=bfloat16")
-    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=bf16)
+    fp8 = MeasuredWeights(11.3, layout, "attempt a0's log", "quant=fp8")
+    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=fp8)
     assert b.weights_gib == guessed.weights_gib
     why = next(x for x in b.lines if x.label == "target weights").why
-    assert "11.30 GiB, not used: that load was unquantized bfloat16, this launch loads awq" in why
+    assert "11.30 GiB, not used: that load was fp8, this launch loads awq" in why
     # the load's own words decide: AWQ repacked for Marlin is still AWQ; fp8 is not bf16; 16-bit dtypes weigh the same
     assert load_format_conflict("quant=awq_marlin", awq, "bfloat16") is None
     assert load_format_conflict("quant=fp8", NO_QUANT, "bfloat16") == \
         "that load was fp8, this launch loads unquantized bfloat16"
     assert load_format_conflict("dtype=float16", NO_QUANT, "bfloat16") is None
+    # older SGLang prints the model dtype for a quantized load too: sglang-startup-007 loaded GLM-5-FP8
+    # (89.58 GiB per GPU at tp 8: one byte per parameter) and printed dtype=torch.bfloat16
+    glm = next(c for c in STARTUP if c["id"] == "sglang-startup-007")
+    shown = advance(Progress(), glm["log_excerpt"]).weights_format
+    assert shown == "dtype=bfloat16"
+    assert load_format_conflict(shown, quantization_from("fp8"), "bfloat16") is None
     assert load_format_conflict("dtype=float32", NO_QUANT, "bfloat16") == "that load was float32, this launch " \
         "loads bfloat16"
     assert load_format_conflict(None, awq, "bfloat16") is None  # SGLang before 0.5 does not print it
@@ -495,3 +503,47 @@ def test_weight_layout_names_what_decides_the_bytes_per_gpu():
         parse_sglang_flags(["--tp-size", "2", "--context-length", "4096"]).weight_layout
     assert parse_sglang_flags(["--tp", "2"]).weight_layout != parse_sglang_flags(["--tp", "2", "--quantization",
                                                                                    "fp8"]).weight_layout
+
+
+def test_gpu_names_match_whole_words_only():
+    from bot.core.gpus import gpu_total_mib
+
+    assert gpu_total_mib("H200") == 143771 and gpu_total_mib("NVIDIA GeForce RTX 3090") == 24576
+    assert gpu_total_mib("A6000") == 49140 and gpu_total_mib("rtx 4090") == 24564
+    assert gpu_total_mib("H20") is None  # a 96 GB card, not the H200
+    assert gpu_total_mib("A100") is None  # 40 GB or 80 GB: ambiguous
+
+
+def test_gated_deltanet_projections_are_quantized_with_the_checkpoint():
+    # SGLang builds in_proj_qkvz and out_proj with the checkpoint's quant_config; conv1d and the gates stay 16-bit.
+    # Qwen3.6-27B: 48 linear layers x (5120 x (2x2048 + 2x6144) + 6144 x 5120) = 5,536,481,280 projection params
+    from bot.core.model import quantization_from
+
+    q36 = spec("Qwen__Qwen3.6-27B")
+    parts = {p.name: p for p in weight_parts(q36)}
+    assert parts["linear attention"].params == 48 * (5120 * (2 * 2048 + 2 * 6144) + 6144 * 5120) == 5_536_481_280
+    assert parts["linear attention"].quantizable and not parts["linear attention conv and gates"].quantizable
+    awq = quantization_from("awq")
+    bf16 = weight_bytes_per_gpu(q36, 2)
+    int4 = weight_bytes_per_gpu(q36, 2, awq)
+    # the projections shrink from 2 B to AWQ's 0.5195 B per param, half of them on each of 2 GPUs
+    saved = 5_536_481_280 * (2 - awq.bytes_per_param) / 2
+    others = [p for p in weight_parts(q36) if p.quantizable and p.name != "linear attention"]
+    assert int4 == pytest.approx(bf16 - saved - sum(p.params for p in others) * (2 - awq.bytes_per_param) / 2)
+
+
+def test_dp_attention_keeps_attention_and_the_embedding_whole_on_each_rank():
+    # Qwen3-8B at tp 2 with --enable-dp-attention --dp 2: attention TP size is tp/dp = 1 and SGLang builds the
+    # token embedding unsharded; the lm_head and the MLP stay split over tp 2. By hand, in params:
+    # attention 36 x (4096x4096 + 4096x2048 + 4096x4096 + 2x128) = 1,509,958,656 (whole on each rank)
+    # embedding 151936 x 4096 = 622,329,856 (whole); lm_head 622,329,856 / 2; MLP 36 x 3 x 4096 x 12288 / 2;
+    # norms 36 x 2 x 4096 + 4096 = 299,008 (whole)
+    qwen = spec("Qwen__Qwen3-8B")
+    with_dp = 1_509_958_656 + 622_329_856 + 622_329_856 // 2 + 36 * 3 * 4096 * 12288 // 2 + 299_008
+    without = 1_509_958_656 // 2 + 622_329_856 + 36 * 3 * 4096 * 12288 // 2 + 299_008
+    assert weight_bytes_per_gpu(qwen, 2, attn_tp=1) == 2 * with_dp == 10_323_322_880
+    assert weight_bytes_per_gpu(qwen, 2) == 2 * without == 8_191_034_368
+    b = run(qwen, ["--tp", "2", "--dp", "2", "--enable-dp-attention", "--mem-fraction-static", "0.85"], count=2)
+    assert b.weights_gib == pytest.approx(10_323_322_880 / GIB)
+    assert "DP attention: attention over 1 GPU(s), embeddings on every rank" in \
+        next(x for x in b.lines if x.label == "target weights").why
