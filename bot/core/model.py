@@ -86,6 +86,7 @@ class Mla:
     v_head_dim: int
     q_lora_rank: int | None
     index_head_dim: int | None = None  # DSA indexer (GLM-5, DeepSeek-V3.2)
+    index_n_heads: int = 32
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
             v_head_dim=int(_get(text, "v_head_dim", default=128)),
             q_lora_rank=_get(text, "q_lora_rank"),
             index_head_dim=_get(text, "index_head_dim"),
+            index_n_heads=int(_get(text, "index_n_heads", default=32) or 32),
         )
     moe = _moe(text, layers)
     intermediate = int(_get(text, "intermediate_size", default=0))
@@ -420,10 +422,11 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
         width = (spec.stage[3] if spec.stage else spec.layers) * spec.per_layer_input
         parts.append(WeightPart("per-layer embeddings", spec.per_layer_vocab * width, False, False))
         parts.append(WeightPart("per-layer projection", h * width, False, True))
-    attention = mlp = experts = linear = linear_small = norms = 0
+    attention = attention_whole = mlp = experts = linear = linear_small = norms = 0
     for index, kind in enumerate(spec.layer_kinds):
-        attention_i, linear_i, small_i = _attention_params(spec, kind)
+        attention_i, whole_i, linear_i, small_i = _attention_params(spec, kind)
         attention += attention_i
+        attention_whole += whole_i
         linear += linear_i
         linear_small += small_i
         dense_i, experts_i = _mlp_params(spec, index)
@@ -432,6 +435,7 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
         norms += 2 * h
     parts += [
         WeightPart("attention", attention, True, True),
+        WeightPart("attention down-projections", attention_whole, False, True),
         # quantized with the checkpoint (see _attention_params); a checkpoint that keeps them in its
         # dtype says so in its exclusion list (Qwen's FP8 releases list linear_attn), read by kept_parts
         WeightPart("linear attention", linear, True, True),
@@ -469,12 +473,15 @@ def pipeline_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
     return stages
 
 
-def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
-    """(attention, linear-attention projections, linear-attention small parts) of one layer.
+def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int, int]:
+    """(attention split over TP, attention every rank holds whole, linear-attention projections,
+    linear-attention small parts) of one layer.
 
     SGLang builds a Gated DeltaNet's in_proj_qkvz and out_proj with the checkpoint's quant_config
     (qwen3_next.py / qwen3_5.py), so they are quantized when the checkpoint is; its conv1d is built
-    unquantized, and the beta/alpha projection, A_log, dt_bias and the gated norm are too small to matter."""
+    unquantized, and the beta/alpha projection, A_log, dt_bias and the gated norm are too small to matter.
+    MLA's down-projections (``fused_qkv_a_proj_with_mqa``, or ``kv_a_proj_with_mqa`` without a
+    q LoRA) and the DSA indexer's projections are ReplicatedLinear in SGLang: whole on every rank."""
     h = spec.hidden
     if kind == "linear":
         la = spec.linear
@@ -485,21 +492,23 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
         out = value_dim * h
         small = h * 2 * la.num_value_heads + (2 * key_dim + value_dim) * la.conv_kernel \
             + 3 * la.num_value_heads + la.value_head_dim
-        return 0, qkvz + out, small
+        return 0, 0, qkvz + out, small
     if spec.mla is not None:
         m = spec.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # kv_a (+ its norm)
         if m.q_lora_rank:
-            q = h * m.q_lora_rank + m.q_lora_rank * spec.heads * qk + m.q_lora_rank
+            down += h * m.q_lora_rank + m.q_lora_rank  # fused with q_a (+ its norm)
+            q = m.q_lora_rank * spec.heads * qk
         else:
             q = h * spec.heads * qk
-        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * spec.heads * (
-            m.qk_nope_head_dim + m.v_head_dim)
+        kv_b = m.kv_lora_rank * spec.heads * (m.qk_nope_head_dim + m.v_head_dim)
         out = spec.heads * m.v_head_dim * h
         indexer = 0
         if m.index_head_dim:
-            indexer = h * m.index_head_dim + (m.q_lora_rank or h) * 32 * m.index_head_dim + h * 32
-        return q + kv + out + m.kv_lora_rank + indexer, 0, 0
+            n = m.index_n_heads
+            indexer = (m.q_lora_rank or h) * n * m.index_head_dim + h * m.index_head_dim + h * n
+        return q + kv_b + out, down + indexer, 0, 0
     heads_dim = spec.head_dim
     kv_heads = spec.kv_heads
     k_eq_v = False
@@ -511,7 +520,7 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
     kv = kv_heads * heads_dim * (1 if k_eq_v else 2)
     bias = (q_out + kv) if spec.qkv_bias else 0
     norms = 2 * heads_dim if spec.qk_norm else 0
-    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + norms, 0, 0
+    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + norms, 0, 0, 0
 
 
 def _mlp_params(spec: ModelSpec, index: int) -> tuple[int, int]:
@@ -534,7 +543,8 @@ def _router_params(spec: ModelSpec) -> int:
 
 def mtp_params(spec: ModelSpec) -> int:
     """One decoder layer plus its input projection (embeddings and lm_head are shared)."""
-    attention, _, _ = _attention_params(spec, "full")
+    sharded, whole, _, _ = _attention_params(spec, "full")
+    attention = sharded + whole
     dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
     return spec.mtp_layers * (attention + dense + experts + 2 * spec.hidden * spec.hidden)
 
@@ -549,7 +559,7 @@ def _part_bytes(spec: ModelSpec, quant: Quantization, include_mtp: bool,
         if part.expert and experts_unquantized:
             pass
         elif part.quantizable and quant.method != "none" and (part.expert or not quant.experts_only):
-            kept = quant.kept_fraction(part.name)
+            kept = quant.kept_fraction("attention" if part.name.startswith("attention") else part.name)
             per_param = kept * base + (1 - kept) * quant.bytes_per_param
         out.append((part, part.params * per_param))
     return out

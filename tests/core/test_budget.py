@@ -547,3 +547,15 @@ def test_dp_attention_keeps_attention_and_the_embedding_whole_on_each_rank():
     assert b.weights_gib == pytest.approx(10_323_322_880 / GIB)
     assert "DP attention: attention over 1 GPU(s), embeddings on every rank" in \
         next(x for x in b.lines if x.label == "target weights").why
+
+
+def test_mla_down_projections_are_whole_on_every_rank():
+    # SGLang builds MLA's fused q_a + kv_a projection as a ReplicatedLinear. DeepSeek-R1, per layer:
+    # 7168 x (1536 + 512 + 64) + the q_a and kv_a norms (1536 + 512) = 15,140,864; x 61 layers
+    r1 = spec("deepseek-ai__DeepSeek-R1")
+    parts = {p.name: p for p in weight_parts(r1)}
+    down = parts["attention down-projections"]
+    assert down.params == 61 * (7168 * (1536 + 512 + 64) + 1536 + 512) == 923_592_704
+    assert not down.sharded and down.quantizable
+    # q_b 1536 x 128 x 192 + kv_b 512 x 128 x (128 + 128) + o 128 x 128 x 7168, split over TP
+    assert parts["attention"].params == 61 * (1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168)
