@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 GIB = 1 << 30
 
@@ -404,6 +404,7 @@ class WeightPart:
     sharded: bool  # split across tensor-parallel ranks
     quantizable: bool  # a linear layer that weight quantization applies to
     expert: bool = False
+    max_split: int | None = None  # at most this many ranks share it (K/V heads: more ranks replicate them)
 
 
 def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]:
@@ -423,12 +424,15 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
         parts.append(WeightPart("per-layer embeddings", spec.per_layer_vocab * width, False, False))
         parts.append(WeightPart("per-layer projection", h * width, False, True))
     attention = attention_whole = mlp = experts = linear = linear_small = norms = 0
+    kv_by_heads: dict[int, int] = {}
     for index, kind in enumerate(spec.layer_kinds):
-        attention_i, whole_i, linear_i, small_i = _attention_params(spec, kind)
-        attention += attention_i
-        attention_whole += whole_i
-        linear += linear_i
-        linear_small += small_i
+        one = _attention_params(spec, kind)
+        attention += one.sharded
+        attention_whole += one.whole
+        if one.kv:
+            kv_by_heads[one.kv_heads] = kv_by_heads.get(one.kv_heads, 0) + one.kv
+        linear += one.linear
+        linear_small += one.linear_small
         dense_i, experts_i = _mlp_params(spec, index)
         mlp += dense_i
         experts += experts_i
@@ -436,6 +440,8 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
     parts += [
         WeightPart("attention", attention, True, True),
         WeightPart("attention down-projections", attention_whole, False, True),
+        *(WeightPart("attention kv" + (f" ({heads} heads)" if len(kv_by_heads) > 1 else ""), params, True, True,
+                     max_split=heads) for heads, params in sorted(kv_by_heads.items(), reverse=True)),
         # quantized with the checkpoint (see _attention_params); a checkpoint that keeps them in its
         # dtype says so in its exclusion list (Qwen's FP8 releases list linear_attn), read by kept_parts
         WeightPart("linear attention", linear, True, True),
@@ -473,9 +479,21 @@ def pipeline_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
     return stages
 
 
-def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int, int]:
-    """(attention split over TP, attention every rank holds whole, linear-attention projections,
-    linear-attention small parts) of one layer.
+class LayerAttention(NamedTuple):
+    sharded: int  # split over the attention-TP ranks
+    whole: int  # every rank holds it
+    kv: int  # K/V projections: split over at most kv_heads ranks
+    kv_heads: int
+    linear: int  # linear-attention projections
+    linear_small: int  # linear-attention conv, gates and state parameters
+
+
+def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
+    """One layer's attention parameters, by how SGLang splits them.
+
+    K/V projections (QKVParallelLinear) are split over at most as many ranks as there are K/V heads;
+    with more ranks each head is replicated. A ``attention_k_eq_v`` layer (Gemma 4's full layers)
+    ships only k_proj, but SGLang allocates V as well and copies K into it.
 
     SGLang builds a Gated DeltaNet's in_proj_qkvz and out_proj with the checkpoint's quant_config
     (qwen3_next.py / qwen3_5.py), so they are quantized when the checkpoint is; its conv1d is built
@@ -492,7 +510,7 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int, 
         out = value_dim * h
         small = h * 2 * la.num_value_heads + (2 * key_dim + value_dim) * la.conv_kernel \
             + 3 * la.num_value_heads + la.value_head_dim
-        return 0, 0, qkvz + out, small
+        return LayerAttention(0, 0, 0, 1, qkvz + out, small)
     if spec.mla is not None:
         m = spec.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -508,7 +526,7 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int, 
         if m.index_head_dim:
             n = m.index_n_heads
             indexer = (m.q_lora_rank or h) * n * m.index_head_dim + h * m.index_head_dim + h * n
-        return q + kv_b + out, down + indexer, 0, 0
+        return LayerAttention(q + kv_b + out, down + indexer, 0, 1, 0, 0)
     heads_dim = spec.head_dim
     kv_heads = spec.kv_heads
     k_eq_v = False
@@ -516,11 +534,13 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int, 
         heads_dim = spec.full_head_dim
         kv_heads = spec.full_kv_heads or kv_heads
         k_eq_v = spec.full_k_eq_v
+    del k_eq_v  # K and V both allocated either way
     q_out = spec.heads * heads_dim * (2 if spec.attn_output_gate else 1)
-    kv = kv_heads * heads_dim * (1 if k_eq_v else 2)
-    bias = (q_out + kv) if spec.qkv_bias else 0
+    kv = kv_heads * heads_dim * 2
     norms = 2 * heads_dim if spec.qk_norm else 0
-    return h * q_out + h * kv + spec.heads * heads_dim * h + bias + norms, 0, 0, 0
+    q_bias, kv_bias = (q_out, kv) if spec.qkv_bias else (0, 0)
+    return LayerAttention(h * q_out + spec.heads * heads_dim * h + q_bias + norms, 0, h * kv + kv_bias,
+                          kv_heads, 0, 0)
 
 
 def _mlp_params(spec: ModelSpec, index: int) -> tuple[int, int]:
@@ -543,8 +563,8 @@ def _router_params(spec: ModelSpec) -> int:
 
 def mtp_params(spec: ModelSpec) -> int:
     """One decoder layer plus its input projection (embeddings and lm_head are shared)."""
-    sharded, whole, _, _ = _attention_params(spec, "full")
-    attention = sharded + whole
+    one = _attention_params(spec, "full")
+    attention = one.sharded + one.whole + one.kv
     dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
     return spec.mtp_layers * (attention + dense + experts + 2 * spec.hidden * spec.hidden)
 
@@ -575,8 +595,8 @@ def part_divisor(part: WeightPart, tp: int, attn_tp: int | None = None) -> int:
     attn = attn_tp or tp
     if not part.sharded:
         return 1
-    if part.name in ATTENTION_PARTS:
-        return attn
+    if part.name in ATTENTION_PARTS or part.name.startswith("attention kv"):
+        return min(attn, part.max_split or attn)
     if part.name == "embeddings" and attn < tp:
         return 1
     return tp
