@@ -282,7 +282,10 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
     predicted = attempt.predicted
     facts = []
     if progress.weights_gib is not None:
+        loaded_as = (progress.weights_format or "").removeprefix("quant=")
         facts.append(f"weights {progress.weights_gib:.2f} GiB/GPU observed"
+                     + (f" (loaded as {loaded_as})" if progress.weights_format and progress.weights_format.startswith(
+                         "quant=") else "")
                      + (f" vs {predicted['weights_gib']} predicted" if predicted.get("weights_gib") else ""))
     if progress.kv_tokens is not None:
         facts.append(f"KV pool {progress.kv_tokens:,} tokens observed"

@@ -1,0 +1,36 @@
+"""The launch progress message: what the attempt's own log showed, against what was predicted."""
+
+import json
+
+from bot.core.attempts import Attempt, AttemptStatus
+from bot.core.startup_log import Progress, advance
+from bot.views import progress_message
+from tests.conftest import FIXTURES
+
+CASES = {c["id"]: c for c in (json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text()
+                              .splitlines() if x)}
+
+
+def _attempt(predicted):
+    a = Attempt("a20261202-120000-abcd", "U1", "C1", "pve5", 129, "sglang-a6000", "/models/q", ("--tp", "2"),
+                30000, 1.0, predicted=predicted, pid=4242, log_path="/var/log/gpuops/a.log")
+    return a.moved(AttemptStatus.PLANNED, 1.0).moved(AttemptStatus.LAUNCHING, 2.0)
+
+
+def _text(message):
+    return "\n".join(b["text"]["text"] for b in message.blocks if b["type"] == "section")
+
+
+def test_observed_weights_say_how_the_load_held_them_when_it_was_quantized():
+    # sglang-startup-032 loaded an AWQ checkpoint ("quant=awq, bits=4" in its Load weight end line)
+    progress = advance(Progress(), CASES["sglang-startup-032"]["log_excerpt"])
+    text = _text(progress_message(_attempt({"weights_gib": 25.47, "kv_tokens": 183_928}), progress))
+    assert "weights 14.45 GiB/GPU observed (loaded as awq) vs 25.47 predicted" in text
+    assert "KV pool 422,310 tokens observed vs 183,928 predicted" in text
+
+
+def test_an_unquantized_load_is_not_labelled():
+    progress = advance(Progress(), CASES["sglang-startup-045"]["log_excerpt"])  # `dtype=torch.bfloat16`
+    assert progress.weights_format == "dtype=bfloat16"
+    text = _text(progress_message(_attempt({"weights_gib": 14.2}), progress))
+    assert "weights 14.30 GiB/GPU observed vs 14.2 predicted" in text and "loaded as" not in text
