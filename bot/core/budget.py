@@ -35,6 +35,8 @@ from bot.core.model import (
 )
 
 MIB = 1 << 20
+MM_RESERVATION_FROM = (0, 5, 16)  # the first release after 2026-07-20 (research notes §2)
+MM_CACHE_GIB = 100 / 1024
 CURRENT = (0, 5, 15)  # the newest SGLang release modelled
 
 
@@ -516,6 +518,12 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     w.line("static reserve pre x (1 - mfs)", slack,
            f"mem_fraction_static {mfs:.3f} ({mfs_why}); holds CUDA graphs, activations, torch.compile"
            + (", and the draft model" if spec and era != "D" else ""))
+    if model.multimodal and version.tuple >= MM_RESERVATION_FROM:
+        # SGLang after 2026-07-20 (`mm_runtime_reservation_gb`) keeps SGLANG_VLM_CACHE_SIZE_MB (100 MB by
+        # default) of a multimodal model's budget for its image cache before sizing the pools
+        rest -= MM_CACHE_GIB
+        w.line("multimodal cache reservation", MM_CACHE_GIB, "SGLANG_VLM_CACHE_SIZE_MB (100 MB) held back from the "
+                                                             "pools for image features")
     w.line("left for KV/state pools", rest, "free after weights - static reserve")
 
     # radix cache / hybrid strategy resolution

@@ -575,3 +575,15 @@ def test_kv_heads_fewer_than_tp_ranks_are_replicated():
     gemma = spec("google__gemma-4-12B")  # sliding layers 8 K/V heads, global layers 1 (K shipped, V copied)
     heads = {p.name: p.max_split for p in weight_parts(gemma) if p.name.startswith("attention kv")}
     assert heads == {"attention kv (8 heads)": 8, "attention kv (1 heads)": 1}
+
+
+def test_multimodal_models_hold_back_the_image_cache_from_0_5_16():
+    # SGLang after 2026-07-20 reserves SGLANG_VLM_CACHE_SIZE_MB (100 MB) of a multimodal model's budget
+    vl = spec("Qwen__Qwen3-VL-32B-Instruct")
+    before = run(vl, ["--tp", "2", "--mem-fraction-static", "0.85"], version="0.5.15")
+    after = run(vl, ["--tp", "2", "--mem-fraction-static", "0.85"], version="0.5.16")
+    assert after.rest_gib == pytest.approx(before.rest_gib - 100 / 1024)
+    assert [x.gib for x in after.lines if x.label == "multimodal cache reservation"] == [100 / 1024]
+    assert not any(x.label == "multimodal cache reservation" for x in before.lines)
+    text_only = run(spec("Qwen__Qwen3-8B"), ["--tp", "2"], version="0.5.16")
+    assert not any(x.label == "multimodal cache reservation" for x in text_only.lines)
