@@ -41,7 +41,8 @@ def budget_png(budget: Budget, gpu_totals_gib: list[float], title: str) -> bytes
         for label, gib in budget_segments(budget, total):
             if gib <= 0:
                 continue
-            ax.bar(index, gib, bottom=bottom, color=colours[label], label=label if index == 0 else None,
+            shown = "weights (measured)" if label == "weights" and budget.weights_source == "measured" else label
+            ax.bar(index, gib, bottom=bottom, color=colours[label], label=shown if index == 0 else None,
                    edgecolor="white", linewidth=0.5)
             bottom += gib
         ax.plot([index - 0.45, index + 0.45], [total, total], color="black", linewidth=1.5)

@@ -243,6 +243,7 @@ class Budget:
     remedies: tuple[Remedy, ...] = ()
     not_modelled: tuple[str, ...] = ()
     model_notes: tuple[str, ...] = ()  # what the estimate from config.json leaves out
+    weights_source: str = "estimate"  # estimate | checkpoint size | measured (an earlier load's own log)
     reason_kinds: tuple[str, ...] = ()  # one per reason: support, radix, admit, capped, context, headroom
 
     @property
@@ -458,12 +459,14 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         extra = uneven_bytes(model, tp, quant, attn_tp)
         weights = (inp.weights_bytes_total / tp + extra) / GIB
         weights_why = f"checkpoint size {inp.weights_bytes_total / GIB:.2f} GiB / tp {tp}"
+        weights_source = "checkpoint size"
         if extra >= 0.05 * GIB and attn_tp < tp:
             weights_why += (f" + {extra / GIB:.2f} GiB every rank holds beyond its share (DP attention: attention "
                             f"over {attn_tp} GPU(s), embeddings whole; {_whole_parts(model)})")
         elif extra >= 0.05 * GIB:
             weights_why += f" + {extra / GIB:.2f} GiB every rank holds whole ({_whole_parts(model)})"
     else:
+        weights_source = "estimate"
         # AWQ/GPTQ MoE runs on Marlin kernels, which are CUDA-only: on ROCm the fused-MoE layer
         # creates its expert weights unquantized (a startup OOM that the int4 byte count hides)
         experts_dense = bool(model.moe) and quant.method in ("awq", "gptq") and inp.gpus.vendor == "amd"
@@ -487,6 +490,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         weights_why += f"; {measured.source} logged {measured.gib:.2f} GiB, not used: {conflict}"
     elif measured is not None and measured.layout == flags.weight_layout:
         estimate = weights
+        weights_source = "measured"
         weights = measured.gib
         off = (estimate - weights) / weights
         weights_why = (f"measured: {measured.source} logged {measured.gib:.2f} GiB per GPU for this checkpoint "
@@ -652,6 +656,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         not_modelled=not_modelled,
         model_notes=tuple(n for n in model.notes
                           if inp.weights_bytes_total is None or "not counted in the weights" not in n),
+        weights_source=weights_source,
     )
 
 

@@ -461,6 +461,7 @@ def test_measured_weights_replace_the_estimate_and_the_pools_follow_by_hand():
     measured = MeasuredWeights(5.42, flags.weight_layout, "attempt a1's log", "quant=awq")
     b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=measured)
     assert b.weights_gib == 5.42 and round(guessed.weights_gib, 2) == 4.52
+    assert (b.weights_source, guessed.weights_source) == ("measured", "estimate")
     assert b.kv_cell_bytes == 147_456
     assert b.kv_tokens == int((22.91 - 5.42 - 22.91 * 0.15) * GIB // 147_456) == 102_334
     assert abs(b.kv_tokens - 102_094) / 102_094 < 0.003

@@ -200,7 +200,11 @@ async def test_the_next_preflight_uses_the_weights_an_earlier_load_of_the_checkp
     await store.save(earlier.moved(AttemptStatus.PLANNED, time.time() - 600))
     _, again = await run_launch(node, inventory, transport, store, flags)
     b = again.planned.budget
-    assert b.weights_gib == 26.13
+    assert b.weights_gib == 26.13 and b.weights_source == "measured"
+    from bot.views import budget_messages
+
+    summary = budget_messages(b, "t")[0].blocks[0]["text"]["text"]
+    assert "weights 26.13 GiB/GPU (measured)" in summary
     assert _weights_line(again).why.startswith("measured: attempt a20261202-090000-0001's log logged 26.13 GiB")
     assert f"the estimate was {estimate:.2f} GiB" in _weights_line(again).why
     # the pools are sized from the measured weights: 26.13 - estimate GiB less left on each GPU
