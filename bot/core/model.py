@@ -42,6 +42,7 @@ class Quantization:
 
 
 NO_QUANT = Quantization("none", 0.0)
+UNKNOWN_QUANT = Quantization("unknown", 2.0)  # a format not sized here: counted at 16 bits, an upper bound
 
 
 def quantization_from(name: str | None, bits: int | None = None, group_size: int | None = None,
@@ -60,6 +61,15 @@ def quantization_from(name: str | None, bits: int | None = None, group_size: int
                             experts_only)
     if method in ("nvfp4", "modelopt_fp4", "modelopt"):
         return Quantization("nvfp4", 0.5 + 1 / 16, experts_only)  # fp8 scale per 16 weights
+    if method == "mxfp4":
+        # an E8M0 exponent per 32 weights; SGLang's Mxfp4Config quantizes only the fused MoE experts
+        return Quantization("mxfp4", 0.5 + 1 / 32, True)
+    if method in ("w8a8_int8", "int8", "w8a16_int8", "qoq"):
+        return Quantization("int8", 1.0, experts_only)  # per-channel scales: negligible
+    if method == "moe_wna16":
+        group = group_size or 128
+        bits = bits or 4
+        return Quantization("moe_wna16", bits / 8 + 2 / group + (bits / 8) / group, experts_only)
     if method in ("compressed_tensors", "pack_quantized"):
         group = group_size or 32
         return Quantization("compressed-tensors", (bits or 4) / 8 + 2 / group, experts_only)
@@ -226,6 +236,10 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         vision_params += merge * merge + merge * out
     quant = _quantization(config, text, kinds)
     notes = []
+    if quant is UNKNOWN_QUANT:
+        method = (config.get("quantization_config") or text.get("quantization_config") or {}).get("quant_method")
+        notes.append(f"quantization {method!r} is not sized here: its layers are counted at 16 bits (an upper "
+                     "bound); the checkpoint's size, or an earlier load's measured weights, replace the estimate")
     if vision and not vision_params:
         notes.append("the vision tower's size cannot be read from this config: it is not counted in the weights")
     if config.get("audio_config"):
@@ -313,7 +327,12 @@ def _quantization(config: dict[str, Any], text: dict[str, Any], kinds: tuple[Lay
     q = config.get("quantization_config") or text.get("quantization_config")
     if not q:
         return NO_QUANT
-    scheme = _scheme(q)
+    try:
+        scheme = _scheme(q)
+    except ModelConfigError:
+        # a format this engine does not size must not block the budget: count it at 16 bits (an upper
+        # bound), say so, and let the checkpoint's own size or a measured load replace the estimate
+        return UNKNOWN_QUANT
     # the modules the checkpoint leaves unquantized, whatever the quantizer called the list
     excluded = [str(name) for key in ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers")
                 if isinstance(q.get(key), list) for name in q[key]]
@@ -329,8 +348,31 @@ def _scheme(q: dict[str, Any]) -> Quantization:
         first: dict[str, Any] = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
         weights = first.get("weights") or {}
         targets = " ".join(str(t) for t in first.get("targets", []))
-        return quantization_from("compressed-tensors", weights.get("num_bits", 4), weights.get("group_size", 32),
-                                 experts_only="expert" in targets.lower())
+        experts_only = "expert" in targets.lower()
+        packing = str(first.get("format") or q.get("format") or "")
+        if "nvfp4" in packing:  # nvfp4-pack-quantized: an fp8 scale per 16 weights
+            return quantization_from("nvfp4", experts_only=experts_only)
+        if "mxfp4" in packing:  # mxfp4-pack-quantized: an E8M0 exponent per 32 weights, on what it targets
+            return Quantization("mxfp4", 0.5 + 1 / 32, experts_only)
+        bits = int(weights.get("num_bits") or 4)
+        if weights.get("strategy") in ("channel", "tensor") or bits >= 8:
+            # one scale per output channel (or tensor): FP8-dynamic / W8A8 builds weigh a byte a weight
+            return Quantization("fp8" if weights.get("type") == "float" and bits == 8 else "compressed-tensors",
+                                bits / 8, experts_only)
+        return quantization_from("compressed-tensors", bits, weights.get("group_size") or 32, experts_only)
+    if method == "bitsandbytes":
+        if q.get("load_in_4bit"):  # NF4/FP4 with an fp32 absmax per 64 weights (8-bit, per 256 blocks, double)
+            return Quantization("bitsandbytes", 0.5 + (1 / 64 + 4 / (64 * 256) if q.get("bnb_4bit_use_double_quant")
+                                                       else 4 / 64))
+        return Quantization("bitsandbytes", 1.0)
+    if method == "quark":
+        weight = ((q.get("global_quant_config") or {}).get("weight") or {})
+        dtype = str(weight.get("dtype", "")).lower()
+        if "fp4" in dtype:
+            return Quantization("mxfp4", 0.5 + 1 / 32)  # Quark's MXFP4 covers every linear layer
+        if "fp8" in dtype:
+            return quantization_from("fp8")
+        raise ModelConfigError(f"unknown quark weight dtype {dtype!r}")
     if method == "modelopt":
         algo = str(q.get("quant_algo", "")).lower()
         return quantization_from("fp8" if "fp8" in algo and "fp4" not in algo else "nvfp4")

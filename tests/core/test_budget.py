@@ -588,3 +588,48 @@ def test_multimodal_models_hold_back_the_image_cache_from_0_5_16():
     assert not any(x.label == "multimodal cache reservation" for x in before.lines)
     text_only = run(spec("Qwen__Qwen3-8B"), ["--tp", "2"], version="0.5.16")
     assert not any(x.label == "multimodal cache reservation" for x in text_only.lines)
+
+
+# --------------------------------------------------------------------------- quantization formats
+
+def test_gpt_oss_mxfp4_experts_and_bf16_attention():
+    # openai/gpt-oss-20b's config (tests/fixtures/SOURCES.md): quant_method mxfp4, with self_attn, the router,
+    # the embedding and lm_head left unconverted. SGLang's Mxfp4Config quantizes only the fused MoE: uint8
+    # pairs of 4-bit values plus a uint8 exponent per 32 -> 0.5 + 1/32 B per expert weight.
+    oss = spec("openai__gpt-oss-20b")
+    assert (oss.quant.method, oss.quant.bytes_per_param, oss.quant.experts_only) == ("mxfp4", 0.53125, True)
+    parts = {p.name: p for p in weight_parts(oss)}
+    experts = parts["experts"]
+    assert experts.params == 24 * 32 * 3 * 2880 * 2880 == 19_110_297_600
+    by_hand = sum(p.params * (0.53125 if p.expert else 2.0) for p in weight_parts(oss))
+    assert weight_bytes_per_gpu(oss, 1) == pytest.approx(by_hand)
+    b = run(oss, ["--tp", "1", "--mem-fraction-static", "0.85"], count=1)
+    assert b.verdict is not VerdictKind.FAILS and oss.notes == ()
+
+
+def test_a_quantization_not_sized_here_is_counted_at_16_bits_and_said():
+    config = json.loads((CONFIGS / "openai__gpt-oss-20b" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "some_new_format"}
+    model = read_config(config, "x")
+    assert model.quant.method == "unknown"
+    assert any("quantization 'some_new_format' is not sized here" in n for n in model.notes)
+    bf16 = dict(config)
+    del bf16["quantization_config"]
+    assert weight_bytes_per_gpu(model, 1) == pytest.approx(weight_bytes_per_gpu(read_config(bf16, "y"), 1))
+
+
+def test_compressed_tensors_per_channel_fp8_weighs_a_byte_a_weight():
+    # the group layout llm-compressor writes for an FP8-dynamic build: per-channel scales, no groups
+    from bot.core.model import _scheme
+
+    fp8 = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                                           "group_size": None, "symmetric": True}}}}
+    assert (_scheme(fp8).method, _scheme(fp8).bytes_per_param) == ("fp8", 1.0)
+    w4 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}}
+    assert _scheme(w4).bytes_per_param == 0.5 + 2 / 128
+    nvfp4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                           "group_size": 16}}}}
+    assert (_scheme(nvfp4).method, _scheme(nvfp4).bytes_per_param) == ("nvfp4", 0.5 + 1 / 16)
