@@ -601,6 +601,9 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     if model.is_hybrid_swa:
         cell = full_cell + swa_ratio * swa_cell
         why_cell += f"; sliding layers at --swa-full-tokens-ratio {swa_ratio}"
+    elif swa_cell:
+        cell += swa_cell  # no separate sliding pool for this architecture: every layer holds the full KV
+        why_cell += f"; + {model.sliding_layers} sliding-window layers, each with a full KV cache in SGLang"
     w.line("KV bytes per token", None, why_cell, value=f"{cell:,.0f} B")
 
     tokens = 0

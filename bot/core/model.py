@@ -169,7 +169,18 @@ class ModelSpec:
 
     @property
     def is_hybrid_swa(self) -> bool:
-        return self.sliding_layers > 0 and self.full_layers > 0
+        """A separate, smaller KV pool for the sliding-window layers: SGLang builds one only for the
+        architectures its ``is_hybrid_swa_model`` lists; any other model's sliding layers hold a full KV
+        cache each (Gemma 2/3: the window is applied at attention time)."""
+        return self.sliding_layers > 0 and self.full_layers > 0 and self.architecture in SWA_POOL_ARCHITECTURES
+
+
+# SGLang's model_config.is_hybrid_swa_model (Gemma 4 since its support landed)
+SWA_POOL_ARCHITECTURES = frozenset({
+    "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
+    "Step3p5ForCausalLM", "Step3p5MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+    "Gemma4UnifiedForConditionalGeneration",
+})
 
 
 def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -200,7 +211,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
                                                                         default="bfloat16"))
     tied = bool(_get(text, "tie_word_embeddings", default=_get(config, "tie_word_embeddings", default=False)))
     vocab = int(_need(text, "vocab_size", where))
-    kinds = _layer_kinds(text, layers)
+    kinds = _layer_kinds(text, layers, architecture)
     linear = None
     if "linear" in kinds:
         linear = LinearAttention(
@@ -264,7 +275,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         dtype=dtype.replace("torch.", ""),
         max_context=_get(text, "max_position_embeddings"),
         layer_kinds=kinds,
-        sliding_window=_get(text, "sliding_window") if "sliding" in kinds else None,
+        sliding_window=_get(text, "sliding_window", "attention_chunk_size") if "sliding" in kinds else None,
         full_kv_heads=_get(text, "num_global_key_value_heads"),
         full_head_dim=_get(text, "global_head_dim"),
         full_k_eq_v=bool(_get(text, "attention_k_eq_v", default=False)),
@@ -288,7 +299,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     )
 
 
-def _layer_kinds(text: dict[str, Any], layers: int) -> tuple[LayerKind, ...]:
+def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "") -> tuple[LayerKind, ...]:
     names = text.get("layer_types")
     if names:
         mapping: dict[str, LayerKind] = {
@@ -304,6 +315,9 @@ def _layer_kinds(text: dict[str, Any], layers: int) -> tuple[LayerKind, ...]:
     interval = text.get("full_attention_interval")
     if interval and text.get("linear_num_value_heads"):
         return tuple("full" if (i + 1) % int(interval) == 0 else "linear" for i in range(layers))
+    if architecture == "Llama4ForConditionalGeneration" and text.get("attention_chunk_size"):
+        # SGLang's get_hybrid_layer_ids: every fourth layer is global, the rest chunked (windowed)
+        return tuple("full" if (i + 1) % 4 == 0 else "sliding" for i in range(layers))
     return tuple("full" for _ in range(layers))
 
 

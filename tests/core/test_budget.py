@@ -633,3 +633,20 @@ def test_compressed_tensors_per_channel_fp8_weighs_a_byte_a_weight():
         "targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
                                            "group_size": 16}}}}
     assert (_scheme(nvfp4).method, _scheme(nvfp4).bytes_per_param) == ("nvfp4", 0.5 + 1 / 16)
+
+
+def test_a_separate_sliding_pool_only_where_sglang_builds_one():
+    # gpt-oss is in SGLang's is_hybrid_swa_model list: 12 full + 12 sliding layers, 8 KV heads x (64 + 64) x 2 B
+    # = 2,048 B a layer; with --swa-full-tokens-ratio 0.8: 12 x 2,048 + 0.8 x 12 x 2,048 = 44,236.8 B a token
+    oss = spec("openai__gpt-oss-20b")
+    assert (oss.full_layers, oss.sliding_layers, oss.is_hybrid_swa) == (12, 12, True)
+    b = run(oss, ["--tp", "1", "--mem-fraction-static", "0.85"], count=1)
+    assert b.kv_cell_bytes == pytest.approx(12 * 2048 + 0.8 * 12 * 2048)
+    # the same geometry under an architecture SGLang gives no sliding pool (Gemma 3's, which applies the window
+    # at attention time): every layer holds a full KV cache
+    config = json.loads((CONFIGS / "openai__gpt-oss-20b" / "config.json").read_text())
+    config["architectures"] = ["Gemma3ForCausalLM"]
+    plain = read_config(config, "windowed")
+    assert not plain.is_hybrid_swa
+    b = run(plain, ["--tp", "1", "--mem-fraction-static", "0.85"], count=1)
+    assert b.kv_cell_bytes == 24 * 2048 and b.swa_tokens is None
