@@ -227,6 +227,7 @@ _CONTEXT_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "mamba_cache_error"),
 )
 _NCCL_OOM = re.compile(r"Cuda failure 2 'out of memory'|Failed to CUDA calloc")
+_TOKEN_USAGE = re.compile(r"(?:Decode|Prefill) batch[.,].*?token usage: (?P<usage>[\d.]+)")
 _TINY_AVAIL = re.compile(r"Load weight end\..*avail mem=(?P<avail>[\d.]+) GB, mem usage=(?P<usage>[\d.]+) GB")
 
 
@@ -344,6 +345,13 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
             return Finding("kv_pool_oom", "startup", "low", rule.explanation + " (inferred: the log stops after a "
                            f"weight load that left only {m.group('avail')} GB free)", rule.next_step,
                            (Evidence(index + 1, lines[index].strip()[:400]),), (), notes)
+    full_pool = _full_pool_at_the_end(lines, order)
+    if full_pool is not None:
+        index, usage = full_pool
+        rule = RULE_BY_LABEL["runtime_oom"]
+        return Finding("runtime_oom", "runtime", "low", rule.explanation + f" (inferred: the log stops while "
+                       f"serving with the token pool {usage:.0%} full; the out-of-memory line itself is not in "
+                       "this text)", rule.next_step, (Evidence(index + 1, lines[index].strip()[:400]),), (), notes)
     echoes = [h for h in hits if h[1].label == ECHO]
     if stalled_minutes is not None or not echoes:
         stalled = _stall(lines, order, stalled_minutes)
@@ -371,6 +379,20 @@ def _phase(lines: list[str], order: list[int], position: int, default: str) -> s
             if pattern.search(lines[index]):
                 return phase
     return default
+
+
+def _full_pool_at_the_end(lines: list[str], order: list[int]) -> tuple[int, float] | None:
+    """(line index, usage) when the text ends in batches of a server whose token pool is at least 90 %
+    full: the scheduler's own last word before it runs out (SGLang retracts, then fails, near 1.0)."""
+    content = [i for i in order if lines[i].strip()]
+    tail = content[-3:]
+    if not tail:
+        return None
+    usages = [(i, float(m.group("usage"))) for i in tail if (m := _TOKEN_USAGE.search(lines[i]))]
+    # every complete batch line at the end reports it (a last line cut mid-way may not)
+    if not usages or len(usages) < len(tail) - 1 or min(u for _, u in usages) < 0.9:
+        return None
+    return max(usages, key=lambda x: x[1])
 
 
 def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:

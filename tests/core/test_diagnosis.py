@@ -163,3 +163,16 @@ def test_a_bare_keyerror_naming_the_checkpoints_model_type_is_transformers_too_o
     assert known.label == "transformers_too_old" and "'qwen3_moe'" in known.explanation
     other = diagnose(bare, context=LaunchContext.from_argv([], ("llama",)))
     assert other.label != "transformers_too_old"
+
+
+def test_a_log_that_stops_with_the_token_pool_nearly_full_is_read_as_running_out():
+    # two real partial cases: decode (0.94) and prefill (0.92 -> 0.95) batches, then the text stops
+    by_id = {c["id"]: c for c in CASES}
+    for cid, usage in (("sglang-14972", "94%"), ("sglang-7353", "95%")):
+        finding = diagnose(by_id[cid]["log_excerpt"])
+        assert (finding.label, finding.confidence, finding.phase) == ("runtime_oom", "low", "runtime"), cid
+        assert f"token pool {usage} full" in finding.explanation and "inferred" in finding.explanation
+    # a server at an empty pool when its log stops is not out of memory (a real startup log's last batch line)
+    startup = [json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if x]
+    idle = next(x for c in startup for x in c["log_excerpt"] if "token usage: 0.00" in x)
+    assert diagnose(idle).label != "runtime_oom"
