@@ -32,6 +32,7 @@ class Quantization:
     # weight parts the checkpoint leaves in the model dtype, with the fraction of each (from its
     # modules_to_not_convert / ignore / exclude_modules list): e.g. (("attention", 1.0),)
     kept: tuple[tuple[str, float], ...] = ()
+    expert_bytes_per_param: float | None = None  # routed experts in their own format (DeepSeek-V4 "expert_dtype")
 
     @property
     def label(self) -> str:
@@ -347,6 +348,10 @@ def _quantization(config: dict[str, Any], text: dict[str, Any], kinds: tuple[Lay
         # a format this engine does not size must not block the budget: count it at 16 bits (an upper
         # bound), say so, and let the checkpoint's own size or a measured load replace the estimate
         return UNKNOWN_QUANT
+    expert_dtype = str(q.get("expert_dtype") or text.get("expert_dtype") or config.get("expert_dtype") or "")
+    if expert_dtype.lower() == "fp4":
+        # DeepSeek-V4 releases: routed experts in MXFP4 (two values a byte + a UE8M0 scale per 32), the rest fp8
+        scheme = replace(scheme, expert_bytes_per_param=0.5 + 1 / 32)
     # the modules the checkpoint leaves unquantized, whatever the quantizer called the list
     excluded = [str(name) for key in ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers")
                 if isinstance(q.get(key), list) for name in q[key]]
@@ -634,6 +639,8 @@ def _part_bytes(spec: ModelSpec, quant: Quantization, include_mtp: bool,
         per_param = base
         if part.expert and experts_unquantized:
             pass
+        elif part.expert and quant.expert_bytes_per_param is not None:
+            per_param = quant.expert_bytes_per_param
         elif part.quantizable and quant.method != "none" and (part.expert or not quant.experts_only):
             kept = quant.kept_fraction("attention" if part.name.startswith("attention") else part.name)
             per_param = kept * base + (1 - kept) * quant.bytes_per_param
