@@ -24,7 +24,7 @@ from bot.core.budget import (  # noqa: E402
     Budget,
     BudgetInput,
     GpuPlan,
-    MeasuredWeights,
+    MeasuredLoad,
     compute_budget,
     parse_version,
 )
@@ -177,9 +177,9 @@ def predict(case: dict[str, Any], config_path: Path, measured_gib: float | None 
         or (NOMINAL_GPU_MIB if nominal_gpu else None)
     gpus = GpuPlan(case.get("gpu_name") or "?", total, int(case.get("tp") or 1), pre_gib=pre)
     flags = case_flags(case)
-    measured = None if measured_gib is None else MeasuredWeights(measured_gib, flags.weight_layout, "an earlier load")
+    measured = None if measured_gib is None else MeasuredLoad(measured_gib, flags.weight_layout, "an earlier load")
     inp = BudgetInput(spec, flags, gpus, parse_version(case_version(case.get("sglang_version"))),
-                      quant=case_quant(case), measured_weights=measured)
+                      quant=case_quant(case), measured_load=measured)
     return compute_budget(inp, with_remedies=False)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core import argv as remote
-from bot.core.attempts import Attempt, measured_weights
+from bot.core.attempts import Attempt, earlier_load
 from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
 from bot.core.flags import parse_sglang_flags
 from bot.core.inventory import Inventory, Target
@@ -30,6 +30,7 @@ class PlannedBudget:
     versions: dict[str, str | None]
     gpu_uuids: tuple[str, ...] = ()  # the GPUs the launch will use (the first tp the container sees)
     model_transformers: str | None = None  # transformers_version recorded in config.json
+    free_mib: tuple[int, ...] = ()  # free MiB of the launch GPUs when the budget was planned
 
 
 async def plan_budget(transport: Transport, inventory: Inventory, target: Target, model_path: str,
@@ -84,14 +85,14 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     name = (used[0].name or "GPU") if used else "GPU"
     plan = GpuPlan(name, min(totals) if totals else None, len(gpus.gpus), free)
     sglang = versions.get("sglang")
-    measured = measured_weights(history, model_path, flags.weight_layout, sglang)
+    measured = earlier_load(history, model_path, flags.weight_layout, sglang)
     budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total,
-                                        measured_weights=measured))
+                                        measured_load=measured))
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
     title = f"{model.name} on {target.label}: {len(used)}x {name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)
     return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, uuids,
-                         model.transformers_version)
+                         model.transformers_version, free)
 
 
 __all__ = ["CommandFailed", "PlannedBudget", "plan_budget"]

@@ -151,7 +151,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
-    from bot.core.budget import BudgetInput, GpuPlan, MeasuredWeights, compute_budget, parse_version
+    from bot.core.budget import BudgetInput, GpuPlan, MeasuredLoad, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags
     from bot.core.gpus import gpu_total_mib
     from bot.core.model import read_config
@@ -182,9 +182,9 @@ def cmd_budget(args: argparse.Namespace) -> int:
     if args.weights_gib is not None:
         if args.weights_gib <= 0:
             raise UsageError("--weights-gib is the positive GiB per GPU an earlier load logged")
-        measured = MeasuredWeights(args.weights_gib, flags.weight_layout, "--weights-gib (an earlier load)")
+        measured = MeasuredLoad(args.weights_gib, flags.weight_layout, "--weights-gib (an earlier load)")
     budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), total_size,
-                                        measured_weights=measured))
+                                        measured_load=measured))
     title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}" + (f" pp={flags.pp}" if flags.pp > 1 else "")
     if args.json:
         print(json.dumps(_budget_json(budget), indent=2))

@@ -246,6 +246,7 @@ async def _new_attempt(store: AttemptStore, inventory: Inventory, pre: Preflight
         "mamba_slots": budget.mamba_slots, "max_running_requests": budget.max_running_requests,
         "mem_fraction_static": budget.mem_fraction_static, "error_text": budget.error_text,
         "sglang": pre.planned.versions.get("sglang") if pre.planned else None,
+        "free_mib": min(pre.planned.free_mib) if pre.planned and pre.planned.free_mib else None,
     }
     container = container_of(inventory, target)
     attempt = Attempt(
@@ -361,6 +362,7 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
 def observed_of(progress: Progress) -> dict[str, object]:
     return {k: v for k, v in {
         "weights_gib": progress.weights_gib, "weights_format": progress.weights_format,
+        "avail_before_load_gib": progress.avail_before_load_gib,
         "kv_tokens": progress.kv_tokens, "mamba_slots": progress.mamba_slots,
         "max_running_requests": progress.max_running_requests, "context_len": progress.context_len,
         "stage": progress.label,

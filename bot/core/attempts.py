@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from bot.core.budget import MeasuredWeights
+from bot.core.budget import MeasuredLoad
 from bot.core.flags import parse_sglang_flags
 from bot.errors import UsageError
 
@@ -173,10 +173,10 @@ def _model_of(argv: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     return model, tuple(rest)
 
 
-def measured_weights(history: Sequence[Attempt], model_path: str, layout: str,
-                     sglang: str | None) -> MeasuredWeights | None:
-    """The newest weights figure an earlier attempt's own log gave for this checkpoint in this
-    layout, under the same SGLang (an upgrade can change what a load keeps), or None.
+def earlier_load(history: Sequence[Attempt], model_path: str, layout: str,
+                     sglang: str | None) -> MeasuredLoad | None:
+    """What the newest earlier load of this checkpoint in this layout, under the same SGLang (an
+    upgrade can change what a load keeps), logged about itself, or None.
 
     ``history`` is newest first, as the store returns it."""
     wanted = model_path.rstrip("/")
@@ -196,6 +196,11 @@ def measured_weights(history: Sequence[Attempt], model_path: str, layout: str,
             continue
         if their_layout == layout:
             shown = attempt.observed.get("weights_format")
-            return MeasuredWeights(float(gib), layout, f"attempt {attempt.id}'s log",
-                                   shown if isinstance(shown, str) else None)
+            free_then = attempt.predicted.get("free_mib")
+            avail = attempt.observed.get("avail_before_load_gib")
+            context = None
+            if isinstance(free_then, int | float) and isinstance(avail, int | float) and 0 < avail <= free_then / 1024:
+                context = free_then / 1024 - avail
+            return MeasuredLoad(float(gib), layout, f"attempt {attempt.id}'s log",
+                                shown if isinstance(shown, str) else None, context)
     return None

@@ -37,6 +37,7 @@ from bot.core.model import (
 MIB = 1 << 20
 MM_RESERVATION_FROM = (0, 5, 16)  # the first release after 2026-07-20 (research notes §2)
 MM_CACHE_GIB = 100 / 1024
+MAX_CONTEXT_GIB = 3.0  # the most CUDA context + NCCL is believed to take before `Load weight begin`
 CURRENT = (0, 5, 15)  # the newest SGLang release modelled
 
 
@@ -145,19 +146,21 @@ class BudgetInput:
     weights_bytes_total: int | None = None  # safetensors total_size, when known: beats the estimate
     quant: Quantization | None = None  # overrides the config's (e.g. an AWQ build of a base config)
     draft_weights_gib: float | None = None  # a separate EAGLE draft checkpoint's size per GPU
-    measured_weights: MeasuredWeights | None = None  # what an earlier load of this checkpoint logged
+    measured_load: MeasuredLoad | None = None  # what an earlier load of this checkpoint logged
 
 
 @dataclass(frozen=True)
-class MeasuredWeights:
-    """The weights per GPU an earlier load of the same checkpoint logged (`Load weight end ...
-    mem usage=`), with the layout it was loaded in. SGLang trees and checkpoints differ in what
-    they keep whole, unquantized or repacked; the measurement has all of that, the estimate none."""
+class MeasuredLoad:
+    """What an earlier load of the same checkpoint, in the same layout, logged about itself: its
+    weights per GPU (`Load weight end ... mem usage=`) and, when the free memory before it is known,
+    what CUDA context and NCCL took before `Load weight begin`. SGLang trees and checkpoints differ
+    in what they keep whole, unquantized or repacked; the measurement has all of that, the estimate none."""
 
-    gib: float
+    weights_gib: float
     layout: str  # LaunchFlags.weight_layout of that load
     source: str  # e.g. "attempt a20261202-101500-1a2b's log"
     load_format: str | None = None  # as `Load weight end` printed it: "quant=awq", "dtype=bfloat16"
+    context_gib: float | None = None  # free GiB at its pre-flight minus its `Load weight begin. avail mem`
 
 
 def load_format_conflict(load_format: str | None, quant: Quantization, dtype: str) -> str | None:
@@ -389,7 +392,7 @@ def _compute(inp: BudgetInput) -> Budget:
         if inp.weights_bytes_total:  # the checkpoint's bytes, split as the estimate splits them
             share = int(inp.weights_bytes_total * weight_bytes_per_gpu(stage, 1) / whole)
         # a measurement is rank 0's, which holds only the first stage: every stage is estimated
-        ranks.append(_compute_rank(replace(inp, model=stage, weights_bytes_total=share, measured_weights=None)))
+        ranks.append(_compute_rank(replace(inp, model=stage, weights_bytes_total=share, measured_load=None)))
     failing = [i for i, b in enumerate(ranks) if b.verdict is VerdictKind.FAILS]
     bind = failing[0] if failing else min(range(len(ranks)), key=lambda i: ranks[i].kv_tokens)
     stage = stages[bind]
@@ -447,6 +450,15 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     context_len = flags.context_length or model.max_context
 
     pre, pre_why = inp.gpus.pre_load_gib(tp)
+    earlier = inp.measured_load
+    if (earlier is not None and earlier.context_gib is not None and earlier.layout == flags.weight_layout
+            and 0 < earlier.context_gib <= MAX_CONTEXT_GIB and inp.gpus.free_mib and inp.gpus.pre_gib is None
+            and load_format_conflict(earlier.load_format, inp.quant or model.quant, model.dtype) is None):
+        # only a load of this very checkpoint, and only a plausible context (observed 0.7-1.1 GiB): a larger gap
+        # means that load's free memory was read on other GPUs or while something else was loading
+        pre = min(inp.gpus.free_mib) / 1024 - earlier.context_gib
+        pre_why = (f"min free {min(inp.gpus.free_mib)} MiB over the GPUs minus the {earlier.context_gib:.2f} GiB "
+                   f"CUDA context/NCCL took in {earlier.source}")
     w.line("free before load (pre)", pre, pre_why)
 
     # weights
@@ -484,16 +496,16 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                 if part in ("attention", "mlp", "experts", "linear attention")]
         if kept:
             weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
-    measured = inp.measured_weights
+    measured = inp.measured_load
     conflict = None if measured is None else load_format_conflict(measured.load_format, quant, model.dtype)
     if measured is not None and measured.layout == flags.weight_layout and conflict:
-        weights_why += f"; {measured.source} logged {measured.gib:.2f} GiB, not used: {conflict}"
+        weights_why += f"; {measured.source} logged {measured.weights_gib:.2f} GiB, not used: {conflict}"
     elif measured is not None and measured.layout == flags.weight_layout:
         estimate = weights
         weights_source = "measured"
-        weights = measured.gib
+        weights = measured.weights_gib
         off = (estimate - weights) / weights
-        weights_why = (f"measured: {measured.source} logged {measured.gib:.2f} GiB per GPU for this checkpoint "
+        weights_why = (f"measured: {measured.source} logged {measured.weights_gib:.2f} GiB per GPU for this checkpoint "
                        f"({measured.layout}); the estimate was {estimate:.2f} GiB ({off:+.1%})")
     w.line("target weights", weights, weights_why)
     draft_layers = 0

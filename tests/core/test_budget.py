@@ -451,15 +451,15 @@ def test_measured_weights_replace_the_estimate_and_the_pools_follow_by_hand():
     # slack = 22.91 x 0.15 = 3.4365; rest = 22.91 - 5.42 - 3.4365 = 14.0535 GiB
     # cell = full 8 layers x 1 kv head x 512 x (K+V) x 2 B = 16,384 + 0.8 x sliding 40 x 4 x 256 x 2 x 2 = 131,072
     #      = 147,456 B; tokens = 14.0535 x 2^30 // 147,456 = 102,334 (logged 102,094: SGLang's 0.2% of rounding)
-    from bot.core.budget import MeasuredWeights
+    from bot.core.budget import MeasuredLoad
     from bot.core.model import quantization_from
 
     gemma = spec("google__gemma-4-12B")
     flags = parse_sglang_flags(GEMMA12_AWQ)
     awq = quantization_from("awq")
     guessed = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq)
-    measured = MeasuredWeights(5.42, flags.weight_layout, "attempt a1's log", "quant=awq")
-    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=measured)
+    measured = MeasuredLoad(5.42, flags.weight_layout, "attempt a1's log", "quant=awq")
+    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_load=measured)
     assert b.weights_gib == 5.42 and round(guessed.weights_gib, 2) == 4.52
     assert (b.weights_source, guessed.weights_source) == ("measured", "estimate")
     assert b.kv_cell_bytes == 147_456
@@ -470,18 +470,18 @@ def test_measured_weights_replace_the_estimate_and_the_pools_follow_by_hand():
 
 
 def test_measured_weights_of_another_layout_or_checkpoint_are_not_used():
-    from bot.core.budget import MeasuredWeights, load_format_conflict
+    from bot.core.budget import MeasuredLoad, load_format_conflict
     from bot.core.model import NO_QUANT, quantization_from
 
     gemma = spec("google__gemma-4-12B")
     awq = quantization_from("awq")
     guessed = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq)
-    tp1 = MeasuredWeights(9.9, parse_sglang_flags([]).weight_layout, "attempt a0's log", "quant=awq")
-    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=tp1)
+    tp1 = MeasuredLoad(9.9, parse_sglang_flags([]).weight_layout, "attempt a0's log", "quant=awq")
+    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_load=tp1)
     assert b.weights_gib == guessed.weights_gib  # measured at tp 1: says nothing about tp 2
     layout = parse_sglang_flags(GEMMA12_AWQ).weight_layout
-    fp8 = MeasuredWeights(11.3, layout, "attempt a0's log", "quant=fp8")
-    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_weights=fp8)
+    fp8 = MeasuredLoad(11.3, layout, "attempt a0's log", "quant=fp8")
+    b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_load=fp8)
     assert b.weights_gib == guessed.weights_gib
     why = next(x for x in b.lines if x.label == "target weights").why
     assert "11.30 GiB, not used: that load was fp8, this launch loads awq" in why
@@ -663,3 +663,26 @@ def test_deepseek_v4_expert_dtype_fp4_sizes_the_routed_experts_apart():
     experts = next(p for p in weight_parts(mixed) if p.expert)
     saved = experts.params * (fp8_only.quant.bytes_per_param - (0.5 + 1 / 32)) / 8
     assert weight_bytes_per_gpu(mixed, 8) == pytest.approx(weight_bytes_per_gpu(fp8_only, 8) - saved)
+
+
+def test_an_earlier_loads_cuda_context_replaces_the_assumed_one():
+    # live free memory 48,633 MiB per GPU; an earlier load of this layout began with 46.58 GiB free after
+    # 47.49 GiB free at its pre-flight: CUDA context + NCCL took 0.91 GiB, not the 1.10 GiB assumed for tp 2
+    from bot.core.budget import MeasuredLoad
+
+    qwen = spec("Qwen__Qwen3-8B")
+    argv = ["--tp", "2", "--mem-fraction-static", "0.85"]
+    flags = parse_sglang_flags(argv)
+    plan = GpuPlan("NVIDIA RTX A6000", 49140, 2, (48_633, 48_700))
+    assumed = compute_budget(BudgetInput(qwen, flags, plan, parse_version("current")))
+    assert assumed.pre_gib == pytest.approx(48_633 / 1024 - 1.10)
+    earlier = MeasuredLoad(8.2, flags.weight_layout, "attempt a1's log", "dtype=bfloat16", context_gib=0.91)
+    measured = compute_budget(BudgetInput(qwen, flags, plan, parse_version("current"), measured_load=earlier))
+    assert measured.pre_gib == pytest.approx(48_633 / 1024 - 0.91) and measured.weights_gib == 8.2
+    other_layout = MeasuredLoad(8.2, parse_sglang_flags(["--tp", "1"]).weight_layout, "a0", None, context_gib=0.5)
+    kept = compute_budget(BudgetInput(qwen, flags, plan, parse_version("current"), measured_load=other_layout))
+    assert kept.pre_gib == assumed.pre_gib
+    # a "context" of 16.5 GiB means that load's free memory was read elsewhere (another host's log): not used
+    odd = MeasuredLoad(8.2, flags.weight_layout, "attempt a2's log", "dtype=bfloat16", context_gib=16.5)
+    assert compute_budget(BudgetInput(qwen, flags, plan, parse_version("current"),
+                                      measured_load=odd)).pre_gib == assumed.pre_gib

@@ -85,14 +85,16 @@ def test_progress_keeps_how_the_load_held_the_weights():
     assert bf16 and all(advance(Progress(), c["log_excerpt"]).weights_format == "dtype=bfloat16" for c in bf16)
 
 
-def _attempt(aid, model, argv, weights=None, sglang=None, fmt=None):
-    observed = {} if weights is None else {"weights_gib": weights, "weights_format": fmt}
+def _attempt(aid, model, argv, weights=None, sglang=None, fmt=None, free_mib=None, avail=None):
+    observed = {} if weights is None else {"weights_gib": weights, "weights_format": fmt,
+                                           "avail_before_load_gib": avail}
+    predicted = {"sglang": sglang, "free_mib": free_mib} if sglang else {}
     return Attempt(aid, "U1", "C1", "pve5", 129, "ct", model, ("--model-path", model, *argv, "--port", "30000"),
-                   30000, 1.0, predicted={"sglang": sglang} if sglang else {}, observed=observed)
+                   30000, 1.0, predicted=predicted, observed=observed)
 
 
 def test_measured_weights_come_from_the_newest_load_of_the_same_checkpoint_and_layout():
-    from bot.core.attempts import measured_weights
+    from bot.core.attempts import earlier_load
     from bot.core.flags import parse_sglang_flags
 
     layout = parse_sglang_flags(["--tp", "2", "--mem-fraction-static", "0.88"]).weight_layout
@@ -101,11 +103,13 @@ def test_measured_weights_come_from_the_newest_load_of_the_same_checkpoint_and_l
         _attempt("a4", "/models/q27", ("--tp", "1"), weights=51.0),
         _attempt("a3", "/models/q27/", ("--tp", "2", "--mem-fraction-static", "0.85")),  # refused: nothing logged
         _attempt("a2", "/models/q27", ("--tp", "2", "--mem-fraction-static", "0.85"), weights=25.9, sglang="0.5.9",
-                 fmt="dtype=bfloat16"),
+                 fmt="dtype=bfloat16", free_mib=48_633, avail=46.58),
         _attempt("a1", "/models/q27", ("--tp", "2"), weights=25.8, sglang="0.5.9"),
     ]
-    found = measured_weights(history, "/models/q27", layout, "0.5.9")
-    assert found is not None and (found.gib, found.source, found.load_format) == \
+    found = earlier_load(history, "/models/q27", layout, "0.5.9")
+    assert found is not None and (found.weights_gib, found.source, found.load_format) == \
         (25.9, "attempt a2's log", "dtype=bfloat16")
-    assert measured_weights(history, "/models/q27", layout, "0.5.10") is None  # an upgrade can change the load
-    assert measured_weights(history, "/models/none", layout, "0.5.9") is None
+    # what CUDA context and NCCL took before that load: free at its pre-flight minus `Load weight begin. avail`
+    assert found.context_gib == pytest.approx(48_633 / 1024 - 46.58)
+    assert earlier_load(history, "/models/q27", layout, "0.5.10") is None  # an upgrade can change the load
+    assert earlier_load(history, "/models/none", layout, "0.5.9") is None

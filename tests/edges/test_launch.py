@@ -196,7 +196,9 @@ async def test_the_next_preflight_uses_the_weights_an_earlier_load_of_the_checkp
     sglang = first.planned.versions["sglang"]
     earlier = Attempt("a20261202-090000-0001", "U0OPS", "C0LAB", "pve5", 129, "sglang-a6000", model,
                       ("--model-path", model, *flags, "--port", "30000"), 30000, time.time() - 600,
-                      predicted={"sglang": sglang}, observed={"weights_gib": 26.13, "weights_format": "dtype=bfloat16"})
+                      predicted={"sglang": sglang, "free_mib": 49_139},
+                      observed={"weights_gib": 26.13, "weights_format": "dtype=bfloat16",
+                                "avail_before_load_gib": 46.9})
     await store.save(earlier.moved(AttemptStatus.PLANNED, time.time() - 600))
     _, again = await run_launch(node, inventory, transport, store, flags)
     b = again.planned.budget
@@ -207,8 +209,15 @@ async def test_the_next_preflight_uses_the_weights_an_earlier_load_of_the_checkp
     assert "weights 26.13 GiB/GPU (measured)" in summary
     assert _weights_line(again).why.startswith("measured: attempt a20261202-090000-0001's log logged 26.13 GiB")
     assert f"the estimate was {estimate:.2f} GiB" in _weights_line(again).why
-    # the pools are sized from the measured weights: 26.13 - estimate GiB less left on each GPU
-    assert b.rest_gib == pytest.approx(first.planned.budget.rest_gib - (26.13 - estimate))
+    # and from what CUDA context + NCCL took before that load (49,139 MiB free then, 46.9 GiB at Load weight begin)
+    context = 49_139 / 1024 - 46.9
+    free_now = min(again.planned.free_mib)
+    assert b.pre_gib == pytest.approx(free_now / 1024 - context)
+    pre_line = next(x for x in b.lines if x.label == "free before load (pre)")
+    assert f"minus the {context:.2f} GiB CUDA context/NCCL took in attempt a20261202-090000-0001's log" in pre_line.why
+    # the pools follow: what is left for them comes from that pre and the weights as measured
+    left = next(x for x in b.lines if x.label == "left for KV/state pools").gib
+    assert left == pytest.approx(b.pre_gib - 26.13 - b.pre_gib * (1 - b.mem_fraction_static))
 
 
 async def test_a_load_of_another_checkpoint_is_named_and_not_used(setup):
