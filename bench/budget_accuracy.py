@@ -232,7 +232,6 @@ def main(argv: list[str]) -> int:
             err = (budget.kv_tokens - want_t) / want_t
             kv_ok += abs(err) <= 0.02
             parts.append(f"kv {budget.kv_tokens:,}/{want_t:,} ({err:+.1%})")
-            want_w = expected_weights(logged)
             if want_w is not None:
                 again = predict(case, config, measured_gib=want_w)
                 repeat_n += 1

@@ -88,20 +88,6 @@ def launch_argv(request: LaunchRequest, port: int) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def user_flags(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """An attempt's launch flags without the model path and port the launcher adds."""
-    out: list[str] = []
-    skip = False
-    for token in argv:
-        if skip:
-            skip = False
-        elif token in ("--model-path", "--model", "--port"):
-            skip = True
-        elif token.split("=", 1)[0] not in ("--model-path", "--model", "--port"):
-            out.append(token)
-    return tuple(out)
-
-
 # --------------------------------------------------------------------------- pre-flight
 
 async def preflight(transport: Transport, inventory: Inventory, store: AttemptStore, request: LaunchRequest,

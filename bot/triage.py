@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
-from bot.core.attempts import Attempt, AttemptStatus
+from bot.core.attempts import Attempt, AttemptStatus, user_flags
 from bot.core.diagnosis import Finding, LaunchContext, diagnose
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.errors import GpuopsError, RemoteError
 from bot.faults import read_kernel_xids
-from bot.launch import container_of, user_flags
+from bot.launch import container_of
 from bot.status import SmiFailed, Transport, read_node
 
 log = logging.getLogger(__name__)

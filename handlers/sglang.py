@@ -13,7 +13,7 @@ from bot import views
 from bot.app import Services
 from bot.budget import plan_budget
 from bot.chart import budget_png
-from bot.core.attempts import ACTIVE, Attempt, is_attempt_id
+from bot.core.attempts import ACTIVE, Attempt, is_attempt_id, user_flags
 from bot.core.commands import (
     SGLANG_USAGE,
     SglangBudgetRequest,
@@ -36,7 +36,6 @@ from bot.launch import (
     record_refused,
     request_key,
     start,
-    user_flags,
 )
 from bot.slack import post_messages, upload_png
 from bot.triage import triage_attempt

@@ -157,24 +157,22 @@ def is_attempt_id(text: str) -> bool:
 LAUNCHER_FLAGS = ("--model-path", "--model", "--port")
 
 
-def _model_of(argv: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
-    """(model path, the other flags) of an attempt's argv."""
-    model, rest, i = None, [], 0
-    while i < len(argv):
-        name, eq, value = argv[i].partition("=")
-        if name in LAUNCHER_FLAGS:
-            taken = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-            if name != "--port":
-                model = taken
-            i += 1 if eq else 2
-            continue
-        rest.append(argv[i])
-        i += 1
-    return model, tuple(rest)
+def user_flags(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """An attempt's launch flags without the model path and port the launcher adds."""
+    out: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in LAUNCHER_FLAGS:
+            skip = True
+        elif token.split("=", 1)[0] not in LAUNCHER_FLAGS:
+            out.append(token)
+    return tuple(out)
 
 
 def earlier_load(history: Sequence[Attempt], model_path: str, layout: str,
-                     sglang: str | None) -> MeasuredLoad | None:
+                 sglang: str | None) -> MeasuredLoad | None:
     """What the newest earlier load of this checkpoint in this layout, under the same SGLang (an
     upgrade can change what a load keeps), logged about itself, or None.
 
@@ -184,14 +182,13 @@ def earlier_load(history: Sequence[Attempt], model_path: str, layout: str,
         gib = attempt.observed.get("weights_gib")
         if not isinstance(gib, int | float) or gib <= 0:
             continue
-        model, flags_argv = _model_of(attempt.argv)
-        if (model or attempt.model_path).rstrip("/") != wanted:
+        if attempt.model_path.rstrip("/") != wanted:
             continue
         then = attempt.predicted.get("sglang")
         if sglang and then and then != sglang:
             continue
         try:
-            their_layout = parse_sglang_flags(flags_argv).weight_layout
+            their_layout = parse_sglang_flags(user_flags(attempt.argv)).weight_layout
         except UsageError:
             continue
         if their_layout == layout:

@@ -449,23 +449,26 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     mrr_requested = flags.max_running_requests or (48 if spec and flags.speculative_algorithm != "NGRAM" else None)
     context_len = flags.context_length or model.max_context
 
+    quant = inp.quant or model.quant
+    online = None
+    if quant.method == "none" and flags.quantization in ONLINE_QUANT:
+        quant = online = quantization_from("fp8")  # SGLang quantizes a 16-bit checkpoint to FP8 as it loads
+    # an earlier load counts only in this layout and only if it was this checkpoint's format
+    measured = inp.measured_load if inp.measured_load and inp.measured_load.layout == flags.weight_layout else None
+    conflict = None if measured is None else load_format_conflict(measured.load_format, quant, model.dtype)
+    earlier = None if conflict else measured
+
     pre, pre_why = inp.gpus.pre_load_gib(tp)
-    earlier = inp.measured_load
-    if (earlier is not None and earlier.context_gib is not None and earlier.layout == flags.weight_layout
-            and 0 < earlier.context_gib <= MAX_CONTEXT_GIB and inp.gpus.free_mib and inp.gpus.pre_gib is None
-            and load_format_conflict(earlier.load_format, inp.quant or model.quant, model.dtype) is None):
-        # only a load of this very checkpoint, and only a plausible context (observed 0.7-1.1 GiB): a larger gap
-        # means that load's free memory was read on other GPUs or while something else was loading
+    if (earlier is not None and earlier.context_gib is not None and 0 < earlier.context_gib <= MAX_CONTEXT_GIB
+            and inp.gpus.free_mib and inp.gpus.pre_gib is None):
+        # only a plausible context (observed 0.7-1.1 GiB): a larger gap means that load's free memory was read
+        # on other GPUs or while something else was loading
         pre = min(inp.gpus.free_mib) / 1024 - earlier.context_gib
         pre_why = (f"min free {min(inp.gpus.free_mib)} MiB over the GPUs minus the {earlier.context_gib:.2f} GiB "
                    f"CUDA context/NCCL took in {earlier.source}")
     w.line("free before load (pre)", pre, pre_why)
 
     # weights
-    quant = inp.quant or model.quant
-    online = None
-    if quant.method == "none" and flags.quantization in ONLINE_QUANT:
-        quant = online = quantization_from("fp8")  # SGLang quantizes a 16-bit checkpoint to FP8 as it loads
     attn_tp = tp // flags.dp if flags.enable_dp_attention and flags.dp > 1 and tp % flags.dp == 0 else tp
     if inp.weights_bytes_total and online is None:
         extra = uneven_bytes(model, tp, quant, attn_tp)
@@ -496,17 +499,15 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                 if part in ("attention", "mlp", "experts", "linear attention")]
         if kept:
             weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
-    measured = inp.measured_load
-    conflict = None if measured is None else load_format_conflict(measured.load_format, quant, model.dtype)
-    if measured is not None and measured.layout == flags.weight_layout and conflict:
+    if measured is not None and conflict:
         weights_why += f"; {measured.source} logged {measured.weights_gib:.2f} GiB, not used: {conflict}"
-    elif measured is not None and measured.layout == flags.weight_layout:
+    elif earlier is not None:
         estimate = weights
         weights_source = "measured"
-        weights = measured.weights_gib
+        weights = earlier.weights_gib
         off = (estimate - weights) / weights
-        weights_why = (f"measured: {measured.source} logged {measured.weights_gib:.2f} GiB per GPU for this checkpoint "
-                       f"({measured.layout}); the estimate was {estimate:.2f} GiB ({off:+.1%})")
+        weights_why = (f"measured: {earlier.source} logged {earlier.weights_gib:.2f} GiB per GPU for this checkpoint "
+                       f"({earlier.layout}); the estimate was {estimate:.2f} GiB ({off:+.1%})")
     w.line("target weights", weights, weights_why)
     draft_layers = 0
     draft_weights = 0.0
