@@ -29,6 +29,7 @@ from bot.core.model import (
     mtp_params,
     pipeline_stages,
     quantization_from,
+    rope_table_bytes,
     uneven_bytes,
     weight_bytes_per_gpu,
     weight_parts,
@@ -499,6 +500,12 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                 if part in ("attention", "mlp", "experts", "linear attention")]
         if kept:
             weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
+    # built while the weights load, so `Load weight end ... mem usage` counts them
+    rope = rope_table_bytes(model, fp32=inp.gpus.vendor != "amd") / GIB
+    weights += rope
+    if rope >= 0.05:
+        weights_why += (f"; + {rope:.2f} GiB RoPE cos/sin tables ({_rope_why(model)}, "
+                        f"{'fp32' if inp.gpus.vendor != 'amd' else model.dtype}, on every rank)")
     if measured is not None and conflict:
         weights_why += f"; {measured.source} logged {measured.weights_gib:.2f} GiB, not used: {conflict}"
     elif earlier is not None:
@@ -682,6 +689,10 @@ ONLINE_QUANT = ("fp8", "w8a8_fp8")  # flags that quantize an unquantized checkpo
 def _whole_parts(model: ModelSpec) -> str:
     big = [p.name for p in weight_parts(model) if not p.sharded and p.params >= 0.01 * model.vocab * model.hidden]
     return ", ".join(big) or "norms and routers"
+
+
+def _rope_why(model: ModelSpec) -> str:
+    return " + ".join(f"{positions:,} positions x {width}" for positions, width in model.rope_tables)
 
 
 def _params(model: ModelSpec) -> int:

@@ -148,6 +148,8 @@ class ModelSpec:
     replicated_embeddings: bool = False
     per_layer_input: int = 0  # Gemma 4 E2B/E4B: hidden_size_per_layer_input (PLE), 0 when absent
     per_layer_vocab: int = 0  # vocab_size_per_layer_input
+    # SGLang's RoPE cos/sin tables, (positions, width) each: one per distinct rope, shared by the layers using it
+    rope_tables: tuple[tuple[int, int], ...] = ()
     # one pipeline-parallel rank's share: (rank, pp size, first layer, whole model's layer count)
     stage: tuple[int, int, int, int] | None = None
     notes: tuple[str, ...] = field(default=())
@@ -296,8 +298,51 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         replicated_embeddings=str(text.get("model_type", model_type)).startswith(("gemma3", "gemma4")),
         per_layer_input=int(_get(text, "hidden_size_per_layer_input", default=0) or 0),
         per_layer_vocab=int(_get(text, "vocab_size_per_layer_input", default=vocab) or vocab),
+        rope_tables=_rope_tables(text, kinds, head_dim, mla),
         notes=tuple(notes),
     )
+
+
+def _rope_tables(text: dict[str, Any], kinds: tuple[LayerKind, ...], head_dim: int,
+                 mla: Mla | None) -> tuple[tuple[int, int], ...]:
+    """(positions, width) of each RoPE cos/sin table SGLang builds while loading the model.
+
+    ``get_rope`` caches one table per distinct rope (its width, positions, theta, scaling), so the
+    layers of one kind share it. The table spans the config's ``max_position_embeddings`` (YaRN:
+    ``original_max_position_embeddings x factor``) by the rotary width: ``head_dim x
+    partial_rotary_factor``, ``qk_rope_head_dim`` (MLA, DeepSeek-V4), or the whole head for Gemma 4's
+    "proportional" rope, which pads the unrotated dimensions with zero frequencies."""
+    max_pos = int(text.get("max_position_embeddings") or 0)
+    if not max_pos:
+        return ()
+    params = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    tables = {}
+    for kind in sorted(set(kinds) - {"linear"}):
+        own = params.get(f"{kind}_attention")  # Gemma 4: a rope per layer type
+        p = own if isinstance(own, dict) else params
+        dim = int(text.get("global_head_dim") or head_dim) if kind == "full" else head_dim
+        rope_type = str(p.get("rope_type") or p.get("type") or "default")
+        factor = float(p.get("partial_rotary_factor") or text.get("partial_rotary_factor") or 1.0)
+        if mla is not None or text.get("qk_rope_head_dim"):  # MLA, DeepSeek-V4's shared latent head
+            width = mla.qk_rope_head_dim if mla is not None else int(text["qk_rope_head_dim"])
+        elif rope_type == "proportional":
+            width = dim
+        else:
+            width = int(dim * factor)
+        positions = max_pos
+        if rope_type in ("yarn", "deepseek_yarn") and p.get("factor") and p.get("original_max_position_embeddings"):
+            positions = int(p["original_max_position_embeddings"] * p["factor"])
+        theta = p.get("rope_theta", text.get("rope_theta"))
+        tables[(positions, width, str(theta), rope_type)] = (positions, width)
+    return tuple(sorted(tables.values()))
+
+
+def rope_table_bytes(spec: ModelSpec, fp32: bool = True) -> float:
+    """Bytes of the RoPE tables on each rank. SGLang keeps them in fp32 on CUDA ("cache needs to be in FP32
+    for numerical stability"); ROCm builds of 0.5.x cast them to the model dtype. Negligible for most
+    models, 0.75 GiB for Gemma 4 at 262,144 positions with 512-wide global heads."""
+    per = 4.0 if fp32 else DTYPE_BYTES.get(spec.dtype, 2.0)
+    return sum(positions * width * per for positions, width in spec.rope_tables)
 
 
 def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "") -> tuple[LayerKind, ...]:

@@ -23,6 +23,7 @@ from bot.core.model import (
     kv_bytes_per_token,
     mamba_bytes_per_request,
     read_config,
+    rope_table_bytes,
     weight_bytes_per_gpu,
     weight_parts,
 )
@@ -57,10 +58,14 @@ def test_llama_8b_kv_cell_and_tokens_by_hand():
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
     # 8 KV heads x (128 + 128) x 32 layers x 2 B = 131,072 B per token
     assert kv_bytes_per_token(llama, 1, 2.0) == (131_072, 0)
-    # pre 47.27 GiB, weights fixed at 15.05 GiB: rest = 32.22 - 47.27 x 0.12 = 26.5476 GiB
+    # weights: the checkpoint's 16,060,522,496 B + the fp32 RoPE table, 131,072 positions x 128 x 4 B = 64 MiB,
+    # = 15.0195 GiB (the log's pre 47.27 - after-load 32.22 = 15.05); rest = 47.27 x 0.88 - 15.0195 = 26.5781 GiB
     b = run(llama, ["--mem-fraction-static", "0.88"], version="0.4.6", count=1, pre=47.27,
-            weights_bytes_total=int(15.05 * GIB))
-    assert b.kv_tokens == math.floor(26.5476 * GIB / 131_072)  # 217,478; the log showed 217,512
+            weights_bytes_total=16_060_522_496)
+    assert b.weights_gib == pytest.approx(16_060_522_496 / GIB + 0.0625)
+    rest = 47.27 * 0.88 - (16_060_522_496 / GIB + 0.0625)
+    assert b.kv_tokens == math.floor(rest * GIB / 131_072)  # 217,728; the log showed 217,512 (+0.1%)
+    assert "+ 0.06 GiB RoPE cos/sin tables (131,072 positions x 128, fp32" in b.lines[1].why
     assert b.verdict is VerdictKind.FITS
 
 
@@ -97,13 +102,19 @@ def test_gemma4_sliding_and_global_layers_by_hand():
     assert (full, sliding) == (16_384, 163_840)
     # with --swa-full-tokens-ratio 0.8 a full token costs 16,384 + 0.8 x 163,840 = 147,456 B
     b = run(gemma, ["--tp", "2", "--mem-fraction-static", "0.85", "--swa-full-tokens-ratio", "0.8"],
-            version="0.5.12", total_mib=24576, pre=22.91, weights_bytes_total=int(2 * 5.42 * GIB))
+            version="0.5.12", total_mib=24576, pre=22.91, weights_bytes_total=7_814_927_456)
+    # the checkpoint is gemma-4-12B-it-AWQ's 7,814,927,456 B (see test_what_the_config_cannot_size_is_said_not_hidden).
     # SGLang's Gemma embeds with a plain nn.Embedding: each rank holds the whole 262,144 x 3,840 bf16
     # table (2,013,265,920 B), so only the rest of the checkpoint is split over tp=2; the global layers'
-    # single K/V head (K copied into V: 8 x 3,840 x (512 + 512) x 2 B) cannot split, so both ranks hold it
+    # single K/V head (K copied into V: 8 x 3,840 x (512 + 512) x 2 B) cannot split, so both ranks hold it.
+    # Each rank also builds two fp32 RoPE tables over 262,144 positions: 512 wide for the global layers
+    # ("proportional" rope spans the whole head) and 256 for the sliding ones = 805,306,368 B
     table = 262_144 * 3_840 * 2
     global_kv = 8 * 3_840 * (512 + 512) * 2
-    assert abs(b.weights_gib - ((2 * 5.42 * GIB - table) / 2 + table + global_kv / 2) / GIB) < 0.002
+    rope = 262_144 * (512 + 256) * 4
+    by_hand = (7_814_927_456 - table) / 2 + table + global_kv / 2 + rope
+    # (+ the replicated norms: 0.35 MB) = 5.356 GiB; the log's `mem usage` was 5.42
+    assert b.weights_gib == pytest.approx(by_hand / GIB, rel=1e-4)
     rest = 22.91 - b.weights_gib - 22.91 * 0.15
     assert b.kv_cell_bytes == 147_456
     assert b.kv_tokens == math.floor(rest * GIB / 147_456)
@@ -358,6 +369,31 @@ def test_gemma_embedding_table_is_whole_on_every_rank_other_models_split_it():
     assert "embeddings on every rank" in b.lines[1].why
 
 
+def test_rope_tables_by_hand_family_by_family():
+    # one fp32 cos/sin table per distinct rope, max positions x rotary width x 4 B, on every rank
+    gemma = spec("google__gemma-4-31b-it")
+    # sliding layers: 256-wide heads; global layers: "proportional" rope spans the whole 512-wide head even
+    # with partial_rotary_factor 0.25 (unrotated dims get zero frequencies)
+    assert gemma.rope_tables == ((262_144, 256), (262_144, 512))
+    assert rope_table_bytes(gemma) == 262_144 * (256 + 512) * 4 == 805_306_368  # 0.75 GiB
+    assert rope_table_bytes(gemma, fp32=False) == 262_144 * (256 + 512) * 2  # a ROCm 0.5.x build: bf16
+    # Qwen3.6: 256 x partial_rotary_factor 0.25 = 64 wide (the mrope shares one table); GDN layers have none
+    assert spec("Qwen__Qwen3.6-27B").rope_tables == ((262_144, 64),)
+    # DeepSeek-R1: MLA rotates qk_rope_head_dim 64; YaRN spans original 4,096 x factor 40 = 163,840 positions
+    assert spec("deepseek-ai__DeepSeek-R1").rope_tables == ((163_840, 64),)
+    # DeepSeek-V4: a 512-wide shared latent head of which qk_rope_head_dim 64 rotate; YaRN 65,536 x 16
+    assert spec("deepseek-ai__DeepSeek-V4-Pro").rope_tables == ((1_048_576, 64),)
+    # Llama 3.x scaling keeps max_position_embeddings
+    assert spec("meta-llama__Llama-3.2-1B-Instruct").rope_tables == ((131_072, 64),)
+    # in the budget it is part of the weights line, and AMD GPUs get the model dtype
+    amd = compute_budget(BudgetInput(gemma, parse_sglang_flags(["--tp", "2"]),
+                                     GpuPlan("AMD Radeon AI PRO R9700", 32624, 2), parse_version("0.5.11")))
+    nvidia = run(gemma, ["--tp", "2"], version="0.5.11", total_mib=32624)
+    assert nvidia.weights_gib - amd.weights_gib == pytest.approx(262_144 * 768 * 2 / GIB)
+    assert "+ 0.75 GiB RoPE cos/sin tables (262,144 positions x 256 + 262,144 positions x 512, fp32" \
+        in nvidia.lines[1].why
+
+
 def test_online_fp8_quantization_of_a_16_bit_checkpoint():
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
     plain = run(llama, ["--tp", "1"])
@@ -419,7 +455,8 @@ def test_pipeline_budget_is_bound_by_the_rank_with_fewest_kv_tokens():
     from bot.core.model import pipeline_stages
 
     rank0 = pipeline_stages(llama, 2)[0]
-    assert b.weights_gib == pytest.approx(weight_bytes_per_gpu(rank0, 2) / GIB)
+    rope = 131_072 * 128 * 4  # the fp32 RoPE table every stage builds
+    assert b.weights_gib == pytest.approx((weight_bytes_per_gpu(rank0, 2) + rope) / GIB)
     rest = b.pre_gib - b.weights_gib - b.pre_gib * 0.12
     assert b.kv_tokens == math.floor(rest * GIB / 81_920)
     assert parse_sglang_flags(["--tp", "2", "--pp", "2"]).gpus_needed == 4
@@ -431,11 +468,12 @@ def test_dtype_flag_sizes_weights_and_an_auto_kv_cache():
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")  # bfloat16 checkpoint
     plain = run(llama, ["--tp", "1"])
     wide = run(llama, ["--tp", "1", "--dtype", "float32"])
-    assert wide.weights_gib == pytest.approx(2 * plain.weights_gib)
+    rope = 131_072 * 128 * 4 / GIB  # fp32 whatever the dtype
+    assert wide.weights_gib - rope == pytest.approx(2 * (plain.weights_gib - rope))
     # 32 layers x 8 KV heads x (128 + 128) x 4 B
     assert wide.kv_cell_bytes == 32 * 8 * 256 * 4 == 2 * plain.kv_cell_bytes
     sized = run(llama, ["--tp", "1", "--dtype", "float32"], weights_bytes_total=16_060_522_496)
-    assert sized.weights_gib == pytest.approx(2 * 16_060_522_496 / GIB, rel=1e-3)
+    assert sized.weights_gib == pytest.approx(2 * 16_060_522_496 / GIB + rope, rel=1e-3)
     assert run(llama, ["--tp", "1", "--dtype", "half"]).weights_gib == pytest.approx(plain.weights_gib)
 
 
@@ -447,7 +485,7 @@ GEMMA12_AWQ = ["--tp", "2", "--mem-fraction-static", "0.85", "--context-length",
 
 def test_measured_weights_replace_the_estimate_and_the_pools_follow_by_hand():
     # sglang-startup-004 (gemma-4-12B-it-AWQ, 2x RTX 3090, patched 0.5.12): the estimate misses the
-    # weights (4.52 vs 5.42 GiB logged); with the logged figure the pools are SGLang's own:
+    # weights (5.27 vs 5.42 GiB logged); with the logged figure the pools are SGLang's own:
     # slack = 22.91 x 0.15 = 3.4365; rest = 22.91 - 5.42 - 3.4365 = 14.0535 GiB
     # cell = full 8 layers x 1 kv head x 512 x (K+V) x 2 B = 16,384 + 0.8 x sliding 40 x 4 x 256 x 2 x 2 = 131,072
     #      = 147,456 B; tokens = 14.0535 x 2^30 // 147,456 = 102,334 (logged 102,094: SGLang's 0.2% of rounding)
@@ -460,13 +498,13 @@ def test_measured_weights_replace_the_estimate_and_the_pools_follow_by_hand():
     guessed = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq)
     measured = MeasuredLoad(5.42, flags.weight_layout, "attempt a1's log", "quant=awq")
     b = run(gemma, GEMMA12_AWQ, version="0.5.12", pre=22.91, quant=awq, measured_load=measured)
-    assert b.weights_gib == 5.42 and round(guessed.weights_gib, 2) == 4.52
+    assert b.weights_gib == 5.42 and round(guessed.weights_gib, 2) == 5.27
     assert (b.weights_source, guessed.weights_source) == ("measured", "estimate")
     assert b.kv_cell_bytes == 147_456
     assert b.kv_tokens == int((22.91 - 5.42 - 22.91 * 0.15) * GIB // 147_456) == 102_334
     assert abs(b.kv_tokens - 102_094) / 102_094 < 0.003
     line = next(x for x in b.lines if x.label == "target weights")
-    assert line.why.startswith("measured: attempt a1's log logged 5.42 GiB") and "estimate was 4.52 GiB" in line.why
+    assert line.why.startswith("measured: attempt a1's log logged 5.42 GiB") and "estimate was 5.27 GiB" in line.why
 
 
 def test_measured_weights_of_another_layout_or_checkpoint_are_not_used():
@@ -547,7 +585,7 @@ def test_dp_attention_keeps_attention_and_the_embedding_whole_on_each_rank():
     assert weight_bytes_per_gpu(qwen, 2, attn_tp=1) == 2 * with_dp == 10_323_322_880
     assert weight_bytes_per_gpu(qwen, 2) == 2 * without == 8_191_034_368
     b = run(qwen, ["--tp", "2", "--dp", "2", "--enable-dp-attention", "--mem-fraction-static", "0.85"], count=2)
-    assert b.weights_gib == pytest.approx(10_323_322_880 / GIB)
+    assert b.weights_gib == pytest.approx((10_323_322_880 + 40_960 * 128 * 4) / GIB)  # + the fp32 RoPE table
     assert "DP attention: attention over 1 GPU(s), embeddings on every rank" in \
         next(x for x in b.lines if x.label == "target weights").why
 
