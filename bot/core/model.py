@@ -241,13 +241,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     vision = config.get("vision_config") or {}
     vision_layers = int(_get(vision, "depth", "num_hidden_layers", default=0) or 0)
     vision_hidden = int(_get(vision, "hidden_size", default=0) or 0)
-    vision_inter = int(_get(vision, "intermediate_size", default=4 * vision_hidden) or 0)
-    # a ViT block: qkv + proj (4h^2) and an MLP (2*h*inter), plus the patch merger into the LM
-    vision_params = vision_layers * (4 * vision_hidden**2 + 2 * vision_hidden * vision_inter)
-    if vision_params:
-        out = int(_get(vision, "out_hidden_size", default=hidden) or hidden)
-        merge = 4 * vision_hidden
-        vision_params += merge * merge + merge * out
+    vision_params = _vision_params(vision, vision_layers, vision_hidden, hidden)
     quant = _quantization(config, text, kinds)
     notes = []
     if quant is UNKNOWN_QUANT:
@@ -301,6 +295,23 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         rope_tables=_rope_tables(text, kinds, head_dim, mla),
         notes=tuple(notes),
     )
+
+
+def _vision_params(vision: dict[str, Any], layers: int, h: int, text_hidden: int) -> int:
+    """A ViT tower's parameters: per block qkv + proj (4h^2) and an MLP (two matrices, three when
+    gated: Gemma 4's gate_up + down), plus what joins it to the LM: Qwen-VL's patch merger (one more
+    per deep-stacked layer in Qwen3-VL) or Gemma 4's 2-D position table and projection."""
+    if not layers or not h:
+        return 0
+    inter = int(_get(vision, "intermediate_size", default=4 * h) or 0)
+    gated = str(vision.get("model_type", "")).startswith("gemma4")
+    params = layers * (4 * h * h + (3 if gated else 2) * h * inter)
+    if vision.get("position_embedding_size"):
+        return params + 2 * int(vision["position_embedding_size"]) * h + h * text_hidden
+    out = int(_get(vision, "out_hidden_size", default=text_hidden) or text_hidden)
+    merge = h * int(_get(vision, "spatial_merge_size", default=2) or 2) ** 2
+    mergers = 1 + len(vision.get("deepstack_visual_indexes") or [])
+    return params + mergers * (merge * merge + merge * out)
 
 
 def _rope_tables(text: dict[str, Any], kinds: tuple[LayerKind, ...], head_dim: int,
@@ -635,12 +646,9 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
         return LayerAttention(q + kv_b + out, down + indexer, 0, 1, 0, 0)
     heads_dim = spec.head_dim
     kv_heads = spec.kv_heads
-    k_eq_v = False
-    if kind == "full" and spec.full_head_dim:
+    if kind == "full" and spec.full_head_dim:  # K and V both allocated, attention_k_eq_v or not
         heads_dim = spec.full_head_dim
         kv_heads = spec.full_kv_heads or kv_heads
-        k_eq_v = spec.full_k_eq_v
-    del k_eq_v  # K and V both allocated either way
     q_out = spec.heads * heads_dim * (2 if spec.attn_output_gate else 1)
     kv = kv_heads * heads_dim * 2
     norms = 2 * heads_dim if spec.qk_norm else 0
@@ -735,10 +743,8 @@ def kv_bytes_per_token(spec: ModelSpec, tp: int, kv_dtype_bytes: float) -> tuple
         return per_layer * spec.full_layers, 0.0
     full_heads = spec.full_kv_heads or spec.kv_heads
     full_dim = spec.full_head_dim or spec.head_dim
-    full_v = 0 if spec.full_k_eq_v and spec.full_head_dim else full_dim
-    if spec.full_k_eq_v and spec.full_head_dim:
-        full_v = full_dim  # SGLang keeps a V buffer even when K and V share the projection
-    full = max(1, full_heads // tp) * (full_dim + full_v) * kv_dtype_bytes * spec.full_layers
+    # an attention_k_eq_v layer (Gemma 4's global layers) still gets its own V buffer
+    full = max(1, full_heads // tp) * (full_dim + full_dim) * kv_dtype_bytes * spec.full_layers
     sliding = max(1, spec.kv_heads // tp) * (spec.head_dim + spec.v_head_dim) * kv_dtype_bytes * spec.sliding_layers
     return full, sliding
 

@@ -160,7 +160,13 @@ def test_moe_expert_parameters_by_hand():
 def test_multimodal_wrapper_reads_the_nested_text_config():
     vl = spec("Qwen__Qwen3-VL-32B-Instruct")
     assert (vl.layers, vl.kv_heads, vl.head_dim, vl.multimodal) == (64, 8, 128, True)
-    assert vl.vision_params > 0
+    # 27 ViT blocks x (4 x 1152^2 + 2 x 1152 x 4304) + the merger and one per deep-stacked layer [8, 16, 24]:
+    # 4 x (4608^2 + 4608 x 5120), 4608 = 1152 x spatial_merge_size 2 squared
+    assert vl.vision_params == 27 * (4 * 1152**2 + 2 * 1152 * 4304) + 4 * (4608**2 + 4608 * 5120) == 590_376_960
+    # Gemma 4: a gated MLP (gate_up + down) in each of 27 blocks, a 2 x 10240 x 1152 position table and the
+    # 1152 -> 5376 projection into the LM
+    gemma = spec("google__gemma-4-31b-it")
+    assert gemma.vision_params == 27 * (4 * 1152**2 + 3 * 1152 * 4304) + 2 * 10240 * 1152 + 1152 * 5376
     # 0.95 x clamp(1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)) = 0.95 x 0.95762 = 0.9097
     assert vlm_factor(spec("Qwen__Qwen3.6-27B")) == pytest.approx(0.9097, abs=1e-4)
 
