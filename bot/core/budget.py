@@ -24,15 +24,19 @@ from bot.core.model import (
     GIB,
     ModelSpec,
     Quantization,
+    default_group,
     kv_bytes_per_token,
+    loadable_group,
     mamba_bytes_per_request,
     mtp_params,
     pipeline_stages,
     quantization_from,
+    quantized_inputs,
     rope_table_bytes,
     uneven_bytes,
     weight_bytes_per_gpu,
     weight_parts,
+    with_group,
 )
 
 MIB = 1 << 20
@@ -471,6 +475,16 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
 
     # weights
     attn_tp = tp // flags.dp if flags.enable_dp_attention and flags.dp > 1 and tp % flags.dp == 0 else tp
+    group_why = ""
+    if quant.bits and quant.group_size is None:
+        # the checkpoint does not state its group: it can only be one that splits over this tp
+        group = loadable_group(model, tp, quant, attn_tp)
+        if group is not None and group < default_group(quant.method):
+            inputs = quantized_inputs(model, tp, quant, attn_tp)
+            tight = next(f"{name} {size}" for name, size in inputs.items() if size % (2 * group))
+            quant = with_group(quant, group)
+            group_why = (f"; group size not stated: {group}, the largest that divides every quantized layer's input "
+                         f"on a rank ({tight} at tp {tp})")
     if inp.weights_bytes_total and online is None:
         extra = uneven_bytes(model, tp, quant, attn_tp)
         weights = (inp.weights_bytes_total / tp + extra) / GIB
@@ -500,6 +514,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                 if part in ("attention", "mlp", "experts", "linear attention")]
         if kept:
             weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
+    weights_why += group_why
     # built while the weights load, so `Load weight end ... mem usage` counts them
     rope = rope_table_bytes(model, fp32=inp.gpus.vendor != "amd") / GIB
     weights += rope

@@ -33,6 +33,10 @@ class Quantization:
     # modules_to_not_convert / ignore / exclude_modules list): e.g. (("attention", 1.0),)
     kept: tuple[tuple[str, float], ...] = ()
     expert_bytes_per_param: float | None = None  # routed experts in their own format (DeepSeek-V4 "expert_dtype")
+    # integer group-wise schemes (AWQ, GPTQ, ...): bits and the group size as the checkpoint states it
+    # (None: not stated, so the default is assumed; -1: one scale per output channel)
+    bits: int = 0
+    group_size: int | None = None
 
     @property
     def label(self) -> str:
@@ -54,12 +58,11 @@ def quantization_from(name: str | None, bits: int | None = None, group_size: int
     method = name.lower().replace("_marlin", "").replace("-", "_")
     if method in ("fp8", "w8a8_fp8", "fbgemm_fp8", "modelopt_fp8"):
         return Quantization("fp8", 1.0 + 4 / (128 * 128), experts_only)  # block-wise fp32 scales
-    if method in ("awq", "gptq", "auto_round", "autoround", "int4", "w4a16"):
-        group = group_size or 128
+    if method in ("awq", "gptq", "auto_round", "autoround", "int4", "w4a16", "moe_wna16"):
         bits = bits or 4
-        # packed weights + one fp16 scale and one packed zero-point per group
-        return Quantization("awq" if method == "awq" else method, bits / 8 + 2 / group + (bits / 8) / group,
-                            experts_only)
+        # packed weights + one fp16 scale and one packed zero-point per group (per channel: negligible)
+        return Quantization(method, bits / 8 + _group_cost(bits / 8 + 2, group_size or default_group(method)),
+                            experts_only, bits=bits, group_size=group_size)
     if method in ("nvfp4", "modelopt_fp4", "modelopt"):
         return Quantization("nvfp4", 0.5 + 1 / 16, experts_only)  # fp8 scale per 16 weights
     if method == "mxfp4":
@@ -67,14 +70,20 @@ def quantization_from(name: str | None, bits: int | None = None, group_size: int
         return Quantization("mxfp4", 0.5 + 1 / 32, True)
     if method in ("w8a8_int8", "int8", "w8a16_int8", "qoq"):
         return Quantization("int8", 1.0, experts_only)  # per-channel scales: negligible
-    if method == "moe_wna16":
-        group = group_size or 128
-        bits = bits or 4
-        return Quantization("moe_wna16", bits / 8 + 2 / group + (bits / 8) / group, experts_only)
     if method in ("compressed_tensors", "pack_quantized"):
-        group = group_size or 32
-        return Quantization("compressed-tensors", (bits or 4) / 8 + 2 / group, experts_only)
+        bits = bits or 4
+        return Quantization("compressed-tensors", bits / 8 + _group_cost(2, group_size or default_group(method)),
+                            experts_only, bits=bits, group_size=group_size)
     raise ModelConfigError(f"unknown quantization {name!r}")
+
+
+def default_group(method: str) -> int:
+    """The group size assumed when a checkpoint does not state one (compressed-tensors INT4 builds use 32)."""
+    return 32 if method.replace("-", "_") in ("compressed_tensors", "pack_quantized") else 128
+
+
+def _group_cost(bytes_per_group: float, group: int) -> float:
+    return 0.0 if group <= 0 else bytes_per_group / group
 
 
 @dataclass(frozen=True)
@@ -731,6 +740,52 @@ def uneven_bytes(spec: ModelSpec, tp: int, quant: Quantization | None = None, at
     whole (norms, routers, Gemma's embedding table) or shares with fewer ranks (DP attention)."""
     parts = _part_bytes(spec, quant or spec.quant, False, False)
     return sum(size * (1 / part_divisor(part, tp, attn_tp) - 1 / tp) for part, size in parts)
+
+
+MARLIN_GROUPS = (128, 64, 32)  # the group sizes SGLang's Marlin kernels take (besides per-channel)
+
+
+def loadable_group(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int | None = None) -> int | None:
+    """The largest Marlin group size that divides the input of every quantized linear layer on one rank.
+
+    A checkpoint whose group does not divide a row-parallel layer's per-rank input cannot be split
+    over ``tp`` (SGLang refuses it), so when a checkpoint does not state its group this is the largest
+    it can have: Gemma 4 26B's experts down-project from 704 = 2 x 352 rows, so at tp 2 only 32 fits."""
+    inputs = quantized_inputs(spec, tp, quant, attn_tp)
+    return next((g for g in MARLIN_GROUPS if all(size % g == 0 for size in inputs.values())), None)
+
+
+def quantized_inputs(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int | None = None) -> dict[str, int]:
+    """Input width on one rank of each kind of linear layer the scheme quantizes (column-parallel
+    layers take the whole hidden state; row-parallel ones a 1/tp share of their input)."""
+    attn = attn_tp or tp
+    inputs: dict[str, int] = {}
+    moe = spec.moe
+    if moe is not None:
+        inputs["experts' gate/up"] = spec.hidden
+        inputs["experts' down projection"] = moe.intermediate // tp
+        if moe.shared_intermediate and not quant.experts_only:
+            inputs["shared expert's down projection"] = moe.shared_intermediate // tp
+    if quant.experts_only:
+        return inputs
+    inputs["q/k/v and gate/up"] = spec.hidden
+    if spec.intermediate and (moe is None or moe.dense_layers or moe.dense_and_moe):
+        inputs["MLP down projection"] = spec.intermediate // tp
+    if spec.mla is not None:
+        inputs["attention output"] = spec.heads * spec.mla.v_head_dim // attn
+    else:
+        inputs["attention output"] = spec.heads * spec.head_dim // attn
+        if spec.full_head_dim and spec.full_layers:
+            inputs["global attention output"] = spec.heads * spec.full_head_dim // attn
+    if spec.linear is not None and spec.linear_layers:
+        inputs["linear attention output"] = spec.linear.num_value_heads * spec.linear.value_head_dim // attn
+    return inputs
+
+
+def with_group(quant: Quantization, group: int) -> Quantization:
+    """The same scheme with another group size (its parts kept in the model dtype unchanged)."""
+    regrouped = quantization_from(quant.method, quant.bits or None, group, quant.experts_only)
+    return replace(regrouped, kept=quant.kept, expert_bytes_per_param=quant.expert_bytes_per_param)
 
 
 def kv_bytes_per_token(spec: ModelSpec, tp: int, kv_dtype_bytes: float) -> tuple[float, float]:

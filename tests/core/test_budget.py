@@ -400,6 +400,32 @@ def test_rope_tables_by_hand_family_by_family():
         in nvidia.lines[1].why
 
 
+def test_unstated_awq_group_is_the_largest_that_splits_over_tp():
+    from bot.core.model import loadable_group, quantization_from, quantized_inputs
+
+    moe = spec("google__gemma-4-26B-A4B")
+    awq = quantization_from("awq")  # an AWQ build whose quantization_config we do not have: group not stated
+    # the experts down-project from moe_intermediate 704 = 2^6 x 11 and the dense MLP from 2112 = 2^6 x 33:
+    # tp 1 takes groups of 64, tp 2 leaves 352 and 1056 rows a rank (32 x 11, 32 x 33), tp 4 176 (no Marlin group)
+    assert quantized_inputs(moe, 2, awq)["experts' down projection"] == 352
+    assert (loadable_group(moe, 1, awq), loadable_group(moe, 2, awq), loadable_group(moe, 4, awq)) == (64, 32, None)
+    assert loadable_group(spec("Qwen__Qwen3-8B"), 2, awq) == 128  # 12288 / 2 = 6144 = 48 x 128
+    guessed = run(moe, ["--tp", "2"], version="0.5.12", total_mib=24576, quant=awq)
+    stated = run(moe, ["--tp", "2"], version="0.5.12", total_mib=24576,
+                 quant=quantization_from("awq", group_size=32))
+    # 4 bits + an fp16 scale and a 4-bit zero per 32 weights = 0.5 + 2/32 + 0.5/32 = 0.578125 B a weight
+    assert quantization_from("awq", group_size=32).bytes_per_param == 0.578125
+    assert guessed.weights_gib == stated.weights_gib
+    assert "group size not stated: 32, the largest that divides every quantized layer's input on a rank " \
+           "(experts' down projection 352 at tp 2)" in guessed.lines[1].why
+    # a group the checkpoint states is its own, even where the default would not split
+    stated128 = run(moe, ["--tp", "2"], version="0.5.12", total_mib=24576,
+                    quant=quantization_from("awq", group_size=128))
+    assert stated128.weights_gib < guessed.weights_gib and "group size" not in stated128.lines[1].why
+    # per-channel (group_size -1) carries no per-group scales
+    assert quantization_from("gptq", bits=4, group_size=-1).bytes_per_param == 0.5
+
+
 def test_online_fp8_quantization_of_a_16_bit_checkpoint():
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
     plain = run(llama, ["--tp", "1"])
