@@ -358,6 +358,24 @@ def e2_text(mfs: float, minimum: float) -> str:
             "If using speculative decoding, draft weights are now counted.")
 
 
+# SGLang's AWQ/GPTQ linear methods (create_weights) when a rank's share of a layer's input is not whole groups
+AWQ_SPLIT_TEXT = ("ValueError: The input size is not aligned with the quantized weight shape. This can be caused "
+                  "by too large tensor parallel size.")
+
+
+def split_misfit(model: ModelSpec, tp: int, quant: Quantization, attn_tp: int) -> str | None:
+    """Why a checkpoint's stated group size cannot be split over ``tp``, or None when it can."""
+    group = quant.group_size
+    if not quant.bits or not group or group <= 0:
+        return None
+    inputs = quantized_inputs(model, tp, quant, attn_tp)
+    bad = next(((name, size) for name, size in inputs.items() if size % group), None)
+    if bad is None:
+        return None
+    return (f"the {bad[0]} takes {bad[1]} inputs a rank at tp {tp}, not a multiple of the checkpoint's "
+            f"group size {group}")
+
+
 def e5_text(architecture: str) -> str:
     return (f"Speculative decoding for {architecture} is not compatible with radix cache when using "
             "--mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use "
@@ -485,6 +503,10 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             quant = with_group(quant, group)
             group_why = (f"; group size not stated: {group}, the largest that divides every quantized layer's input "
                          f"on a rank ({tight} at tp {tp})")
+    misfit = split_misfit(model, tp, quant, attn_tp)
+    if misfit is not None and error is None:
+        error = AWQ_SPLIT_TEXT
+        w.line("quantized layers over tp", None, misfit)
     if inp.weights_bytes_total and online is None:
         extra = uneven_bytes(model, tp, quant, attn_tp)
         weights = (inp.weights_bytes_total / tp + extra) / GIB
@@ -888,6 +910,13 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         if good(b):
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
                                    f"halves KV bytes per token: {_effect(b)}", 5))
+    if failed.error_text == AWQ_SPLIT_TEXT:
+        for narrower in (t for t in range(flags.tp - 1, 0, -1) if model.heads % t == 0):
+            b = trial(tp=narrower)
+            if b.error_text != AWQ_SPLIT_TEXT:
+                remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
+                                       f"the largest tp this checkpoint's groups split over: {_effect(b)}", 1))
+                break
     wider = flags.changed(tp=flags.tp * 2)
     if inp.gpus.count >= wider.gpus_needed:
         b = trial(tp=flags.tp * 2)

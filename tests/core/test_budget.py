@@ -418,12 +418,34 @@ def test_unstated_awq_group_is_the_largest_that_splits_over_tp():
     assert guessed.weights_gib == stated.weights_gib
     assert "group size not stated: 32, the largest that divides every quantized layer's input on a rank " \
            "(experts' down projection 352 at tp 2)" in guessed.lines[1].why
-    # a group the checkpoint states is its own, even where the default would not split
+    # a group the checkpoint states is its own: 128 is sized as 128, and cannot be split over tp 2
     stated128 = run(moe, ["--tp", "2"], version="0.5.12", total_mib=24576,
                     quant=quantization_from("awq", group_size=128))
-    assert stated128.weights_gib < guessed.weights_gib and "group size" not in stated128.lines[1].why
+    weights_line = next(x for x in stated128.lines if x.label == "target weights")
+    assert stated128.weights_gib < guessed.weights_gib and "group size not stated" not in weights_line.why
+    assert stated128.error_text is not None and "not aligned with the quantized weight shape" in stated128.error_text
     # per-channel (group_size -1) carries no per-group scales
     assert quantization_from("gptq", bits=4, group_size=-1).bytes_per_param == 0.5
+
+
+def test_a_stated_group_that_does_not_split_over_tp_fails_before_loading():
+    from bot.core.budget import AWQ_SPLIT_TEXT
+    from bot.core.model import quantization_from
+
+    qwen = spec("Qwen__Qwen2.5-72B-Instruct")  # intermediate_size 29568 = 231 x 128
+    awq = quantization_from("awq", group_size=128)
+    # tp 2 leaves 14784 = 115.5 x 128 down-projection inputs a rank: SGLang's AWQ create_weights refuses
+    b = run(qwen, ["--tp", "2"], total_mib=81920, quant=awq)
+    assert (b.verdict, b.error_text) == (VerdictKind.FAILS, AWQ_SPLIT_TEXT)
+    line = next(x for x in b.lines if x.label == "quantized layers over tp")
+    assert line.why == "the MLP down projection takes 14784 inputs a rank at tp 2, not a multiple of the " \
+                       "checkpoint's group size 128"
+    assert b.remedies[0].change == "--tp-size 1" and b.remedies[0].flags is not None
+    # tp 4 (7392 a rank) skips tp 3, which does not divide the 64 attention heads
+    four = run(qwen, ["--tp", "4"], total_mib=81920, count=4, quant=awq)
+    assert four.error_text == AWQ_SPLIT_TEXT and four.remedies[0].change == "--tp-size 1"
+    # the same checkpoint at tp 1 splits nothing
+    assert run(qwen, ["--tp", "1"], total_mib=81920, count=1, quant=awq).error_text != AWQ_SPLIT_TEXT
 
 
 def test_online_fp8_quantization_of_a_16_bit_checkpoint():

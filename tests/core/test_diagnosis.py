@@ -149,6 +149,12 @@ def test_hub_rate_limit_and_compiler_failures_in_their_library_wording():
     assert wrapped.label == "torch_compile_error" and "out of GPU memory" in wrapped.explanation
 
 
+def test_quantized_weights_that_do_not_split_over_tp_are_a_tp_divisibility_error():
+    for line in (FIXTURES / "other-logs" / "awq-input-not-aligned.txt").read_text().splitlines():
+        finding = diagnose(line)
+        assert (finding.label, finding.phase) == ("tp_divisibility_error", "startup"), line
+
+
 def test_cuda_error_out_of_memory_wording_is_an_oom_too():
     # torch's wording when the allocation fails inside a CUDA call, as quoted from a real training run's stdout
     assert diagnose("RuntimeError: CUDA error: out of memory").label == "weight_load_oom"
