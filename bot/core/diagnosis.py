@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from bot.core.startup_log import READY_LINE
+
 ECHO = "child_process_died"
 
 
@@ -180,14 +182,13 @@ _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Lo
 _CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
 # SGLang's life-cycle lines, shared by the phase of a finding and the diagnosis of a stalled log
-_READY_LINE = r"The server is fired up and ready to roll"
 _CAPTURE_LINE = r"Capture (?:.*?)(?:cuda|CUDA) graph"
 _WEIGHTS_LINE = r"Load weight begin|Loading safetensors checkpoint shards"
 _INIT_LINE = r"Init torch distributed begin"
-_READY = re.compile(_READY_LINE)
+_READY = re.compile(READY_LINE)
 # where in the server's life a line sits: the last marker at or before the cause decides the phase
 _PHASE_MARKERS = (
-    (re.compile(rf"{_READY_LINE}|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
+    (re.compile(rf"{READY_LINE}|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
     (re.compile(rf"{_CAPTURE_LINE} (?:begin|failed)"), "startup: CUDA graphs"),
     (re.compile(r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated|Load weight end"),
      "startup: KV pool"),

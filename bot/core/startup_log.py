@@ -44,7 +44,8 @@ _MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<size>
 _GRAPH_BEGIN = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph begin\.")
 _GRAPH_END = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph end\.")
 _SCHED = re.compile(r"max_total_num_tokens=(?P<tok>\d+),.*?max_running_requests=(?P<mrr>\d+), context_len=(?P<ctx>\d+)")
-_READY = re.compile(r"The server is fired up and ready to roll!")
+READY_LINE = "The server is fired up and ready to roll"  # SGLang's own words once it serves (triage reads it too)
+_READY = re.compile(READY_LINE)
 _RANK = re.compile(r"\bTP(\d+)\b")
 _ERROR = re.compile(
     r"(?:^|\s)(?:Traceback \(most recent call last\)|[A-Za-z_.]*(?:Error|Exception)(?::|$)|"
