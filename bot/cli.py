@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.core.gpu import SmiSnapshot
-from bot.errors import GpuopsError
+from bot.errors import GpuopsError, UsageError
 
 
 def _snapshot_json(snapshot: SmiSnapshot) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def _smi_text(snapshot: SmiSnapshot) -> str:
 def cmd_smi_parse(args: argparse.Namespace) -> int:
     from bot.core.smi import decode, parse_any
 
-    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    data = _read_input(args.file, "nvidia-smi output")
     fields = args.fields.split(",") if args.fields else None
     snapshot = parse_any(decode(data), fields=fields, fmt=args.format)
     print(json.dumps(_snapshot_json(snapshot), indent=2) if args.json else _smi_text(snapshot))
@@ -137,8 +137,6 @@ def cmd_history(args: argparse.Namespace) -> int:
         if args.container:
             target = resolve_targets(args.container, services.inventory)[0]
             if target.vmid is None:
-                from bot.errors import UsageError
-
                 raise UsageError(f"`{args.container}` is a node; history is kept per container")
             found = await services.attempts.recent(target.node, target.vmid, args.count)
             where = target.label
@@ -150,12 +148,19 @@ def cmd_history(args: argparse.Namespace) -> int:
     return _with_services(args, work)
 
 
+def _read_input(name: str, what: str) -> bytes:
+    """A file the command reads, or stdin for ``-``: a file that cannot be read is a usage error."""
+    try:
+        return sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+
+
 def cmd_budget(args: argparse.Namespace) -> int:
     from bot.core.budget import BudgetInput, GpuPlan, MeasuredLoad, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags
     from bot.core.gpus import gpu_total_mib
-    from bot.core.model import read_config
-    from bot.errors import UsageError
+    from bot.core.model import ModelConfigError, read_config
     from bot.views import budget_text
 
     path = Path(args.model)
@@ -169,7 +174,13 @@ def cmd_budget(args: argparse.Namespace) -> int:
     if index.is_file():
         total_size = json.loads(index.read_text()).get("metadata", {}).get("total_size")
     total = args.total_mib or gpu_total_mib(args.gpu)
-    free = tuple(int(x) for x in args.free_mib.split(",")) if args.free_mib else ()
+    try:
+        free = tuple(int(x) for x in args.free_mib.split(",")) if args.free_mib else ()
+    except ValueError:
+        raise UsageError(f"--free-mib takes MiB per GPU separated by commas (e.g. 48000,47800), "
+                         f"not {args.free_mib!r}") from None
+    if any(x < 0 for x in free):
+        raise UsageError("--free-mib values are MiB, not negative")
     if total is None and not free:
         raise UsageError(f"unknown GPU {args.gpu!r}: give --total-mib (or --free-mib)")
     flags = parse_sglang_flags(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
@@ -177,7 +188,10 @@ def cmd_budget(args: argparse.Namespace) -> int:
         raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp {flags.dp}), "
                          f"--gpus is {args.gpus}")
     gpus = GpuPlan(args.gpu, total, args.gpus, free)
-    model = read_config(config, name=config_path.parent.name)
+    try:
+        model = read_config(config, name=config_path.parent.name)
+    except ModelConfigError as exc:
+        raise UsageError(f"cannot budget {config_path}: {exc}") from None
     measured = None
     if args.weights_gib is not None:
         if args.weights_gib <= 0:
@@ -213,7 +227,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
     from bot.core.diagnosis import LaunchContext, diagnose
 
-    data = sys.stdin.buffer.read() if args.logfile == "-" else Path(args.logfile).read_bytes()
+    data = _read_input(args.logfile, "log")
     context = LaunchContext.from_argv(shlex.split(args.launch)) if args.launch else None
     finding = diagnose(data.decode("utf-8", errors="replace"), stalled_minutes=args.stalled_minutes, context=context)
     if args.json:

@@ -124,6 +124,23 @@ def test_budget_unknown_gpu_is_a_usage_error():
     assert out.returncode == 2 and "unknown GPU 'Voodoo 5'" in out.stderr
 
 
+def test_unreadable_inputs_are_usage_errors_not_tracebacks(tmp_path):
+    partial = tmp_path / "config.json"  # a config that names no layer count
+    partial.write_text(json.dumps({k: v for k, v in json.loads(
+        (FIXTURES / "model-configs/Qwen__Qwen3-8B/config.json").read_text()).items() if k != "num_hidden_layers"}))
+    out = gpuops("budget", "--model", str(partial), "--gpu", "RTX A6000", "--gpus", "1", "--", "--tp", "1")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "config.json: `num_hidden_layers` is missing" in out.stderr
+    bad_free = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "RTX A6000",
+                      "--free-mib", "48000,lots", "--", "--tp", "1")
+    assert bad_free.returncode == 2 and "--free-mib takes MiB per GPU" in bad_free.stderr
+    missing = gpuops("triage", str(tmp_path / "no-such.log"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "cannot read log" in missing.stderr and "No such file or directory" in missing.stderr
+    smi = gpuops("smi", "parse", str(tmp_path / "no-such.csv"))
+    assert smi.returncode == 2 and "cannot read nvidia-smi output" in smi.stderr and "Traceback" not in smi.stderr
+
+
 def test_seed_demo_plays_through_the_real_app():
     out = gpuops("demo", "--script", "seed", timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
