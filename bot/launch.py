@@ -156,9 +156,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(_transformers_check(planned))
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
-        detail = budget.error_text or (budget.reasons[0] if budget.reasons else
-                                       f"{budget.kv_tokens:,} KV tokens, {budget.headroom_gib:.1f} GiB headroom")
-        checks.append(Check("memory budget", result, detail))
+        checks.append(Check("memory budget", result, budget.summary))
     if flags.unknown and not settings.allow_unknown_flags:
         checks.append(Check("flags known", "fail", "unknown flags refused: " + " ".join(flags.unknown)))
     holder = await store.lock_holder(target.node, target.vmid)

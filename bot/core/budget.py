@@ -263,6 +263,15 @@ class Budget:
     def fits(self) -> bool:
         return self.verdict is VerdictKind.FITS
 
+    @property
+    def summary(self) -> str:
+        """The verdict in one line; a split that fails before any weight loads says which layer."""
+        split = next((x.why for x in self.lines if x.label.endswith("over tp")), None)
+        if split and self.error_text:
+            return f"{split}: SGLang stops with {self.error_text}"
+        return self.error_text or (self.reasons[0] if self.reasons else
+                                   f"{self.kv_tokens:,} KV tokens, {self.headroom_gib:.1f} GiB headroom")
+
 
 # --------------------------------------------------------------------------- defaults
 
@@ -361,6 +370,31 @@ def e2_text(mfs: float, minimum: float) -> str:
 # SGLang's AWQ/GPTQ linear methods (create_weights) when a rank's share of a layer's input is not whole groups
 AWQ_SPLIT_TEXT = ("ValueError: The input size is not aligned with the quantized weight shape. This can be caused "
                   "by too large tensor parallel size.")
+
+
+# a bare `assert` in SGLang's layer constructors: the traceback's last line says no more than this
+SPLIT_ASSERT_TEXT = "AssertionError"
+
+
+def tp_misfit(model: ModelSpec, tp: int, attn_tp: int) -> str | None:
+    """Why the model's heads or MLP cannot be split over ``tp``, or None when they can. SGLang's
+    attention layers assert ``total_num_heads % tp_size == 0`` and that the KV heads divide tp (or tp
+    divides them, each head then replicated), its MLP that the intermediate size splits."""
+    if attn_tp > 1 and model.heads % attn_tp:
+        return f"{model.heads} attention heads do not split over tp {attn_tp}"
+    kv_counts = {model.kv_heads, model.full_kv_heads or model.kv_heads} if model.mla is None and \
+        model.full_layers + model.sliding_layers else set()
+    for kv in sorted(kv_counts):
+        if kv >= attn_tp and kv % attn_tp:
+            return f"{kv} KV heads do not split over tp {attn_tp}"
+        if kv < attn_tp and attn_tp % kv:
+            return f"tp {attn_tp} is not a multiple of the {kv} KV heads (each would be copied to tp/{kv} ranks)"
+    dense = model.moe is None or model.moe.dense_layers or model.moe.dense_and_moe
+    if tp > 1 and dense and model.intermediate % tp:
+        return f"the MLP's intermediate size {model.intermediate} does not split over tp {tp}"
+    if tp > 1 and model.moe is not None and model.moe.intermediate % tp:
+        return f"the experts' intermediate size {model.moe.intermediate} does not split over tp {tp}"
+    return None
 
 
 def split_misfit(model: ModelSpec, tp: int, quant: Quantization, attn_tp: int) -> str | None:
@@ -503,8 +537,12 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             quant = with_group(quant, group)
             group_why = (f"; group size not stated: {group}, the largest that divides every quantized layer's input "
                          f"on a rank ({tight} at tp {tp})")
+    heads_misfit = tp_misfit(model, tp, attn_tp)
     misfit = split_misfit(model, tp, quant, attn_tp)
-    if misfit is not None and error is None:
+    if heads_misfit is not None and error is None:
+        error = SPLIT_ASSERT_TEXT
+        w.line("layers over tp", None, heads_misfit)
+    elif misfit is not None and error is None:
         error = AWQ_SPLIT_TEXT
         w.line("quantized layers over tp", None, misfit)
     if inp.weights_bytes_total and online is None:
@@ -910,12 +948,12 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         if good(b):
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
                                    f"halves KV bytes per token: {_effect(b)}", 5))
-    if failed.error_text == AWQ_SPLIT_TEXT:
-        for narrower in (t for t in range(flags.tp - 1, 0, -1) if model.heads % t == 0):
+    if failed.error_text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT):
+        for narrower in range(flags.tp - 1, 0, -1):
             b = trial(tp=narrower)
-            if b.error_text != AWQ_SPLIT_TEXT:
+            if b.error_text not in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT):
                 remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
-                                       f"the largest tp this checkpoint's groups split over: {_effect(b)}", 1))
+                                       f"the largest tp the model splits over: {_effect(b)}", 1))
                 break
     wider = flags.changed(tp=flags.tp * 2)
     if inp.gpus.count >= wider.gpus_needed:

@@ -130,6 +130,7 @@ RULES: tuple[Rule, ...] = (
          "startup", "the host driver is older than the CUDA runtime in this build",
          "update the host driver (Proxmox node) or use a build for an older CUDA", 3),
     Rule("tp_divisibility_error", (r"assert numerator % denominator == 0",
+                                   r"AssertionError: \d+ is not divisible by \d+",
                                    r"(?:in|out)put size is not aligned with the quantized weight shape",
                                    r"Weight (?:in|out)put_size_per_partition = \d+ is not divisible"),
          "startup", "a model dimension is not divisible by the tensor-parallel size",

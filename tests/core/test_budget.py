@@ -448,6 +448,26 @@ def test_a_stated_group_that_does_not_split_over_tp_fails_before_loading():
     assert run(qwen, ["--tp", "1"], total_mib=81920, count=1, quant=awq).error_text != AWQ_SPLIT_TEXT
 
 
+def test_a_tp_the_heads_do_not_divide_fails_before_loading():
+    from bot.core.budget import SPLIT_ASSERT_TEXT
+
+    qwen = spec("Qwen__Qwen3-8B")  # 32 attention heads, 8 KV heads, intermediate 12288
+    b = run(qwen, ["--tp", "3"], count=3)
+    assert (b.verdict, b.error_text) == (VerdictKind.FAILS, SPLIT_ASSERT_TEXT)
+    assert next(x for x in b.lines if x.label == "layers over tp").why == "32 attention heads do not split over tp 3"
+    assert b.remedies[0].change == "--tp-size 2"
+    assert b.summary == "32 attention heads do not split over tp 3: SGLang stops with AssertionError"
+    # Qwen3.6-27B: 24 heads split over 6, but its 4 KV heads can neither be split nor copied evenly
+    q36 = run(spec("Qwen__Qwen3.6-27B"), ["--tp", "6"], count=6)
+    assert q36.error_text == SPLIT_ASSERT_TEXT
+    assert "tp 6 is not a multiple of the 4 KV heads" in next(x for x in q36.lines if x.label == "layers over tp").why
+    assert q36.remedies[0].change == "--tp-size 4"
+    # more ranks than KV heads is fine when they copy evenly: tp 8 over 4 KV heads, and MLA has no KV heads
+    assert run(spec("Qwen__Qwen3.6-27B"), ["--tp", "8"], count=8).error_text != SPLIT_ASSERT_TEXT
+    assert run(spec("deepseek-ai__DeepSeek-R1"), ["--tp", "8"], count=8, total_mib=143771).error_text \
+        != SPLIT_ASSERT_TEXT
+
+
 def test_online_fp8_quantization_of_a_16_bit_checkpoint():
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
     plain = run(llama, ["--tp", "1"])

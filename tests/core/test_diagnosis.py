@@ -149,8 +149,9 @@ def test_hub_rate_limit_and_compiler_failures_in_their_library_wording():
     assert wrapped.label == "torch_compile_error" and "out of GPU memory" in wrapped.explanation
 
 
-def test_quantized_weights_that_do_not_split_over_tp_are_a_tp_divisibility_error():
-    for line in (FIXTURES / "other-logs" / "awq-input-not-aligned.txt").read_text().splitlines():
+def test_dimensions_and_quantized_weights_that_do_not_split_over_tp_are_a_tp_divisibility_error():
+    logs = ("awq-input-not-aligned.txt", "tp-not-divisible.txt")
+    for line in (x for name in logs for x in (FIXTURES / "other-logs" / name).read_text().splitlines()):
         finding = diagnose(line)
         assert (finding.label, finding.phase) == ("tp_divisibility_error", "startup"), line
 
