@@ -25,8 +25,9 @@ from bot.launch import container_of
 from bot.status import SmiFailed, Transport, read_node
 
 log = logging.getLogger(__name__)
-MEMORY_LABELS = {"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom", "flashinfer_workspace_oom",
-                 "context_exceeds_kv_pool"}
+# findings the budget engine sizes the next experiment for: memory, and a model that does not split over tp
+BUDGETED_LABELS = {"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom", "flashinfer_workspace_oom",
+                   "context_exceeds_kv_pool", "tp_divisibility_error"}
 MAX_LOG_BYTES = 2 * 1024 * 1024
 
 
@@ -40,7 +41,7 @@ class TriageReport:
     versions: dict[str, str | None]
     disk: str
     xid: tuple[str, ...]
-    planned: PlannedBudget | None  # for memory findings: the budget with its computed remedies
+    planned: PlannedBudget | None  # for BUDGETED_LABELS findings: the budget with its computed remedies
 
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt) -> TriageReport:
@@ -81,7 +82,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
                                                                  else ""))
     finding = diagnose(text, stalled_minutes=stalled, context=context)
     planned = None
-    if finding.label in MEMORY_LABELS:
+    if finding.label in BUDGETED_LABELS:
         try:
             # the failed attempt's own log measured its weights: the remedies start from that figure
             planned = await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
