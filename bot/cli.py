@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -169,10 +170,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
         config = json.loads(config_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"cannot read model config {config_path}: {exc}") from None
-    total_size = None
-    index = config_path.parent / "model.safetensors.index.json"
-    if index.is_file():
-        total_size = json.loads(index.read_text()).get("metadata", {}).get("total_size")
+    total_size = _checkpoint_bytes(config_path.parent)
     total = args.total_mib or gpu_total_mib(args.gpu)
     try:
         free = tuple(int(x) for x in args.free_mib.split(",")) if args.free_mib else ()
@@ -210,6 +208,17 @@ def cmd_budget(args: argparse.Namespace) -> int:
         totals = [(total or max(free)) / 1024 for _ in range(flags.tp)]
         Path(args.chart).write_bytes(budget_png(budget, totals, title))
     return {"fits": 0, "degraded": 3, "fails": 4}[budget.verdict.value]
+
+
+def _checkpoint_bytes(directory: Path) -> int | None:
+    """The checkpoint's size as /sglang budget reads it: the safetensors index's total_size, else the sum of
+    the ``*.safetensors`` files beside config.json; None (estimate from the config) when neither is there."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        with contextlib.suppress(OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            return int(json.loads(index.read_text())["metadata"]["total_size"])
+    sizes = [f.stat().st_size for f in directory.glob("*.safetensors") if f.is_file()]
+    return sum(sizes) or None
 
 
 def _budget_json(budget: Any) -> dict[str, Any]:

@@ -97,6 +97,28 @@ def test_budget_in_a_terminal_with_json_and_chart(tmp_path):
     assert chart.read_bytes().startswith(b"\x89PNG")
 
 
+def test_budget_of_a_checkpoint_directory_uses_its_size(tmp_path):
+    # Llama-3.1-8B's config with its checkpoint's real size, 16,060,522,496 B, as two sparse shard files
+    (tmp_path / "config.json").write_text((FIXTURES / "model-configs/meta-llama__Meta-Llama-3.1-8B-Instruct"
+                                           / "config.json").read_text())
+    for name, size in (("model-00001-of-00002.safetensors", 10_000_000_000),
+                       ("model-00002-of-00002.safetensors", 6_060_522_496)):
+        with open(tmp_path / name, "wb") as shard:
+            shard.truncate(size)
+    args = ("budget", "--model", str(tmp_path), "--gpu", "RTX A6000", "--gpus", "1", "--json", "--", "--tp", "1")
+    data = json.loads(gpuops(*args).stdout)
+    assert data["weights_source"] == "checkpoint size"
+    weights = next(x for x in data["lines"] if x["label"] == "target weights")
+    assert weights["why"].startswith("checkpoint size 14.96 GiB / tp 1")
+    # an index names the total itself (and wins over the files); a broken one falls back to the files
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 8_000_000_000}}))
+    weights = next(x for x in json.loads(gpuops(*args).stdout)["lines"] if x["label"] == "target weights")
+    assert weights["why"].startswith("checkpoint size 7.45 GiB / tp 1")
+    (tmp_path / "model.safetensors.index.json").write_text("{not json")
+    out = gpuops(*args)
+    assert out.returncode in (0, 3) and "checkpoint size 14.96 GiB" in out.stdout
+
+
 def test_budget_text_names_the_error_and_remedies():
     out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3.6-27B/config.json"), "--gpu",
                  "A6000", "--gpus", "2", "--sglang", "current", "--", *SEED_FLAGS, "--mem-fraction-static", "0.88")
