@@ -308,12 +308,12 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
 
 def _vision_params(vision: dict[str, Any], layers: int, h: int, text_hidden: int) -> int:
     """A ViT tower's parameters: per block qkv + proj (4h^2) and an MLP (two matrices, three when
-    gated: Gemma 4's gate_up + down), plus what joins it to the LM: Qwen-VL's patch merger (one more
-    per deep-stacked layer in Qwen3-VL) or Gemma 4's 2-D position table and projection."""
+    gated: Gemma 4's gate_up + down, Qwen2.5-VL's gate/up/down), plus what joins it to the LM: Qwen-VL's
+    patch merger (one more per deep-stacked layer in Qwen3-VL) or Gemma 4's 2-D position table and projection."""
     if not layers or not h:
         return 0
     inter = int(_get(vision, "intermediate_size", default=4 * h) or 0)
-    gated = str(vision.get("model_type", "")).startswith("gemma4")
+    gated = str(vision.get("model_type", "")).startswith(("gemma4", "qwen2_5_vl"))
     params = layers * (4 * h * h + (3 if gated else 2) * h * inter)
     if vision.get("position_embedding_size"):
         return params + 2 * int(vision["position_embedding_size"]) * h + h * text_hidden

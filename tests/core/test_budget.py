@@ -123,6 +123,23 @@ def test_gemma4_sliding_and_global_layers_by_hand():
 
 # --------------------------------------------------------------------------- hybrid linear attention (GDN)
 
+def test_a_gated_vision_tower_counts_three_mlp_matrices_as_its_print_shows():
+    import re
+
+    from bot.core.model import _vision_params
+
+    # the real print(model) of Qwen2.5-VL-7B's vision tower: 32 blocks (qkv, proj, gate/up/down) and the merger
+    text = (FIXTURES / "other-logs" / "qwen2.5-vl-7b-visual-print.txt").read_text()
+    block, merger = text.split("(merger)")
+    linear = re.compile(r"Linear\(in_features=(\d+), out_features=(\d+)")
+    per_block = sum(int(a) * int(b) for a, b in linear.findall(block))
+    printed = 32 * per_block + sum(int(a) * int(b) for a, b in linear.findall(merger))  # weights, biases aside
+    # the same tower as its vision_config states it (depth, hidden, intermediate, merge, output width)
+    vision = {"model_type": "qwen2_5_vl", "depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
+              "spatial_merge_size": 2, "out_hidden_size": 3584}
+    assert _vision_params(vision, 32, 1280, 3584) == printed == 674_529_280
+
+
 def test_qwen36_geometry_and_state_by_hand():
     q = spec("Qwen__Qwen3.6-27B")
     assert (q.full_layers, q.linear_layers, q.mtp_layers) == (16, 48, 1)
