@@ -397,6 +397,44 @@ def tp_misfit(model: ModelSpec, tp: int, attn_tp: int) -> str | None:
     return None
 
 
+def block_misfit(model: ModelSpec, tp: int, moe_tp: int, quant: Quantization) -> tuple[str, str] | None:
+    """(SGLang's error, why) when a block-wise FP8 checkpoint's blocks do not split over the ranks, checked in
+    the order SGLang builds the first layer (its MLP or its experts); None when they split.
+
+    SGLang's Fp8 methods refuse a rank's share of an MLP or expert projection that is not whole blocks:
+    Qwen3-235B's experts (1536 wide) give 192 a rank at tp 8, not a multiple of 128. Expert parallelism
+    keeps experts whole on a rank (``--ep-size``), so only ``tp / ep`` ranks split each one."""
+    if quant.block is None:
+        return None
+    block_n, block_k = quant.block
+    moe = model.moe
+    found: dict[str, tuple[str, str]] = {}
+    dense = model.intermediate // tp if tp > 1 and model.intermediate else 0
+    if dense and (moe is None or moe.dense_layers or moe.dense_and_moe) and not quant.experts_only:
+        why = f"the MLP's {model.intermediate} split over tp {tp} leaves {dense} a rank"
+        if dense % block_n:
+            found["mlp"] = (f"ValueError: Weight output_partition_size = {dense} is not divisible by weight "
+                            f"quantization block_n = {block_n}.", why)
+        elif dense % block_k:
+            found["mlp"] = (f"ValueError: Weight input_size_per_partition = {dense} is not divisible by weight "
+                            f"quantization block_k = {block_k}.", why)
+    if moe is not None and moe_tp > 1:
+        per = moe.intermediate // moe_tp
+        why = f"the experts' {moe.intermediate} split over {moe_tp} ranks leaves {per} a rank"
+        if per % block_n:
+            found["experts"] = (f"ValueError: The output_size of gate's and up's weight = {per} is not divisible "
+                                f"by weight quantization block_n = {block_n}.", why)
+        elif per % block_k:
+            found["experts"] = (f"ValueError: The input_size of down's weight = {per} is not divisible by weight "
+                                f"quantization block_k = {block_k}.", why)
+    first_is_moe = moe is not None and 0 not in moe.dense_layers and not moe.dense_and_moe
+    order = ("experts", "mlp") if first_is_moe else ("mlp", "experts")
+    hit = next((found[k] for k in order if k in found), None)
+    if hit is None:
+        return None
+    return hit[0], f"{hit[1]}, not whole {block_n}x{block_k} blocks"
+
+
 def split_misfit(model: ModelSpec, tp: int, quant: Quantization, attn_tp: int) -> str | None:
     """Why a checkpoint's stated group size cannot be split over ``tp``, or None when it can."""
     group = quant.group_size
@@ -539,12 +577,16 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                          f"on a rank ({tight} at tp {tp})")
     heads_misfit = tp_misfit(model, tp, attn_tp)
     misfit = split_misfit(model, tp, quant, attn_tp)
+    blocks = block_misfit(model, tp, flags.moe_tp, quant)
     if heads_misfit is not None and error is None:
         error = SPLIT_ASSERT_TEXT
         w.line("layers over tp", None, heads_misfit)
     elif misfit is not None and error is None:
         error = AWQ_SPLIT_TEXT
         w.line("quantized layers over tp", None, misfit)
+    elif blocks is not None and error is None:
+        error, why = blocks
+        w.line("quantized layers over tp", None, why)
     if inp.weights_bytes_total and online is None:
         extra = uneven_bytes(model, tp, quant, attn_tp)
         weights = (inp.weights_bytes_total / tp + extra) / GIB
@@ -948,12 +990,18 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         if good(b):
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
                                    f"halves KV bytes per token: {_effect(b)}", 5))
-    if failed.error_text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT):
+    split_error = failed.error_text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) or _is_block_error(failed.error_text)
+    if split_error and model.moe is not None and flags.moe_tp > 1 and _is_block_error(failed.error_text):
+        b = trial(ep=flags.tp, enable_ep_moe=False)
+        if not _is_block_error(b.error_text) and b.verdict is not VerdictKind.FAILS:
+            remedies.append(Remedy(f"--ep-size {flags.tp}", flags.changed(ep=flags.tp, enable_ep_moe=False),
+                                   f"expert parallelism keeps each expert whole on a rank: {_effect(b)}", 1))
+    if split_error:
         for narrower in range(flags.tp - 1, 0, -1):
             b = trial(tp=narrower)
-            if b.error_text not in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT):
+            if b.error_text not in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) and not _is_block_error(b.error_text):
                 remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
-                                       f"the largest tp the model splits over: {_effect(b)}", 1))
+                                       f"the largest tp the model splits over: {_effect(b)}", 2))
                 break
     wider = flags.changed(tp=flags.tp * 2)
     if inp.gpus.count >= wider.gpus_needed:
@@ -965,6 +1013,10 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         remedies.append(Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {inp.gpus.count} available)",
                                None, "more GPUs share the weights", 7))
     return sorted(remedies, key=lambda r: r.cost_rank)
+
+
+def _is_block_error(text: str | None) -> bool:
+    return bool(text) and "is not divisible by weight quantization block_" in str(text)
 
 
 def _effect(b: Budget) -> str:

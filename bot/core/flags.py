@@ -90,11 +90,14 @@ MODELLED: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--dtype": ("dtype", _choice("auto", "half", "float16", "bfloat16", "float", "float32")),
     "--disable-overlap-schedule": ("disable_overlap_schedule", SWITCH),
     "--enable-dp-attention": ("enable_dp_attention", SWITCH),
+    "--ep-size": ("ep", _positive),
+    "--enable-ep-moe": ("enable_ep_moe", SWITCH),  # older releases: expert parallelism over the whole TP group
 }
 ALIASES = {
     "--tp": "--tp-size", "--tensor-parallel-size": "--tp-size", "--pp": "--pp-size",
     "--pipeline-parallel-size": "--pp-size", "--dp": "--dp-size", "--data-parallel-size": "--dp-size",
-    "--mamba-radix-cache-strategy": "--mamba-scheduler-strategy",
+    "--mamba-radix-cache-strategy": "--mamba-scheduler-strategy", "--ep": "--ep-size",
+    "--expert-parallel-size": "--ep-size",
 }
 # known, not memory-relevant: accepted and passed to the server unchanged
 PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
@@ -142,6 +145,8 @@ class LaunchFlags:
     dtype: str | None = None
     disable_overlap_schedule: bool = False
     enable_dp_attention: bool = False
+    ep: int = 1
+    enable_ep_moe: bool = False
     passthrough: tuple[str, ...] = ()  # known flags the budget does not model, as given
     unknown: tuple[str, ...] = ()  # flags SGLang's known set does not have
 
@@ -157,6 +162,12 @@ class LaunchFlags:
         dp_attention = self.dp if self.enable_dp_attention else 1
         return (f"tp {self.tp}, pp {self.pp}, dp-attention {dp_attention}, "
                 f"quantization {self.quantization or 'checkpoint'}, dtype {self.dtype or 'auto'}")
+
+    @property
+    def moe_tp(self) -> int:
+        """Ranks that split each expert: with expert parallelism a rank holds whole experts (tp / ep)."""
+        ep = self.tp if self.enable_ep_moe else self.ep
+        return max(1, self.tp // ep) if ep > 1 and self.tp % ep == 0 else self.tp
 
     @property
     def speculative(self) -> bool:

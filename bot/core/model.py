@@ -37,6 +37,7 @@ class Quantization:
     # (None: not stated, so the default is assumed; -1: one scale per output channel)
     bits: int = 0
     group_size: int | None = None
+    block: tuple[int, int] | None = None  # block-wise FP8 (weight_block_size): (block_n, block_k)
 
     @property
     def label(self) -> str:
@@ -460,7 +461,11 @@ def _scheme(q: dict[str, Any]) -> Quantization:
     if method == "modelopt":
         algo = str(q.get("quant_algo", "")).lower()
         return quantization_from("fp8" if "fp8" in algo and "fp4" not in algo else "nvfp4")
-    return quantization_from(method, q.get("bits"), q.get("group_size"))
+    scheme = quantization_from(method, q.get("bits"), q.get("group_size"))
+    block = q.get("weight_block_size")
+    if scheme.method == "fp8" and isinstance(block, list) and len(block) == 2:
+        scheme = replace(scheme, block=(int(block[0]), int(block[1])))
+    return scheme
 
 
 _TINY_OR_ROUTER = re.compile(

@@ -485,6 +485,32 @@ def test_a_tp_the_heads_do_not_divide_fails_before_loading():
         != SPLIT_ASSERT_TEXT
 
 
+def test_fp8_blocks_that_do_not_split_over_tp_fail_with_sglangs_text_and_expert_parallelism_is_the_remedy():
+    from dataclasses import replace
+
+    from bot.core.model import quantization_from
+
+    moe = spec("Qwen__Qwen3-235B-A22B-Instruct-2507")  # the FP8 release's geometry: experts 1536 wide
+    fp8 = replace(quantization_from("fp8"), block=(128, 128))  # its weight_block_size [128, 128]
+    b = run(moe, ["--tp", "8"], count=8, total_mib=143771, quant=fp8)
+    # 1536 / 8 = 192 a rank: the exact line of the real failure (tests/fixtures/other-logs/fp8-block-not-divisible.txt)
+    real = (FIXTURES / "other-logs" / "fp8-block-not-divisible.txt").read_text().splitlines()[1]
+    assert (b.verdict, b.error_text) == (VerdictKind.FAILS, real)
+    assert b.summary.startswith("the experts' 1536 split over 8 ranks leaves 192 a rank, not whole 128x128 blocks")
+    assert [r.change for r in b.remedies][:2] == ["--ep-size 8", "--tp-size 4"]
+    # expert parallelism keeps experts whole (1536 = 12 x 128), as does tp 4 (384 = 3 x 128)
+    for argv in (["--tp", "8", "--ep-size", "8"], ["--tp", "8", "--enable-ep-moe"], ["--tp", "4"]):
+        assert run(moe, argv, count=8, total_mib=143771, quant=fp8).error_text is None, argv
+    # a dense MLP has its own wording: Qwen2.5-72B's 29568 over tp 2 = 14784 = 115.5 x 128 (its heads split fine)
+    dense = run(spec("Qwen__Qwen2.5-72B-Instruct"), ["--tp", "2"], total_mib=81920, quant=fp8)
+    assert dense.error_text == ("ValueError: Weight output_partition_size = 14784 is not divisible by weight "
+                                "quantization block_n = 128.")
+    assert dense.remedies[0].change == "--tp-size 1"  # no experts: no expert parallelism to offer
+    assert run(spec("Qwen__Qwen3-8B"), ["--tp", "2"], quant=fp8).error_text is None  # 6144 = 48 x 128
+    # and per-tensor FP8 (no weight_block_size) has no blocks to misfit
+    assert run(moe, ["--tp", "8"], count=8, total_mib=143771, quant=quantization_from("fp8")).error_text is None
+
+
 def test_online_fp8_quantization_of_a_16_bit_checkpoint():
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
     plain = run(llama, ["--tp", "1"])

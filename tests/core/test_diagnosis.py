@@ -150,7 +150,7 @@ def test_hub_rate_limit_and_compiler_failures_in_their_library_wording():
 
 
 def test_dimensions_and_quantized_weights_that_do_not_split_over_tp_are_a_tp_divisibility_error():
-    logs = ("awq-input-not-aligned.txt", "tp-not-divisible.txt")
+    logs = ("awq-input-not-aligned.txt", "tp-not-divisible.txt", "fp8-block-not-divisible.txt")
     for line in (x for name in logs for x in (FIXTURES / "other-logs" / name).read_text().splitlines()):
         finding = diagnose(line)
         assert (finding.label, finding.phase) == ("tp_divisibility_error", "startup"), line
