@@ -435,12 +435,12 @@ def block_misfit(model: ModelSpec, tp: int, moe_tp: int, quant: Quantization) ->
     return hit[0], f"{hit[1]}, not whole {block_n}x{block_k} blocks"
 
 
-def split_misfit(model: ModelSpec, tp: int, quant: Quantization, attn_tp: int) -> str | None:
+def split_misfit(model: ModelSpec, tp: int, quant: Quantization, attn_tp: int, moe_tp: int | None = None) -> str | None:
     """Why a checkpoint's stated group size cannot be split over ``tp``, or None when it can."""
     group = quant.group_size
     if not quant.bits or not group or group <= 0:
         return None
-    inputs = quantized_inputs(model, tp, quant, attn_tp)
+    inputs = quantized_inputs(model, tp, quant, attn_tp, moe_tp)
     bad = next(((name, size) for name, size in inputs.items() if size % group), None)
     if bad is None:
         return None
@@ -568,15 +568,15 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     group_why = ""
     if quant.bits and quant.group_size is None:
         # the checkpoint does not state its group: it can only be one that splits over this tp
-        group = loadable_group(model, tp, quant, attn_tp)
+        group = loadable_group(model, tp, quant, attn_tp, flags.moe_tp)
         if group is not None and group < default_group(quant.method):
-            inputs = quantized_inputs(model, tp, quant, attn_tp)
+            inputs = quantized_inputs(model, tp, quant, attn_tp, flags.moe_tp)
             tight = next(f"{name} {size}" for name, size in inputs.items() if size % (2 * group))
             quant = with_group(quant, group)
             group_why = (f"; group size not stated: {group}, the largest that divides every quantized layer's input "
                          f"on a rank ({tight} at tp {tp})")
     heads_misfit = tp_misfit(model, tp, attn_tp)
-    misfit = split_misfit(model, tp, quant, attn_tp)
+    misfit = split_misfit(model, tp, quant, attn_tp, flags.moe_tp)
     blocks = block_misfit(model, tp, flags.moe_tp, quant)
     if heads_misfit is not None and error is None:
         error = SPLIT_ASSERT_TEXT
@@ -991,9 +991,9 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
                                    f"halves KV bytes per token: {_effect(b)}", 5))
     split_error = failed.error_text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) or _is_block_error(failed.error_text)
-    if split_error and model.moe is not None and flags.moe_tp > 1 and _is_block_error(failed.error_text):
+    if split_error and model.moe is not None and flags.moe_tp > 1:
         b = trial(ep=flags.tp, enable_ep_moe=False)
-        if not _is_block_error(b.error_text) and b.verdict is not VerdictKind.FAILS:
+        if b.verdict is not VerdictKind.FAILS:
             remedies.append(Remedy(f"--ep-size {flags.tp}", flags.changed(ep=flags.tp, enable_ep_moe=False),
                                    f"expert parallelism keeps each expert whole on a rank: {_effect(b)}", 1))
     if split_error:

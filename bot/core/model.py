@@ -750,25 +750,28 @@ def uneven_bytes(spec: ModelSpec, tp: int, quant: Quantization | None = None, at
 MARLIN_GROUPS = (128, 64, 32)  # the group sizes SGLang's Marlin kernels take (besides per-channel)
 
 
-def loadable_group(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int | None = None) -> int | None:
+def loadable_group(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int | None = None,
+                   moe_tp: int | None = None) -> int | None:
     """The largest Marlin group size that divides the input of every quantized linear layer on one rank.
 
     A checkpoint whose group does not divide a row-parallel layer's per-rank input cannot be split
     over ``tp`` (SGLang refuses it), so when a checkpoint does not state its group this is the largest
     it can have: Gemma 4 26B's experts down-project from 704 = 2 x 352 rows, so at tp 2 only 32 fits."""
-    inputs = quantized_inputs(spec, tp, quant, attn_tp)
+    inputs = quantized_inputs(spec, tp, quant, attn_tp, moe_tp)
     return next((g for g in MARLIN_GROUPS if all(size % g == 0 for size in inputs.values())), None)
 
 
-def quantized_inputs(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int | None = None) -> dict[str, int]:
+def quantized_inputs(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int | None = None,
+                     moe_tp: int | None = None) -> dict[str, int]:
     """Input width on one rank of each kind of linear layer the scheme quantizes (column-parallel
-    layers take the whole hidden state; row-parallel ones a 1/tp share of their input)."""
+    layers take the whole hidden state; row-parallel ones a 1/tp share of their input; experts a 1/moe_tp
+    share, whole under expert parallelism)."""
     attn = attn_tp or tp
     inputs: dict[str, int] = {}
     moe = spec.moe
     if moe is not None:
         inputs["experts' gate/up"] = spec.hidden
-        inputs["experts' down projection"] = moe.intermediate // tp
+        inputs["experts' down projection"] = moe.intermediate // (moe_tp or tp)
         if moe.shared_intermediate and not quant.experts_only:
             inputs["shared expert's down projection"] = moe.shared_intermediate // tp
     if quant.experts_only:

@@ -507,6 +507,12 @@ def test_fp8_blocks_that_do_not_split_over_tp_fail_with_sglangs_text_and_expert_
                                 "quantization block_n = 128.")
     assert dense.remedies[0].change == "--tp-size 1"  # no experts: no expert parallelism to offer
     assert run(spec("Qwen__Qwen3-8B"), ["--tp", "2"], quant=fp8).error_text is None  # 6144 = 48 x 128
+    # an AWQ build (group 128) of the same experts misfits the same way, and expert parallelism fixes it too
+    from bot.core.budget import AWQ_SPLIT_TEXT
+
+    awq = run(moe, ["--tp", "8"], count=8, total_mib=143771, quant=quantization_from("awq", group_size=128))
+    assert awq.error_text == AWQ_SPLIT_TEXT and awq.remedies[0].change == "--ep-size 8"
+    assert "experts' down projection takes 192 inputs a rank at tp 8" in awq.summary
     # and per-tensor FP8 (no weight_block_size) has no blocks to misfit
     assert run(moe, ["--tp", "8"], count=8, total_mib=143771, quant=quantization_from("fp8")).error_text is None
 
