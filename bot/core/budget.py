@@ -376,7 +376,7 @@ AWQ_SPLIT_TEXT = ("ValueError: The input size is not aligned with the quantized 
 SPLIT_ASSERT_TEXT = "AssertionError"
 
 
-def tp_misfit(model: ModelSpec, tp: int, attn_tp: int) -> str | None:
+def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None) -> str | None:
     """Why the model's heads or MLP cannot be split over ``tp``, or None when they can. SGLang's
     attention layers assert ``total_num_heads % tp_size == 0`` and that the KV heads divide tp (or tp
     divides them, each head then replicated), its MLP that the intermediate size splits."""
@@ -392,8 +392,9 @@ def tp_misfit(model: ModelSpec, tp: int, attn_tp: int) -> str | None:
     dense = model.moe is None or model.moe.dense_layers or model.moe.dense_and_moe
     if tp > 1 and dense and model.intermediate % tp:
         return f"the MLP's intermediate size {model.intermediate} does not split over tp {tp}"
-    if tp > 1 and model.moe is not None and model.moe.intermediate % tp:
-        return f"the experts' intermediate size {model.moe.intermediate} does not split over tp {tp}"
+    experts_tp = moe_tp or tp
+    if experts_tp > 1 and model.moe is not None and model.moe.intermediate % experts_tp:
+        return f"the experts' intermediate size {model.moe.intermediate} does not split over {experts_tp} ranks"
     return None
 
 
@@ -575,7 +576,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             quant = with_group(quant, group)
             group_why = (f"; group size not stated: {group}, the largest that divides every quantized layer's input "
                          f"on a rank ({tight} at tp {tp})")
-    heads_misfit = tp_misfit(model, tp, attn_tp)
+    heads_misfit = tp_misfit(model, tp, attn_tp, flags.moe_tp)
     misfit = split_misfit(model, tp, quant, attn_tp, flags.moe_tp)
     blocks = block_misfit(model, tp, flags.moe_tp, quant)
     if heads_misfit is not None and error is None:
