@@ -389,8 +389,7 @@ def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None
             return f"{kv} KV heads do not split over tp {attn_tp}"
         if kv < attn_tp and attn_tp % kv:
             return f"tp {attn_tp} is not a multiple of the {kv} KV heads (each would be copied to tp/{kv} ranks)"
-    dense = model.moe is None or model.moe.dense_layers or model.moe.dense_and_moe
-    if tp > 1 and dense and model.intermediate % tp:
+    if tp > 1 and model.has_dense_mlp and model.intermediate % tp:
         return f"the MLP's intermediate size {model.intermediate} does not split over tp {tp}"
     experts_tp = moe_tp or tp
     if experts_tp > 1 and model.moe is not None and model.moe.intermediate % experts_tp:
@@ -411,29 +410,32 @@ def block_misfit(model: ModelSpec, tp: int, moe_tp: int, quant: Quantization) ->
     moe = model.moe
     found: dict[str, tuple[str, str]] = {}
     dense = model.intermediate // tp if tp > 1 and model.intermediate else 0
-    if dense and (moe is None or moe.dense_layers or moe.dense_and_moe) and not quant.experts_only:
-        why = f"the MLP's {model.intermediate} split over tp {tp} leaves {dense} a rank"
-        if dense % block_n:
-            found["mlp"] = (f"ValueError: Weight output_partition_size = {dense} is not divisible by weight "
-                            f"quantization block_n = {block_n}.", why)
-        elif dense % block_k:
-            found["mlp"] = (f"ValueError: Weight input_size_per_partition = {dense} is not divisible by weight "
-                            f"quantization block_k = {block_k}.", why)
+    if dense and model.has_dense_mlp and not quant.experts_only:
+        error = _block_error(dense, block_n, block_k, f"Weight output_partition_size = {dense}",
+                             f"Weight input_size_per_partition = {dense}")
+        if error:
+            found["mlp"] = (error, f"the MLP's {model.intermediate} split over tp {tp} leaves {dense} a rank")
     if moe is not None and moe_tp > 1:
         per = moe.intermediate // moe_tp
-        why = f"the experts' {moe.intermediate} split over {moe_tp} ranks leaves {per} a rank"
-        if per % block_n:
-            found["experts"] = (f"ValueError: The output_size of gate's and up's weight = {per} is not divisible "
-                                f"by weight quantization block_n = {block_n}.", why)
-        elif per % block_k:
-            found["experts"] = (f"ValueError: The input_size of down's weight = {per} is not divisible by weight "
-                                f"quantization block_k = {block_k}.", why)
+        error = _block_error(per, block_n, block_k, f"The output_size of gate's and up's weight = {per}",
+                             f"The input_size of down's weight = {per}")
+        if error:
+            found["experts"] = (error, f"the experts' {moe.intermediate} split over {moe_tp} ranks leaves {per} a rank")
     first_is_moe = moe is not None and 0 not in moe.dense_layers and not moe.dense_and_moe
     order = ("experts", "mlp") if first_is_moe else ("mlp", "experts")
     hit = next((found[k] for k in order if k in found), None)
     if hit is None:
         return None
     return hit[0], f"{hit[1]}, not whole {block_n}x{block_k} blocks"
+
+
+def _block_error(size: int, block_n: int, block_k: int, as_output: str, as_input: str) -> str | None:
+    """SGLang's Fp8 wording when ``size`` a rank is not whole blocks: its output check comes first."""
+    if size % block_n:
+        return f"ValueError: {as_output} is not divisible by weight quantization block_n = {block_n}."
+    if size % block_k:
+        return f"ValueError: {as_input} is not divisible by weight quantization block_k = {block_k}."
+    return None
 
 
 def split_misfit(model: ModelSpec, tp: int, quant: Quantization, attn_tp: int, moe_tp: int | None = None) -> str | None:
@@ -619,11 +621,12 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
     weights_why += group_why
     # built while the weights load, so `Load weight end ... mem usage` counts them
-    rope = rope_table_bytes(model, fp32=inp.gpus.vendor != "amd") / GIB
+    rope_fp32 = inp.gpus.vendor != "amd"
+    rope = rope_table_bytes(model, fp32=rope_fp32) / GIB
     weights += rope
     if rope >= 0.05:
         weights_why += (f"; + {rope:.2f} GiB RoPE cos/sin tables ({_rope_why(model)}, "
-                        f"{'fp32' if inp.gpus.vendor != 'amd' else model.dtype}, on every rank)")
+                        f"{'fp32' if rope_fp32 else model.dtype}, on every rank)")
     if measured is not None and conflict:
         weights_why += f"; {measured.source} logged {measured.weights_gib:.2f} GiB, not used: {conflict}"
     elif earlier is not None:
@@ -991,7 +994,7 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         if good(b):
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
                                    f"halves KV bytes per token: {_effect(b)}", 5))
-    split_error = failed.error_text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) or _is_block_error(failed.error_text)
+    split_error = _is_split_error(failed.error_text)
     if split_error and model.moe is not None and flags.moe_tp > 1:
         b = trial(ep=flags.tp, enable_ep_moe=False)
         if b.verdict is not VerdictKind.FAILS:
@@ -1000,7 +1003,7 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     if split_error:
         for narrower in range(flags.tp - 1, 0, -1):
             b = trial(tp=narrower)
-            if b.error_text not in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) and not _is_block_error(b.error_text):
+            if not _is_split_error(b.error_text):
                 remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
                                        f"the largest tp the model splits over: {_effect(b)}", 2))
                 break
@@ -1016,8 +1019,10 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     return sorted(remedies, key=lambda r: r.cost_rank)
 
 
-def _is_block_error(text: str | None) -> bool:
-    return bool(text) and "is not divisible by weight quantization block_" in str(text)
+def _is_split_error(text: str | None) -> bool:
+    """One of the errors SGLang raises, before any weight loads, for a model that does not split over tp."""
+    block = "is not divisible by weight quantization block_"
+    return text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) or block in (text or "")
 
 
 def _effect(b: Budget) -> str:

@@ -177,6 +177,11 @@ class ModelSpec:
         return sum(1 for k in self.layer_kinds if k == "linear")
 
     @property
+    def has_dense_mlp(self) -> bool:
+        """Some layer runs a dense MLP: no MoE, a dense prefix, or Gemma 4 26B's MLP beside the experts."""
+        return self.moe is None or bool(self.moe.dense_layers) or self.moe.dense_and_moe
+
+    @property
     def is_hybrid_linear(self) -> bool:
         return self.linear is not None and self.linear_layers > 0
 
@@ -777,7 +782,7 @@ def quantized_inputs(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int
     if quant.experts_only:
         return inputs
     inputs["q/k/v and gate/up"] = spec.hidden
-    if spec.intermediate and (moe is None or moe.dense_layers or moe.dense_and_moe):
+    if spec.intermediate and spec.has_dense_mlp:
         inputs["MLP down projection"] = spec.intermediate // tp
     if spec.mla is not None:
         inputs["attention output"] = spec.heads * spec.mla.v_head_dim // attn
