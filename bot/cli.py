@@ -160,7 +160,7 @@ def _read_input(name: str, what: str) -> bytes:
 def cmd_budget(args: argparse.Namespace) -> int:
     from bot.core.budget import BudgetInput, GpuPlan, MeasuredLoad, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags
-    from bot.core.gpus import gpu_total_mib
+    from bot.core.gpus import gpu_matches, gpu_total_mib
     from bot.core.model import ModelConfigError, read_config
     from bot.views import budget_text
 
@@ -180,6 +180,10 @@ def cmd_budget(args: argparse.Namespace) -> int:
     if any(x < 0 for x in free):
         raise UsageError("--free-mib values are MiB, not negative")
     if total is None and not free:
+        candidates = gpu_matches(args.gpu)
+        if candidates:
+            named = ", ".join(f"{known} ({mib} MiB)" for known, mib in candidates.items())
+            raise UsageError(f"GPU {args.gpu!r} could be {named}: name one, or give --total-mib (or --free-mib)")
         raise UsageError(f"unknown GPU {args.gpu!r}: give --total-mib (or --free-mib)")
     flags = parse_sglang_flags(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
     if flags.gpus_needed > args.gpus:

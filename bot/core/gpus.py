@@ -1,7 +1,10 @@
 """Total memory of GPU models as nvidia-smi reports it (MiB), for planning without a live read.
 
-Values are those printed in the corpus outputs (tests/fixtures/nvidia-smi), except the RTX
-A6000, whose 49140 MiB is the ECC-off figure of the seed host (46068 MiB with ECC on).
+Values are those printed in the corpus outputs (tests/fixtures/nvidia-smi), except:
+- the RTX A6000, whose 49140 MiB is the ECC-off figure of the seed host (46068 MiB with ECC on);
+- the H20, H100 PCIe, H800, A100 80GB PCIe, B200, L4 and RTX 6000 Ada, read from public
+  `nvidia-smi --query-gpu=name,memory.total --format=csv` outputs (each seen in several independent
+  copies with the same figure; see tests/fixtures/SOURCES.md).
 A live `/gpu status` read always wins over this table.
 """
 
@@ -22,18 +25,34 @@ KNOWN_GPU_MIB: dict[str, int] = {
     "A100-SXM4-80GB": 81920,
     "H100 80GB HBM3": 81559,
     "H100 NVL": 95830,
+    "H100 PCIe": 81559,
+    "H800": 81559,
+    "H20": 97871,
+    "A100 80GB PCIe": 81920,
+    "B200": 183359,
+    "L4": 23034,
+    "RTX 6000 Ada Generation": 49140,
     "H200": 143771,
     "RTX PRO 6000 Blackwell Max-Q Workstation Edition": 97887,
 }
 
 
-def gpu_total_mib(name: str) -> int | None:
-    """Look a GPU up by a loose name: "A6000", "rtx 3090", "NVIDIA H100 80GB HBM3"."""
+def gpu_matches(name: str) -> dict[str, int]:
+    """The known GPUs a loose name ("A6000", "rtx 3090", "NVIDIA H100 80GB HBM3") may mean: the
+    exact model when the name is one, else every model containing it as whole words ("H20" is
+    not the H200)."""
     wanted = name.lower().replace("nvidia", "").replace("geforce", "").strip()
+    if not wanted:
+        return {}
     for known, mib in KNOWN_GPU_MIB.items():
         if known.lower().replace("geforce", "").strip() == wanted:
-            return mib
-    # whole words only: "H20" is not the H200, "A100" is either A100 (ambiguous: None)
-    word = re.compile(rf"(?<![\w-]){re.escape(wanted)}(?![\w-])") if wanted else None
-    matches = [mib for known, mib in KNOWN_GPU_MIB.items() if word and word.search(known.lower())]
-    return matches[0] if len(set(matches)) == 1 else None
+            return {known: mib}
+    word = re.compile(rf"(?<!\w){re.escape(wanted)}(?!\w)")
+    return {known: mib for known, mib in KNOWN_GPU_MIB.items() if word.search(known.lower())}
+
+
+def gpu_total_mib(name: str) -> int | None:
+    """Total MiB of the GPU a loose name means, or None when it is unknown or its candidates
+    differ in size ("A100": 40 or 80 GB; "H100": the SXM and PCIe have 81559 MiB, the NVL 95830)."""
+    sizes = set(gpu_matches(name).values())
+    return sizes.pop() if len(sizes) == 1 else None

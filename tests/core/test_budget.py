@@ -674,8 +674,10 @@ def test_gpu_names_match_whole_words_only():
 
     assert gpu_total_mib("H200") == 143771 and gpu_total_mib("NVIDIA GeForce RTX 3090") == 24576
     assert gpu_total_mib("A6000") == 49140 and gpu_total_mib("rtx 4090") == 24564
-    assert gpu_total_mib("H20") is None  # a 96 GB card, not the H200
+    assert gpu_total_mib("H20") == 97871  # a 96 GB card, not the H200
     assert gpu_total_mib("A100") is None  # 40 GB or 80 GB: ambiguous
+    assert gpu_total_mib("H100") is None  # the SXM and PCIe have 81559 MiB, the NVL 95830
+    assert gpu_total_mib("H100 PCIe") == 81559 and gpu_total_mib("NVIDIA H100 80GB HBM3") == 81559
 
 
 def test_gated_deltanet_projections_are_quantized_with_the_checkpoint():

@@ -144,6 +144,10 @@ def test_budget_unknown_gpu_is_a_usage_error():
     out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "Voodoo 5", "--",
                  "--tp", "1")
     assert out.returncode == 2 and "unknown GPU 'Voodoo 5'" in out.stderr
+    ambiguous = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "H100", "--",
+                       "--tp", "1")
+    assert ambiguous.returncode == 2 and "H100 NVL (95830 MiB)" in ambiguous.stderr
+    assert "H100 PCIe (81559 MiB)" in ambiguous.stderr
 
 
 def test_unreadable_inputs_are_usage_errors_not_tracebacks(tmp_path):
