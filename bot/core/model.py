@@ -147,7 +147,8 @@ class ModelSpec:
     attn_output_gate: bool = False
     qkv_bias: bool = False
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3/4)
-    vision_params: int = 0
+    vision_params: int = 0  # split over tp like the LM's layers
+    vision_projector_params: int = 0  # held whole on every rank (MoonViT's projector)
     quant: Quantization = NO_QUANT
     multimodal: bool = False
     vision_layers: int = 0
@@ -254,16 +255,14 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     moe = _moe(text, layers)
     intermediate = int(_get(text, "intermediate_size", default=0))
     vision = config.get("vision_config") or {}
-    vision_layers = int(_get(vision, "depth", "num_hidden_layers", default=0) or 0)
-    vision_hidden = int(_get(vision, "hidden_size", default=0) or 0)
-    vision_params = _vision_params(vision, vision_layers, vision_hidden, hidden)
+    vision_params, vision_projector = _vision_params(vision, hidden)
     quant = _quantization(config, text, kinds)
     notes = []
     if quant is UNKNOWN_QUANT:
         method = (config.get("quantization_config") or text.get("quantization_config") or {}).get("quant_method")
         notes.append(f"quantization {method!r} is not sized here: its layers are counted at 16 bits (an upper "
                      "bound); the checkpoint's size, or an earlier load's measured weights, replace the estimate")
-    if vision and not vision_params:
+    if vision and not (vision_params or vision_projector):
         notes.append("the vision tower's size cannot be read from this config: it is not counted in the weights")
     if config.get("audio_config"):
         notes.append("an audio tower is loaded too and is not counted in the weights")
@@ -299,10 +298,14 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         qkv_bias=bool(_get(text, "attention_bias", default=model_type.startswith("qwen2"))),
         qk_norm=str(text.get("model_type", model_type)).startswith(("qwen3", "gemma3", "gemma4", "olmo2")),
         vision_params=vision_params,
+        vision_projector_params=vision_projector,
         quant=quant,
         multimodal=bool(vision) or "ConditionalGeneration" in architecture,
-        vision_layers=vision_layers,
-        vision_hidden=vision_hidden,
+        # what SGLang's adjust_mem_fraction_for_vlm reads: the vision config's num_hidden_layers and
+        # hidden_size, 24 and 1024 when it has none (Qwen-VL names its depth "depth"); Kimi-K2.5's
+        # vt_* keys are the defaults of SGLang's own KimiK25VisionConfig
+        vision_layers=int(_get(vision, "num_hidden_layers", "vt_num_hidden_layers", default=24)) if vision else 0,
+        vision_hidden=int(_get(vision, "hidden_size", "vt_hidden_size", default=1024)) if vision else 0,
         transformers_version=_get(config, "transformers_version") or _get(text, "transformers_version"),
         replicated_embeddings=str(text.get("model_type", model_type)).startswith(("gemma3", "gemma4")),
         per_layer_input=int(_get(text, "hidden_size_per_layer_input", default=0) or 0),
@@ -312,21 +315,32 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     )
 
 
-def _vision_params(vision: dict[str, Any], layers: int, h: int, text_hidden: int) -> int:
-    """A ViT tower's parameters: per block qkv + proj (4h^2) and an MLP (two matrices, three when
-    gated: Gemma 4's gate_up + down, Qwen2.5-VL's gate/up/down), plus what joins it to the LM: Qwen-VL's
-    patch merger (one more per deep-stacked layer in Qwen3-VL) or Gemma 4's 2-D position table and projection."""
+def _vision_params(vision: dict[str, Any], text_hidden: int) -> tuple[int, int]:
+    """A ViT tower's parameters split over tp, and those of a projector every rank holds whole.
+
+    Per block qkv + proj (4h^2) and an MLP (two matrices, three when gated: Gemma 4's gate_up +
+    down, Qwen2.5-VL's gate/up/down), plus what joins it to the LM: Qwen-VL's patch merger (one more
+    per deep-stacked layer in Qwen3-VL), Gemma 4's 2-D position table and projection, or MoonViT's
+    (Kimi-VL, Kimi-K2.5) learned 2-D position table and patch-merging projector, which SGLang builds
+    from ReplicatedLinear."""
+    layers = int(_get(vision, "depth", "num_hidden_layers", "vt_num_hidden_layers", default=0) or 0)
+    h = int(_get(vision, "hidden_size", "vt_hidden_size", default=0) or 0)
     if not layers or not h:
-        return 0
-    inter = int(_get(vision, "intermediate_size", default=4 * h) or 0)
+        return 0, 0
+    inter = int(_get(vision, "intermediate_size", "vt_intermediate_size", default=4 * h) or 0)
     gated = str(vision.get("model_type", "")).startswith(("gemma4", "qwen2_5_vl"))
     params = layers * (4 * h * h + (3 if gated else 2) * h * inter)
     if vision.get("position_embedding_size"):
-        return params + 2 * int(vision["position_embedding_size"]) * h + h * text_hidden
-    out = int(_get(vision, "out_hidden_size", default=text_hidden) or text_hidden)
+        return params + 2 * int(vision["position_embedding_size"]) * h + h * text_hidden, 0
+    out = int(_get(vision, "out_hidden_size", "text_hidden_size", default=text_hidden) or text_hidden)
+    kernel = vision.get("merge_kernel_size")
+    if isinstance(kernel, list) and len(kernel) == 2:  # MoonViT
+        merge = h * int(kernel[0]) * int(kernel[1])
+        table = int(vision.get("init_pos_emb_height") or 0) * int(vision.get("init_pos_emb_width") or 0) * h
+        return params + table, merge * merge + merge * out
     merge = h * int(_get(vision, "spatial_merge_size", default=2) or 2) ** 2
     mergers = 1 + len(vision.get("deepstack_visual_indexes") or [])
-    return params + mergers * (merge * merge + merge * out)
+    return params + mergers * (merge * merge + merge * out), 0
 
 
 def _rope_tables(text: dict[str, Any], kinds: tuple[LayerKind, ...], head_dim: int,
@@ -588,6 +602,8 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
     ]
     if spec.vision_params and first:
         parts.append(WeightPart("vision tower", spec.vision_params, True, False))
+    if spec.vision_projector_params and first:
+        parts.append(WeightPart("vision projector", spec.vision_projector_params, False, False))
     if include_mtp and spec.mtp_layers:
         parts.append(WeightPart("mtp head", mtp_params(spec), True, True))
     return [p for p in parts if p.params]

@@ -137,7 +137,7 @@ def test_a_gated_vision_tower_counts_three_mlp_matrices_as_its_print_shows():
     # the same tower as its vision_config states it (depth, hidden, intermediate, merge, output width)
     vision = {"model_type": "qwen2_5_vl", "depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
               "spatial_merge_size": 2, "out_hidden_size": 3584}
-    assert _vision_params(vision, 32, 1280, 3584) == printed == 674_529_280
+    assert _vision_params(vision, 3584) == (printed, 0) and printed == 674_529_280
 
 
 def test_qwen36_geometry_and_state_by_hand():
@@ -184,8 +184,24 @@ def test_multimodal_wrapper_reads_the_nested_text_config():
     # 1152 -> 5376 projection into the LM
     gemma = spec("google__gemma-4-31b-it")
     assert gemma.vision_params == 27 * (4 * 1152**2 + 3 * 1152 * 4304) + 2 * 10240 * 1152 + 1152 * 5376
-    # 0.95 x clamp(1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)) = 0.95 x 0.95762 = 0.9097
-    assert vlm_factor(spec("Qwen__Qwen3.6-27B")) == pytest.approx(0.9097, abs=1e-4)
+    # SGLang reads the vision config's num_hidden_layers (24 when absent: Qwen names it "depth") and hidden_size:
+    # 0.95 x clamp(1 - 0.1 x (24 x 1152^2 / (24 x 1024^2) - 1)) = 0.95 x 0.97344 = 0.9248
+    assert vlm_factor(spec("Qwen__Qwen3.6-27B")) == pytest.approx(0.9248, abs=1e-4)
+    # Gemma 4 states num_hidden_layers 27: 0.95 x (1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)) = 0.9097
+    assert vlm_factor(spec("google__gemma-4-31b-it")) == pytest.approx(0.9097, abs=1e-4)
+
+
+def test_kimi_k25_moonvit_tower_and_its_replicated_projector():
+    kimi = spec("moonshotai__Kimi-K2.5")
+    # 27 blocks x (4 x 1152^2 + 2 x 1152 x 4304) + the learned 64 x 64 x 1152 position table, split over tp
+    assert kimi.vision_params == 27 * (4 * 1152**2 + 2 * 1152 * 4304) + 64 * 64 * 1152
+    # the patch merger's projector: 2 x 2 patches of 1152 = 4608 -> 4608 -> 7168, ReplicatedLinear in SGLang
+    assert kimi.vision_projector_params == 4608 * 4608 + 4608 * 7168
+    projector = next(p for p in weight_parts(kimi) if p.name == "vision projector")
+    assert not projector.sharded
+    # SGLang's KimiK25VisionConfig defaults (27 layers, 1152 wide) are the checkpoint's vt_* values
+    assert vlm_factor(kimi) == pytest.approx(0.9097, abs=1e-4)
+    assert not any("vision tower" in note for note in kimi.notes)
 
 
 def test_awq_moe_on_rocm_materialises_experts_unquantized():
