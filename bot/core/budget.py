@@ -640,18 +640,23 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     draft_layers = 0
     draft_weights = 0.0
     if spec:
+        note = ""
         if inp.draft_weights_gib is not None:
             draft_weights = inp.draft_weights_gib
             draft_layers = 1
-        elif model.mtp_layers and flags.speculative_algorithm == "EAGLE" and not flags.speculative_draft_model_path:
-            draft_layers = model.mtp_layers
-            draft_weights = mtp_params(model) * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
+        elif flags.speculative_algorithm == "EAGLE" and not flags.speculative_draft_model_path:
+            # NEXTN/MTP without a draft path: the checkpoint's own MTP layers. Qwen3-Next's config
+            # states no count though its checkpoint carries one (SGLang's NextN heads are one layer)
+            draft_layers = model.mtp_layers or 1
+            note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
+            draft_weights = mtp_params(replace(model, mtp_layers=draft_layers)) \
+                * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
         else:
             draft_layers = 1  # an EAGLE/EAGLE3 draft is one decoder layer (embeddings shared)
             draft_weights = (4 * model.hidden**2 + 3 * model.hidden * max(model.intermediate, model.hidden)) \
                 * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
         where = "counted before sizing the pools" if era == "D" else "loaded after the target: comes out of the slack"
-        w.line("draft weights", draft_weights, f"{draft_layers} draft layer(s), {where}")
+        w.line("draft weights", draft_weights, f"{draft_layers} draft layer(s){note}, {where}")
 
     if weights + (draft_weights if era == "D" else 0) >= pre and error is None:
         error = ("torch.OutOfMemoryError: CUDA out of memory (while loading weights: "

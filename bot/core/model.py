@@ -294,7 +294,9 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         linear=linear,
         moe=moe,
         mtp_layers=int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
-        attn_output_gate=bool(_get(text, "attn_output_gate", default=False)),
+        # Qwen3-Next gates its attention output without saying so (SGLang: getattr(config, "attn_output_gate", True))
+        attn_output_gate=bool(_get(text, "attn_output_gate",
+                                   default=str(text.get("model_type", model_type)).startswith("qwen3_next"))),
         qkv_bias=bool(_get(text, "attention_bias", default=model_type.startswith("qwen2"))),
         qk_norm=str(text.get("model_type", model_type)).startswith(("qwen3", "gemma3", "gemma4", "olmo2")),
         vision_params=vision_params,

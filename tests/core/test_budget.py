@@ -159,6 +159,21 @@ def test_qwen3_next_layer_pattern_from_interval():
     assert (nxt.full_layers, nxt.linear_layers) == (12, 36)
 
 
+def test_qwen3_next_gates_attention_and_its_nextn_draft_is_one_moe_layer():
+    nxt = spec("Qwen__Qwen3-Next-80B-A3B-Instruct")
+    assert nxt.attn_output_gate and nxt.mtp_layers == 0  # neither stated in its config
+    # the MTP layer: q+gate 2048 x 8192, k and v 2048 x 512, o 4096 x 2048, q/k norms 2 x 256, 512 experts of
+    # 3 x 2048 x 512, the shared expert 3 x 2048 x 512, and the 4096 -> 2048 input projection
+    one = 2048 * 8192 + 2 * 2048 * 512 + 4096 * 2048 + 512 + 512 * 3 * 2048 * 512 + 3 * 2048 * 512 + 2 * 2048**2
+    assert one == 1_649_410_560
+    b = run(nxt, ["--tp", "4", "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "4"],
+            version="0.5.9", total_mib=143771, count=4)
+    assert b.draft_weights_gib == pytest.approx(one * 2 / 4 / 2**30)  # 0.77 GiB a GPU, not a dense EAGLE layer
+    assert "one assumed" in next(x.why for x in b.lines if x.label == "draft weights")
+    # with it the checkpoint holds the published 81.3 B parameters
+    assert 81.2e9 < sum(p.params for p in weight_parts(nxt)) + one < 81.4e9
+
+
 def test_era_d_folds_the_mtp_draft_into_the_cell():
     q = spec("Qwen__Qwen3.6-27B")
     b = run(q, ["--tp", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "4"], pre=47.0)
