@@ -9,6 +9,7 @@ import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, earlier_load
@@ -53,12 +54,29 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         assert target.vmid is not None
         return remote.pct_exec(target.vmid, argv)
 
-    config_out, index_out, sizes_out, versions_out, gpus = await asyncio.gather(
+    async def draft_config() -> dict[str, Any] | None:
+        """The draft's config.json when --speculative-draft-model-path is a path in the container
+        (a Hub id, or a path without one, leaves the draft estimated from the target)."""
+        draft = flags.speculative_draft_model_path
+        if not draft or not draft.startswith("/"):
+            return None
+        try:
+            path = remote.checked_path(draft.rstrip("/") + "/config.json")
+        except ValueError:
+            return None
+        out = await transport.run(target.node, inside(remote.read_file(path)), ok_exit=(0, 1))
+        with contextlib.suppress(json.JSONDecodeError):
+            config = json.loads(out.stdout) if out.exit_status == 0 else None
+            return config if isinstance(config, dict) else None
+        return None
+
+    config_out, index_out, sizes_out, versions_out, gpus, draft = await asyncio.gather(
         transport.run(target.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
         transport.run(target.node, inside(remote.read_file(index_path)), ok_exit=(0, 1)),
         transport.run(target.node, inside(sizes_argv), ok_exit=(0, 1)),
         transport.run(target.node, inside(remote.python_package_versions(python, PACKAGES)), ok_exit=(0, 1, 127)),
         read_gpus(transport, target.node, target.vmid),
+        draft_config(),
     )
     if config_out.exit_status != 0:
         raise UsageError(f"no config.json at `{model_path}` in container {target.label}")
@@ -87,7 +105,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     sglang = versions.get("sglang")
     measured = earlier_load(history, model_path, flags.weight_layout, sglang)
     budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total,
-                                        measured_load=measured))
+                                        measured_load=measured, draft_config=draft))
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
     title = f"{model.name} on {target.label}: {len(used)}x {name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)

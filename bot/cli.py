@@ -200,7 +200,8 @@ def cmd_budget(args: argparse.Namespace) -> int:
             raise UsageError("--weights-gib is the positive GiB per GPU an earlier load logged")
         measured = MeasuredLoad(args.weights_gib, flags.weight_layout, "--weights-gib (an earlier load)")
     budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), total_size,
-                                        measured_load=measured))
+                                        measured_load=measured,
+                                        draft_config=_draft_config(flags.speculative_draft_model_path)))
     title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}" + (f" pp={flags.pp}" if flags.pp > 1 else "")
     if args.json:
         print(json.dumps(_budget_json(budget), indent=2))
@@ -212,6 +213,24 @@ def cmd_budget(args: argparse.Namespace) -> int:
         totals = [(total or max(free)) / 1024 for _ in range(flags.tp)]
         Path(args.chart).write_bytes(budget_png(budget, totals, title))
     return {"fits": 0, "degraded": 3, "fails": 4}[budget.verdict.value]
+
+
+def _draft_config(draft_path: str | None) -> dict[str, Any] | None:
+    """The --speculative-draft-model-path's config.json when it is a local directory (or the file
+    itself); None for a Hub id or a path this machine does not have: the draft is then estimated."""
+    if not draft_path:
+        return None
+    path = Path(draft_path)
+    config_path = path / "config.json" if path.is_dir() else path
+    if not config_path.is_file():
+        return None
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read the draft model's config {config_path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"the draft model's config {config_path} is not a JSON object")
+    return config
 
 
 def _checkpoint_bytes(directory: Path) -> int | None:

@@ -17,6 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from bot.core.flags import LaunchFlags
 from bot.core.model import (
@@ -25,6 +26,7 @@ from bot.core.model import (
     ModelSpec,
     Quantization,
     default_group,
+    eagle_draft_size,
     kv_bytes_per_token,
     loadable_group,
     mamba_bytes_per_request,
@@ -32,6 +34,7 @@ from bot.core.model import (
     pipeline_stages,
     quantization_from,
     quantized_inputs,
+    read_config,
     rope_table_bytes,
     uneven_bytes,
     weight_bytes_per_gpu,
@@ -151,6 +154,7 @@ class BudgetInput:
     weights_bytes_total: int | None = None  # safetensors total_size, when known: beats the estimate
     quant: Quantization | None = None  # overrides the config's (e.g. an AWQ build of a base config)
     draft_weights_gib: float | None = None  # a separate EAGLE draft checkpoint's size per GPU
+    draft_config: dict[str, Any] | None = None  # the --speculative-draft-model-path's config.json, when read
     measured_load: MeasuredLoad | None = None  # what an earlier load of this checkpoint logged
 
 
@@ -651,10 +655,19 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
             draft_weights = mtp_params(replace(model, mtp_layers=draft_layers)) \
                 * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
+        elif flags.speculative_algorithm == "STANDALONE" and inp.draft_config is not None:
+            small = read_config(inp.draft_config, "draft")
+            draft_layers = small.layers
+            draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB
+            note = f" (a {_params(small) / 1e9:.2f} B-param standalone draft, from its config)"
         else:
-            draft_layers = 1  # an EAGLE/EAGLE3 draft is one decoder layer (embeddings shared)
-            draft_weights = (4 * model.hidden**2 + 3 * model.hidden * max(model.intermediate, model.hidden)) \
-                * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
+            size = eagle_draft_size(model, flags.speculative_algorithm == "EAGLE3", inp.draft_config)
+            draft_layers = int((inp.draft_config or {}).get("num_hidden_layers") or 1)
+            draft_weights = (size.sharded / tp + size.whole) * DTYPE_BYTES.get(size.dtype, 2.0) / GIB
+            note = f" ({size.why})"
+            if flags.speculative_algorithm == "STANDALONE":
+                note = (" (the standalone draft's config was not read: its size is unknown, one layer shaped like "
+                        "the target's is counted, a lower bound)")
         where = "counted before sizing the pools" if era == "D" else "loaded after the target: comes out of the slack"
         w.line("draft weights", draft_weights, f"{draft_layers} draft layer(s){note}, {where}")
 

@@ -720,6 +720,56 @@ def mtp_params(spec: ModelSpec) -> int:
     return spec.mtp_layers * (attention + dense + experts + 2 * spec.hidden * spec.hidden)
 
 
+@dataclass(frozen=True)
+class DraftSize:
+    """An EAGLE draft model's parameters as SGLang builds it: split over tp (embeddings, lm_head,
+    the decoder layers) and held whole (the fc that mixes the target's hidden states: a plain
+    nn.Linear), in the draft's dtype."""
+
+    sharded: int
+    whole: int
+    dtype: str
+    why: str
+
+
+def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | None = None) -> DraftSize:
+    """LlamaForCausalLMEagle / LlamaForCausalLMEagle3 (SGLang's llama_eagle*.py), from the draft's own
+    config when there is one, else from the target's geometry.
+
+    Both allocate their own vocab-parallel embeddings and lm_head while loading (counted by the draft's
+    `Load weight end`), however the target's are shared afterwards. EAGLE's fc takes 2 x hidden,
+    EAGLE3's 3 x the target's hidden, and EAGLE3's first layer projects q/k/v from 2 x hidden (the
+    embeddings and the hidden state side by side). EAGLE3's lm_head spans its draft vocabulary,
+    the full one when the config names none."""
+    c = draft or {}
+    h = int(c.get("hidden_size") or target.hidden)
+    heads = int(c.get("num_attention_heads") or target.heads)
+    kv_heads = int(c.get("num_key_value_heads") or (heads if draft else target.kv_heads))
+    head_dim = int(c.get("head_dim") or (h // heads if draft else target.head_dim))
+    inter = int(c.get("intermediate_size") or max(target.intermediate, h))
+    vocab = int(c.get("vocab_size") or target.vocab)
+    layers = int(c.get("num_hidden_layers") or 1)
+    tied = bool(c.get("tie_word_embeddings", False))
+    target_h = int(c.get("target_hidden_size") or target.hidden)
+    qkv_in = 2 * h if eagle3 else h
+    layer = qkv_in * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter
+    later = (layers - 1) * (h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter)
+    head_vocab = int(c.get("draft_vocab_size") or vocab) if eagle3 else vocab
+    embeddings = vocab * h + (0 if tied else head_vocab * h)
+    fc = (3 * target_h if eagle3 else 2 * h) * h
+    dtype = str(c.get("torch_dtype") or c.get("dtype") or target.dtype).replace("torch.", "")
+    kind = "EAGLE3" if eagle3 else "EAGLE"
+    if draft:
+        why = f"{kind} draft from its config: {layers} layer(s) of {h}, vocab {vocab}"
+        if eagle3:
+            why += f", lm_head over {head_vocab} draft tokens"
+    else:
+        why = (f"{kind} draft config not read: one layer shaped like the target's, its own embeddings and "
+               f"lm_head over the target's {vocab} tokens" + (" (an upper bound: EAGLE3 drafts often keep a "
+                                                              "smaller draft vocabulary)" if eagle3 else ""))
+    return DraftSize(layer + later + embeddings, fc + 4 * h * layers, dtype, why)
+
+
 def _part_bytes(spec: ModelSpec, quant: Quantization, include_mtp: bool,
                 experts_unquantized: bool) -> list[tuple[WeightPart, float]]:
     """Each weight part with its whole (unsharded) size in bytes."""

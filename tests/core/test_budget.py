@@ -880,3 +880,56 @@ def test_an_earlier_loads_cuda_context_replaces_the_assumed_one():
     odd = MeasuredLoad(8.2, flags.weight_layout, "attempt a2's log", "dtype=bfloat16", context_gib=16.5)
     assert compute_budget(BudgetInput(qwen, flags, plan, parse_version("current"),
                                       measured_load=odd)).pre_gib == assumed.pre_gib
+
+
+# --------------------------------------------------------------------------- speculative drafts
+
+def _startup_case(case_id):
+    lines = (FIXTURES / "sglang-startup" / "cases.jsonl").read_text().splitlines()
+    return next(json.loads(x) for x in lines if json.loads(x)["id"] == case_id)
+
+
+def test_an_eagle_draft_counts_its_own_embeddings_and_lm_head_as_the_log_shows():
+    # Llama-2-7B's EAGLE draft: one layer (qkv 4096 x 3 x 4096, o 4096^2, MLP 3 x 4096 x 11008) = 202,375,168,
+    # its own embeddings and lm_head 2 x 32000 x 4096 = 262,144,000, and the fc 2 x 4096 x 4096 = 33,554,432
+    # (plus 4 x 4096 of norms): 498,089,984 params x 2 B = 0.928 GiB
+    llama2 = spec("meta-llama__Llama-2-7b-chat-hf")
+    case = _startup_case("sglang-startup-035")
+    b = run(llama2, ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path",
+                     "lmzheng/sglang-EAGLE-llama2-chat-7B", "--speculative-num-steps", "5",
+                     "--speculative-eagle-topk", "8", "--speculative-num-draft-tokens", "64",
+                     "--mem-fraction-static", "0.7"], version="0.4.2", count=1, pre=78.81)
+    assert b.draft_weights_gib == pytest.approx((202_375_168 + 262_144_000 + 33_554_432 + 4 * 4096) * 2 / 2**30)
+    # the draft's own load in that log: `Load weight begin. avail mem=11.13 GB` ... `Load weight end. ... 10.20 GB`
+    logged = case["logged"]["draft_pre_load_avail_mem_gb"] - case["logged"]["draft_avail_mem_after_weights_gb"]
+    assert abs(b.draft_weights_gib - logged) / logged < 0.01
+    assert "EAGLE draft config not read" in next(x.why for x in b.lines if x.label == "draft weights")
+
+
+def test_an_eagle3_draft_config_decides_its_size():
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    draft = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "intermediate_size": 14336,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1, "vocab_size": 128256,
+             "draft_vocab_size": 32000, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    argv = ["--tp", "2", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/eagle3"]
+    b = run(llama, argv, version="0.5.9", draft_config=draft)
+    # q/k/v from 2 x 4096 inputs: 8192 x (32 + 2 x 8) x 128 = 50,331,648; o 4096^2; MLP 3 x 4096 x 14336;
+    # embeddings 128256 x 4096 and a lm_head over the 32000 draft tokens, split over tp 2; the fc 3 x 4096 x 4096
+    # and 4 x 4096 of norms on each rank
+    sharded = 50_331_648 + 4096**2 + 3 * 4096 * 14336 + 128256 * 4096 + 32000 * 4096
+    whole = 3 * 4096 * 4096 + 4 * 4096
+    assert b.draft_weights_gib == pytest.approx((sharded / 2 + whole) * 2 / 2**30)
+    assert "EAGLE3 draft from its config" in next(x.why for x in b.lines if x.label == "draft weights")
+    # without the config: the target's shape, and a lm_head over the whole 128256-token vocabulary (an upper bound)
+    estimated = run(llama, argv, version="0.5.9")
+    assert estimated.draft_weights_gib > b.draft_weights_gib
+    assert "upper bound" in next(x.why for x in estimated.lines if x.label == "draft weights")
+
+
+def test_a_standalone_draft_is_sized_as_the_whole_small_model():
+    target = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    small = json.loads((FIXTURES / "model-configs" / "meta-llama__Llama-3.2-1B-Instruct" / "config.json").read_text())
+    b = run(target, ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/models/l1b"],
+            version="0.5.9", count=1, draft_config=small)
+    assert b.draft_weights_gib == pytest.approx(weight_bytes_per_gpu(read_config(small, "draft"), 1) / 2**30)
+    assert "standalone draft" in next(x.why for x in b.lines if x.label == "draft weights")

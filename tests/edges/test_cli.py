@@ -224,3 +224,21 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     assert history.returncode == 0, history.stderr
     assert "Attempts on pve19:319 (ct-cli)" in history.stdout
     assert "a-cli-1" in history.stdout and "failed" in history.stdout and "Not enough memory" in history.stdout
+
+
+def test_budget_reads_a_local_draft_models_config(tmp_path):
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(
+        (FIXTURES / "model-configs/meta-llama__Llama-3.2-1B-Instruct/config.json").read_text())
+    args = ("budget", "--model", str(FIXTURES / "model-configs/meta-llama__Meta-Llama-3.1-8B-Instruct"),
+            "--gpu", "A6000", "--json", "--", "--speculative-algorithm", "STANDALONE")
+    read = json.loads(gpuops(*args, "--speculative-draft-model-path", str(draft)).stdout)
+    line = next(x for x in read["lines"] if x["label"] == "draft weights")
+    assert "standalone draft, from its config" in line["why"] and read["draft_weights_gib"] > 2.0
+    # a Hub id is not read: the draft is estimated, and says so
+    hub = json.loads(gpuops(*args[:-1], "EAGLE3", "--speculative-draft-model-path", "org/some-eagle3").stdout)
+    assert "draft config not read" in next(x for x in hub["lines"] if x["label"] == "draft weights")["why"]
+    (draft / "config.json").write_text("{not json")
+    broken = gpuops(*args, "--speculative-draft-model-path", str(draft))
+    assert broken.returncode == 2 and "cannot read the draft model's config" in broken.stderr

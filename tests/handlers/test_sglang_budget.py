@@ -45,3 +45,23 @@ async def test_missing_model_config_is_a_clear_answer(lab):
     responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c), 20)
     text = next(c for c in responded if c.method == "response_url").params["text"]
     assert "no config.json at `/nonexistent/model`" in text
+
+
+async def test_budget_reads_the_draft_models_config_inside_the_container(lab):
+    import shutil
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+    draft = Path(container_path(lab.nodes["pve5"], 129, "models", "draft-1b"))
+    draft.mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURES / "model-configs/meta-llama__Llama-3.2-1B-Instruct/config.json", draft / "config.json")
+    try:
+        await lab.slash("/sglang", f"budget sglang-a6000 {model} --tp 2 --speculative-algorithm STANDALONE "
+                                   f"--speculative-draft-model-path {draft}")
+        calls = await lab.standin.wait_for(lambda c: any(x.method == "chat.postMessage" for x in c), 30)
+        text = blocks_to_text(next(c for c in calls if c.method == "chat.postMessage").blocks)
+        assert "standalone draft, from its config" in text  # read over SSH from the container, not estimated
+    finally:
+        shutil.rmtree(draft)
