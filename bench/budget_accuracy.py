@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,10 @@ from bot.core.budget import (  # noqa: E402
     compute_budget,
     parse_version,
 )
-from bot.core.flags import LaunchFlags  # noqa: E402
+from bot.core.flags import LaunchFlags, parse_sglang_flags  # noqa: E402
 from bot.core.gpus import gpu_total_mib  # noqa: E402
 from bot.core.model import Quantization, quantization_from, read_config  # noqa: E402
+from bot.errors import UsageError  # noqa: E402
 
 # when a case names no version, the release current at the log's date (research notes §0)
 RELEASES_BY_MONTH = [
@@ -61,46 +64,64 @@ def case_version(text: str | None) -> str:
     return "current"
 
 
+def launch_command_flags(other: dict[str, Any]) -> LaunchFlags:
+    """The flags of the case's launch command, when it records one (``launch_command``/``launch``),
+    read by the product's own parser (argparse abbreviations such as ``--mem-fraction`` included).
+    Reporters' elisions ("...", "(script name)") are dropped one at a time until the rest parses."""
+    text = next((v for k, v in other.items() if k in ("launch_command", "launch") and isinstance(v, str)), "")
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        tokens = text.split()
+    start = next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))
+    argv = tokens[start:]
+    for _ in range(len(argv) + 1):
+        try:
+            return parse_sglang_flags(argv)
+        except UsageError as exc:
+            bad = re.search(r"`([^`]*)`", str(exc))
+            drop = next((i for i, t in enumerate(argv) if bad and t.startswith(bad.group(1)[:40])
+                         and not t.startswith("--")), None)
+            if drop is None:
+                break
+            del argv[drop]
+    return LaunchFlags()
+
+
 def case_flags(case: dict[str, Any]) -> LaunchFlags:
+    """The launch as the case records it: its launch command's flags, with the collector's explicit
+    fields (often read from the logged server_args, which include what SGLang set itself) on top."""
     other = case.get("other_flags") or {}
+    base = launch_command_flags(other)
     quant_text = (case.get("dtype_or_quant") or "").lower()
-    kv = "auto"
+    kv = base.kv_cache_dtype
     if "fp8_e5m2" in quant_text:
         kv = "fp8_e5m2"
     elif "kv_cache_dtype=fp8" in quant_text or "kv-cache-dtype fp8" in quant_text or "kv cache dtype: torch.float8" in \
             quant_text:
         kv = "fp8_e4m3"
-    tp = int(case.get("tp") or 1)
+    tp = int(case.get("tp") or base.tp or 1)
     dp_attention = re.search(r"DP\d+\.\.DP(\d+)", str(other.get("dp_attention") or ""))
-    dp = int(dp_attention.group(1)) + 1 if dp_attention else int(other.get("dp") or 1)
+    dp = int(dp_attention.group(1)) + 1 if dp_attention else int(other.get("dp") or base.dp or 1)
     spec = other.get("speculative_algorithm")
     if isinstance(spec, str):
         spec = spec.split()[0].upper()
         spec = "EAGLE" if spec in ("NEXTN", "MTP") else spec
-    return LaunchFlags(
-        tp=tp,
-        dp=dp,
-        enable_dp_attention=dp_attention is not None or bool(other.get("enable_dp_attention")),
-        mem_fraction_static=case.get("mem_fraction_static"),
-        context_length=case.get("context_length"),
-        max_running_requests=other.get("max_running_requests"),
-        max_total_tokens=other.get("max_total_tokens"),
-        chunked_prefill_size=other.get("chunked_prefill_size"),
-        cuda_graph_max_bs=other.get("cuda_graph_max_bs"),
-        disable_cuda_graph=bool(other.get("disable_cuda_graph")),
-        page_size=other.get("page_size"),
-        disable_radix_cache=bool(other.get("disable_radix_cache")),
-        speculative_algorithm=spec,
-        speculative_num_steps=other.get("speculative_num_steps"),
-        speculative_eagle_topk=other.get("speculative_eagle_topk"),
-        speculative_num_draft_tokens=other.get("speculative_num_draft_tokens"),
-        speculative_draft_model_path=other.get("speculative_draft_model_path"),
-        mamba_full_memory_ratio=other.get("mamba_full_memory_ratio"),
-        max_mamba_cache_size=other.get("max_mamba_cache_size"),
-        mamba_scheduler_strategy=other.get("mamba_scheduler_strategy"),
-        swa_full_tokens_ratio=other.get("swa_full_tokens_ratio"),
-        kv_cache_dtype=kv,
-    )
+    explicit = {
+        "mem_fraction_static": case.get("mem_fraction_static"),
+        "context_length": case.get("context_length"),
+        "speculative_algorithm": spec,
+        **{name: other.get(name) for name in (
+            "max_running_requests", "max_total_tokens", "chunked_prefill_size", "cuda_graph_max_bs", "page_size",
+            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+            "speculative_draft_model_path", "mamba_full_memory_ratio", "max_mamba_cache_size",
+            "mamba_scheduler_strategy", "swa_full_tokens_ratio")},
+        **{name: True for name in ("disable_cuda_graph", "disable_radix_cache") if other.get(name)},
+    }
+    return replace(base, tp=tp, dp=dp, kv_cache_dtype=kv,
+                   enable_dp_attention=base.enable_dp_attention or dp_attention is not None
+                   or bool(other.get("enable_dp_attention")),
+                   **{name: value for name, value in explicit.items() if value is not None})
 
 
 def case_quant(case: dict[str, Any]) -> Quantization | None:
