@@ -34,7 +34,10 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("kv_pool_oom", (r"Not enough memory\. Please try to increase --mem-fraction-static",
                          r"is larger than the profiled value -\d",
-                         r"Loaded weights leave no GPU memory for the KV cache"),
+                         r"Loaded weights leave no GPU memory for the KV cache",
+                         # the hybrid state pool is carved from the same budget (SGLang >= 0.5.12's joint solve)
+                         r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
+                         r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests"),
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
     Rule("cuda_graph_oom", (r"Capture cuda graph failed:.*(?:CUDA out of memory|CUDA error: out of memory|"
@@ -140,7 +143,9 @@ RULES: tuple[Rule, ...] = (
                                r"timed out after [\d.]+s in KVPoll\.WaitingForInput"),
          "runtime", "KV transfer between prefill and decode instances failed", "check the disaggregation peers", 3),
     # a configuration the state pool refuses at startup, then its bookkeeping failing while serving
-    Rule("mamba_cache_error", (r"Page size must be 1 for MambaRadixCache",),
+    Rule("mamba_cache_error", (r"Page size must be 1 for MambaRadixCache",
+                               r"is not compatible with radix cache when using --mamba-scheduler-strategy",
+                               r"mamba extra_buffer is not supported for \w+"),
          "startup", "the hybrid (mamba/linear-attention) state pool refuses this configuration",
          "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
     Rule("mamba_cache_error", (r"MambaRadixCache", r"set_mamba_track_indices_from_reqs"),

@@ -183,3 +183,14 @@ def test_a_log_that_stops_with_the_token_pool_nearly_full_is_read_as_running_out
     startup = [json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if x]
     idle = next(x for c in startup for x in c["log_excerpt"] if "token usage: 0.00" in x)
     assert diagnose(idle).label != "runtime_oom"
+
+
+def test_hybrid_state_pool_errors_are_a_memory_budget_or_a_refused_configuration():
+    lines = (FIXTURES / "other-logs" / "hybrid-state-errors.txt").read_text().splitlines()
+    # no room for the state pool (E3) or too few slots for one request (E4): the static budget, as for the KV pool
+    assert diagnose(lines[0]).label == "kv_pool_oom"
+    too_small = diagnose("\n".join(lines[1:3]))
+    assert (too_small.label, too_small.phase) == ("kv_pool_oom", "startup")
+    # the state pool's radix cache refusing the flags (E5, and a model without extra_buffer): configuration
+    for line in lines[3:]:
+        assert diagnose(line).label == "mamba_cache_error", line
