@@ -194,3 +194,9 @@ def test_hybrid_state_pool_errors_are_a_memory_budget_or_a_refused_configuration
     # the state pool's radix cache refusing the flags (E5, and a model without extra_buffer): configuration
     for line in lines[3:]:
         assert diagnose(line).label == "mamba_cache_error", line
+
+
+def test_a_rendezvous_store_that_never_fills_is_a_dist_init_timeout():
+    for line in (FIXTURES / "other-logs" / "dist-store-timeout.txt").read_text().splitlines():
+        finding = diagnose(line)
+        assert (finding.label, finding.phase) == ("dist_init_timeout", "startup"), line
