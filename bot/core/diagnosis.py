@@ -129,10 +129,18 @@ RULES: tuple[Rule, ...] = (
          "startup", "a Triton kernel config needs more shared memory than this GPU has (not a memory problem)",
          "use another backend or smaller kernel configs", 3),
     Rule("cuda_driver_too_old", (r"The NVIDIA driver on your system is too old \(found version",
-                                 r"CUDA driver version is insufficient for CUDA runtime version",
-                                 r"No accelerator \(CUDA, XPU, HPU\) is available"),
+                                 r"CUDA driver version is insufficient for CUDA runtime version"),
          "startup", "the host driver is older than the CUDA runtime in this build",
          "update the host driver (Proxmox node) or use a build for an older CUDA", 3),
+    # the same family seen from inside a container: no device nodes, or user-space and kernel driver differ
+    Rule("cuda_driver_too_old", (r"No accelerator \(CUDA, XPU, HPU\) is available", r"No CUDA GPUs are available",
+                                 r"no CUDA-capable device is detected", r"Found no NVIDIA driver on your system",
+                                 r"Failed to initialize NVML: Driver/library version mismatch",
+                                 r"couldn't communicate with the NVIDIA driver"),
+         "startup", "the process sees no usable NVIDIA GPU: the container lacks the GPU device nodes, or its "
+                    "user-space driver does not match the host's kernel module",
+         "compare `nvidia-smi` on the Proxmox node and in the container (same driver version), and check the "
+         "container's /dev/nvidia* passthrough", 2),
     Rule("tp_divisibility_error", (r"assert numerator % denominator == 0",
                                    r"AssertionError: \d+ is not divisible by \d+",
                                    r"(?:in|out)put size is not aligned with the quantized weight shape",

@@ -200,3 +200,14 @@ def test_a_rendezvous_store_that_never_fills_is_a_dist_init_timeout():
     for line in (FIXTURES / "other-logs" / "dist-store-timeout.txt").read_text().splitlines():
         finding = diagnose(line)
         assert (finding.label, finding.phase) == ("dist_init_timeout", "startup"), line
+
+
+def test_a_container_that_sees_no_usable_gpu_is_a_driver_problem_with_the_passthrough_named():
+    lines = (FIXTURES / "other-logs" / "no-usable-gpu.txt").read_text().splitlines()
+    # nvidia-smi's own words for a user-space/kernel driver mismatch and an unreachable driver (corpus outputs)
+    lines += [(FIXTURES / "nvidia-smi" / "error" / name).read_text().strip()
+              for name in ("nvml-mismatch-oneline-shine30.txt", "no-driver-comm-shine50.txt")]
+    for line in lines:
+        finding = diagnose(line)
+        assert (finding.label, finding.phase) == ("cuda_driver_too_old", "startup"), line
+        assert "/dev/nvidia*" in finding.next_step
