@@ -211,3 +211,8 @@ def test_a_container_that_sees_no_usable_gpu_is_a_driver_problem_with_the_passth
         finding = diagnose(line)
         assert (finding.label, finding.phase) == ("cuda_driver_too_old", "startup"), line
         assert "/dev/nvidia*" in finding.next_step
+
+
+def test_the_loaders_capability_gate_is_a_quantization_this_gpu_cannot_run():
+    for line in (FIXTURES / "other-logs" / "quant-min-capability.txt").read_text().splitlines():
+        assert diagnose(line).label == "quant_unsupported_on_gpu", line
