@@ -20,9 +20,11 @@ from enum import StrEnum
 from typing import Any
 
 from bot.core.flags import LaunchFlags
+from bot.core.gpus import gpu_compute_capability
 from bot.core.model import (
     DTYPE_BYTES,
     GIB,
+    NO_QUANT,
     ModelSpec,
     Quantization,
     default_group,
@@ -143,6 +145,10 @@ class GpuPlan:
     @property
     def vendor(self) -> str:
         return "amd" if re.search(r"\bAMD\b|Radeon|Instinct|\bMI\d{3}", self.name) else "nvidia"
+
+    @property
+    def compute_capability(self) -> tuple[int, int] | None:
+        return gpu_compute_capability(self.name) if self.vendor == "nvidia" else None
 
 
 @dataclass(frozen=True)
@@ -379,6 +385,26 @@ AWQ_SPLIT_TEXT = ("ValueError: The input size is not aligned with the quantized 
 # a bare `assert` in SGLang's layer constructors: the traceback's last line says no more than this
 SPLIT_ASSERT_TEXT = "AssertionError"
 
+# Triton's refusal to compile SGLang's fused-MoE kernel for FP8 (e4m3) weights below compute capability 8.9,
+# as an Ampere launch of an FP8 MoE checkpoint logs it after loading (corpus: minimax-m25-21, sglang-18875)
+FP8_MOE_TEXT = ("ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are "
+                "('fp8e4b15', 'fp8e5')\")")
+
+
+def fp8_moe_misfit(model: ModelSpec, quant: Quantization, gpus: GpuPlan) -> str | None:
+    """Why FP8 experts cannot run on these GPUs, or None. SGLang's fused-MoE kernel is Triton, and Triton
+    compiles fp8e4nv only for compute capability 8.9+ (Ada, Hopper, Blackwell); the Marlin weight-only
+    fallback for Ampere fails later in the MoE reduction (sglang-18875), so an FP8 MoE checkpoint loads
+    its weights and then stops at the first forward."""
+    cap = gpus.compute_capability
+    if model.moe is None or quant.method != "fp8" or quant.kept_fraction("experts") >= 1.0:
+        return None
+    if cap is None or cap >= (8, 9):
+        return None
+    return (f"the experts are FP8 (e4m3): SGLang's fused-MoE Triton kernel needs compute capability 8.9 (Ada, "
+            f"Hopper); {gpus.name.removeprefix('NVIDIA ')} is {cap[0]}.{cap[1]}, so the weights load and the kernel "
+            "then fails to compile at the first forward")
+
 
 def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None) -> str | None:
     """Why the model's heads or MLP cannot be split over ``tp``, or None when they can. SGLang's
@@ -594,6 +620,9 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     elif blocks is not None and error is None:
         error, why = blocks
         w.line("quantized layers over tp", None, why)
+    fp8_moe = fp8_moe_misfit(model, quant, inp.gpus)
+    if fp8_moe is not None:
+        w.line("FP8 MoE kernel", None, fp8_moe)
     if inp.weights_bytes_total and online is None:
         extra = uneven_bytes(model, tp, quant, attn_tp)
         weights = (inp.weights_bytes_total / tp + extra) / GIB
@@ -806,6 +835,8 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                                      "runtime needs: expect a CUDA out of memory at graph capture or the first long "
                                      "prefill"))
 
+    if error is None and fp8_moe is not None:
+        error = FP8_MOE_TEXT  # after the load and the pools: the first forward compiles the kernel
     kind = VerdictKind.FAILS if error else VerdictKind.DEGRADED if degraded else VerdictKind.FITS
     not_modelled = tuple(flags.unknown)
     return Budget(
@@ -943,6 +974,8 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     def good(b: Budget) -> bool:
         return _good(b, failed, need_tokens)
 
+    if failed.error_text == FP8_MOE_TEXT:
+        return _fp8_moe_remedies(inp)
     gpus = inp.gpus
     if gpus.free_mib and gpus.total_mib and gpus.pre_gib is None:
         held_gib = (gpus.total_mib - min(gpus.free_mib)) / 1024
@@ -1035,6 +1068,20 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         remedies.append(Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {inp.gpus.count} available)",
                                None, "more GPUs share the weights", 7))
     return sorted(remedies, key=lambda r: r.cost_rank)
+
+
+def _fp8_moe_remedies(inp: BudgetInput) -> list[Remedy]:
+    """No flag makes FP8 experts run below compute capability 8.9: drop an online --quantization fp8,
+    or load another build of the model (int4 MoE runs on Marlin from 8.0; BF16 on any), each sized."""
+    if inp.flags.quantization in ONLINE_QUANT and (inp.quant or inp.model.quant).method == "none":
+        b = _compute(replace(inp, flags=inp.flags.changed(quantization=None)))
+        return [Remedy(f"drop --quantization {inp.flags.quantization}", inp.flags.changed(quantization=None),
+                       f"the checkpoint's own {inp.model.dtype} experts: {_effect(b)}", 1)]
+    int4 = _compute(replace(inp, quant=quantization_from("awq"), weights_bytes_total=None, measured_load=None))
+    bf16 = _compute(replace(inp, quant=NO_QUANT, weights_bytes_total=None, measured_load=None))
+    return [Remedy("an AWQ/GPTQ int4 build of this model", None,
+                   f"its MoE runs on Marlin kernels from compute capability 8.0: {_effect(int4)}", 3),
+            Remedy(f"a {inp.model.dtype} build of this model", None, f"no FP8 kernel needed: {_effect(bf16)}", 4)]
 
 
 def _is_split_error(text: str | None) -> bool:

@@ -56,3 +56,25 @@ def gpu_total_mib(name: str) -> int | None:
     differ in size ("A100": 40 or 80 GB; "H100": the SXM and PCIe have 81559 MiB, the NVL 95830)."""
     sizes = set(gpu_matches(name).values())
     return sizes.pop() if len(sizes) == 1 else None
+
+
+# compute capability by model, as NVIDIA publishes it (developer.nvidia.com/cuda-gpus); matched as
+# whole words in the GPU's name, so "H200" is not "H20" and "L40S" is not "L4"
+COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
+    "A100": (8, 0), "A800": (8, 0), "A30": (8, 0),
+    "RTX A6000": (8, 6), "RTX A5000": (8, 6), "RTX A4000": (8, 6), "A40": (8, 6), "A10": (8, 6), "A10G": (8, 6),
+    "RTX 3090": (8, 6), "RTX 3080": (8, 6), "RTX 3070": (8, 6), "RTX 3060": (8, 6),
+    "RTX 4090": (8, 9), "RTX 4080": (8, 9), "L40S": (8, 9), "L40": (8, 9), "L4": (8, 9), "L20": (8, 9),
+    "RTX 6000 Ada": (8, 9),
+    "H100": (9, 0), "H800": (9, 0), "H200": (9, 0), "H20": (9, 0), "GH200": (9, 0),
+    "B200": (10, 0), "B300": (10, 3), "GB200": (10, 0),
+    "RTX 5090": (12, 0), "RTX PRO 6000": (12, 0),
+    "T4": (7, 5), "RTX 2080": (7, 5), "RTX 2070": (7, 5), "V100": (7, 0),
+}
+
+
+def gpu_compute_capability(name: str) -> tuple[int, int] | None:
+    """(major, minor) of an NVIDIA GPU from its name ("NVIDIA RTX A6000" -> (8, 6)); None when unknown."""
+    found = {cap for model, cap in COMPUTE_CAPABILITY.items()
+             if re.search(rf"(?<!\w){re.escape(model.lower())}(?!\w)", name.lower())}
+    return found.pop() if len(found) == 1 else None

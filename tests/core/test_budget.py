@@ -39,9 +39,9 @@ def spec(name):
     return read_config(json.loads((CONFIGS / name / "config.json").read_text()), name)
 
 
-def run(model, argv, version="current", total_mib=49140, count=2, pre=None, **kw):
+def run(model, argv, version="current", total_mib=49140, count=2, pre=None, gpu="NVIDIA RTX A6000", **kw):
     flags = parse_sglang_flags(argv)
-    return compute_budget(BudgetInput(model, flags, GpuPlan("NVIDIA RTX A6000", total_mib, count, pre_gib=pre),
+    return compute_budget(BudgetInput(model, flags, GpuPlan(gpu, total_mib, count, pre_gib=pre),
                                       parse_version(version), **kw))
 
 
@@ -523,7 +523,7 @@ def test_fp8_blocks_that_do_not_split_over_tp_fail_with_sglangs_text_and_expert_
 
     moe = spec("Qwen__Qwen3-235B-A22B-Instruct-2507")  # the FP8 release's geometry: experts 1536 wide
     fp8 = replace(quantization_from("fp8"), block=(128, 128))  # its weight_block_size [128, 128]
-    b = run(moe, ["--tp", "8"], count=8, total_mib=143771, quant=fp8)
+    b = run(moe, ["--tp", "8"], count=8, total_mib=143771, gpu="NVIDIA H200", quant=fp8)
     # 1536 / 8 = 192 a rank: the exact line of the real failure (tests/fixtures/other-logs/fp8-block-not-divisible.txt)
     real = (FIXTURES / "other-logs" / "fp8-block-not-divisible.txt").read_text().splitlines()[1]
     assert (b.verdict, b.error_text) == (VerdictKind.FAILS, real)
@@ -531,7 +531,7 @@ def test_fp8_blocks_that_do_not_split_over_tp_fail_with_sglangs_text_and_expert_
     assert [r.change for r in b.remedies][:2] == ["--ep-size 8", "--tp-size 4"]
     # expert parallelism keeps experts whole (1536 = 12 x 128), as does tp 4 (384 = 3 x 128)
     for argv in (["--tp", "8", "--ep-size", "8"], ["--tp", "8", "--enable-ep-moe"], ["--tp", "4"]):
-        assert run(moe, argv, count=8, total_mib=143771, quant=fp8).error_text is None, argv
+        assert run(moe, argv, count=8, total_mib=143771, gpu="NVIDIA H200", quant=fp8).error_text is None, argv
     # a dense MLP has its own wording: Qwen2.5-72B's 29568 over tp 2 = 14784 = 115.5 x 128 (its heads split fine)
     dense = run(spec("Qwen__Qwen2.5-72B-Instruct"), ["--tp", "2"], total_mib=81920, quant=fp8)
     assert dense.error_text == ("ValueError: Weight output_partition_size = 14784 is not divisible by weight "
@@ -545,7 +545,8 @@ def test_fp8_blocks_that_do_not_split_over_tp_fail_with_sglangs_text_and_expert_
     assert awq.error_text == AWQ_SPLIT_TEXT and awq.remedies[0].change == "--ep-size 8"
     assert "experts' down projection takes 192 inputs a rank at tp 8" in awq.summary
     # and per-tensor FP8 (no weight_block_size) has no blocks to misfit
-    assert run(moe, ["--tp", "8"], count=8, total_mib=143771, quant=quantization_from("fp8")).error_text is None
+    assert run(moe, ["--tp", "8"], count=8, total_mib=143771, gpu="NVIDIA H200",
+               quant=quantization_from("fp8")).error_text is None
 
 
 def test_online_fp8_quantization_of_a_16_bit_checkpoint():
@@ -933,3 +934,36 @@ def test_a_standalone_draft_is_sized_as_the_whole_small_model():
             version="0.5.9", count=1, draft_config=small)
     assert b.draft_weights_gib == pytest.approx(weight_bytes_per_gpu(read_config(small, "draft"), 1) / 2**30)
     assert "standalone draft" in next(x.why for x in b.lines if x.label == "draft weights")
+
+
+# --------------------------------------------------------------------------- kernels the GPU cannot run
+
+def test_fp8_experts_below_compute_capability_89_fail_after_loading_with_tritons_words():
+    from bot.core.budget import FP8_MOE_TEXT
+    from bot.core.model import quantization_from
+
+    moe = spec("Qwen__Qwen3-235B-A22B-Instruct-2507")
+    flags = parse_sglang_flags(["--tp", "4", "--context-length", "32768"])
+
+    def on(gpu, mib):
+        return compute_budget(BudgetInput(moe, flags, GpuPlan(gpu, mib, 4), parse_version("0.5.9"),
+                                          quant=quantization_from("fp8")))
+
+    ampere = on("NVIDIA A100-SXM4-80GB", 81920)
+    # the weights fit (about 55 GiB a GPU): the failure is the kernel, as the corpus's A100/A800 launches show
+    assert ampere.weights_gib < ampere.pre_gib and ampere.error_text == FP8_MOE_TEXT
+    assert "8.0" in next(x.why for x in ampere.lines if x.label == "FP8 MoE kernel")
+    changes = [r.change for r in ampere.remedies]
+    assert changes == ["an AWQ/GPTQ int4 build of this model", "a bfloat16 build of this model"]
+    assert ampere.remedies[0].flags is None  # a checkpoint to fetch, not a flag: no launch button
+    hopper = on("NVIDIA H100 80GB HBM3", 81559)
+    assert hopper.error_text is None and not any(x.label == "FP8 MoE kernel" for x in hopper.lines)
+
+
+def test_online_fp8_of_a_moe_on_ampere_is_undone_by_dropping_the_flag_and_dense_fp8_is_not_flagged():
+    nxt = spec("Qwen__Qwen3-Next-80B-A3B-Instruct")
+    b = run(nxt, ["--tp", "4", "--quantization", "fp8", "--context-length", "32768"], version="0.5.9", count=4)
+    assert b.error_text is not None and "fp8e4nv" in b.error_text
+    assert [r.change for r in b.remedies] == ["drop --quantization fp8"] and b.remedies[0].flags.quantization is None
+    dense = run(spec("meta-llama__Meta-Llama-3.1-8B-Instruct"), ["--quantization", "fp8"], version="0.5.9", count=1)
+    assert dense.error_text is None  # dense FP8 linears fall back to Marlin W8A16 on Ampere
