@@ -25,11 +25,13 @@ from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import NodeFaults, launch_gpu_health
 from bot.core.inventory import Container, Inventory, Target
+from bot.core.p2p import parse_p2p_matrix, peer_access_check
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
 from bot.faults import read_faults
 from bot.launch_settings import LaunchSettings
+from bot.ssh import CommandResult
 from bot.status import SmiFailed, Transport, read_node
 from bot.store import AttemptStore
 
@@ -109,6 +111,10 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
+    # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
+    p2p_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
+        target.vmid, remote.nvidia_smi_p2p_read()))) \
+        if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
     planned: PlannedBudget | None = None
     try:
         planned = await budget_task
@@ -154,15 +160,29 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
             detail = f"SGLang {sglang}" + (f" ({extra})" if extra else "")
             checks.append(Check("SGLang supports the model", "ok", detail))
         checks.append(_transformers_check(planned))
+        if p2p_task is not None:
+            checks.append(await _peer_access(p2p_task, flags.tp))
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
+    if p2p_task is not None and not p2p_task.done():  # not read: the budget could not be planned
+        p2p_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, GpuopsError):
+            await p2p_task
     if flags.unknown and not settings.allow_unknown_flags:
         checks.append(Check("flags known", "fail", "unknown flags refused: " + " ".join(flags.unknown)))
     holder = await store.lock_holder(target.node, target.vmid)
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
     return Preflight(request, tuple(checks), planned, port)
+
+
+async def _peer_access(task: Awaitable[CommandResult], gpus: int) -> Check:
+    try:
+        out = await task
+    except RemoteError as exc:
+        return Check("GPU peer access", "warn", f"could not read the P2P matrix: {exc.user_message}")
+    return Check("GPU peer access", *peer_access_check(parse_p2p_matrix(out.stdout), gpus))
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

@@ -46,6 +46,11 @@ def kernel_log_ring() -> Argv:
     return ("dmesg", "--time-format=iso")
 
 
+def nvidia_smi_p2p_read() -> Argv:
+    """The GPUs' peer-to-peer read capability matrix (what custom all-reduce needs)."""
+    return ("nvidia-smi", "topo", "-p2p", "r")
+
+
 def nvidia_smi_versions() -> Argv:
     """Driver and CUDA version: the XML header, with the smallest display section."""
     return ("nvidia-smi", "-q", "-x", "-d", "COMPUTE")

@@ -4,7 +4,7 @@ Answers the structured queries the bot makes from the node's scenario file
 ``$FAKE_PVE_STATE/node.json``. Inside a container (``FAKE_CT`` set by the fake pct) it shows
 only the GPUs passed to that container and, like the real thing in a PID namespace, no
 processes. Knobs in the scenario: ``smi: {"error": <banner text>, "exit": N, "sleep": S,
-"invalid_fields": [...]}`` at node or container level.
+"invalid_fields": [...], "p2p": <status of every GPU pair>}`` at node or container level.
 """
 
 import json
@@ -117,6 +117,16 @@ def main(argv):
             print(f"\t\t<compute_mode>{g.get('compute_mode', 'Default')}</compute_mode>")
             print("\t</gpu>")
         print("</nvidia_smi_log>")
+        return
+    if argv == ["topo", "-p2p", "r"]:
+        # the real layout: tab-separated, rows indented, GPUs numbered as this namespace sees them;
+        # scenario knob "p2p": the status of every pair ("OK" unless set, e.g. "CNS")
+        status = knobs.get("p2p", "OK")
+        print("\t" + "\t".join(f"GPU{i}" for i in range(len(gpus))))
+        for i in range(len(gpus)):
+            print(f" GPU{i}\t" + "\t".join("X" if i == j else status for j in range(len(gpus))))
+        print("\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
+              "  GNS  = GPU not supported\n  TNS  = Topology not supported\n  NS   = Not supported\n  U    = Unknown")
         return
     if argv == ["-L"]:
         for g in gpus:

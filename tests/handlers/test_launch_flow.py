@@ -173,3 +173,21 @@ async def test_preflight_names_a_hardware_xid_on_the_launch_gpus(lab):
     _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85")
     text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
     assert "GPU hardware" in text and "GPU 1: Xid 63 once, page retirement / row remapping recorded" in text
+
+
+async def test_preflight_warns_when_the_launch_gpus_lack_peer_access(lab):
+    """The container's `nvidia-smi topo -p2p r` says CNS between its two A6000s (as 2x L4 do in
+    tests/fixtures/nvidia-smi/p2p): the pre-flight names the pair and the flag, and does not refuse for it."""
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["smi"] = {"p2p": "CNS"}
+    lab.nodes["pve5"].write_state(state)
+    # a launch the budget refuses (mem fraction too low), so the checklist is posted without starting SGLang
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "GPU peer access" in text and "GPU0<->GPU1: CNS (Chipset not supported)" in text
+    assert "--disable-custom-all-reduce" in text
+    # with the flag the launch asks for no peer access, and the check is not made
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                                             "--disable-custom-all-reduce")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "GPU peer access" not in text
