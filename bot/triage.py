@@ -17,6 +17,7 @@ from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, user_flags
 from bot.core.diagnosis import Finding, LaunchContext, diagnose
+from bot.core.experiments import Experiment, label_experiments
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.errors import GpuopsError, RemoteError
@@ -42,6 +43,7 @@ class TriageReport:
     disk: str
     xid: tuple[str, ...]
     planned: PlannedBudget | None  # for BUDGETED_LABELS findings: the budget with its computed remedies
+    experiments: tuple[Experiment, ...] = ()  # for the other findings: the label's flag experiments
 
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt) -> TriageReport:
@@ -89,7 +91,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
                                         (attempt,))
         except GpuopsError:
             planned = None
-    return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned)
+    experiments = () if finding.label in BUDGETED_LABELS else label_experiments(finding.label, user_flags(attempt.argv))
+    return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments)
 
 
 def _model_types(config_text: str) -> tuple[str, ...]:

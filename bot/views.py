@@ -375,6 +375,8 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
         if report.planned is not None and report.planned.budget.remedies:
             steps += [f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}"
                       for i, r in enumerate(report.planned.budget.remedies, 1)]
+        steps += [f"{i}. `{escape_mrkdwn(e.change)}` — {escape_mrkdwn(e.why)}"
+                  for i, e in enumerate(report.experiments, 1)]
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(steps))]
     blocks += remedy_buttons(choices)
     label = report.finding.label if report.finding else "stale log"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -165,15 +166,20 @@ async def _remedy_choices(services: Services, request: LaunchRequest, budget: An
         change = remedy.flag_change
         if change is None:
             continue
-        pending = secrets.token_hex(8)
-        changed = list(with_flag(request.flags, *change))
-        await services.attempts.put_pending(pending, {
-            "action": "launch", "user": request.user, "channel": request.channel, "node": request.target.node,
-            "vmid": request.target.vmid, "name": request.target.name, "model_path": request.model_path,
-            "flags": changed, "created": time.time(),
-        }, services.settings.confirm_ttl_s)
+        pending = await _pending_launch(services, request, with_flag(request.flags, *change))
         choices.append((f"launch with {remedy.change}", pending))
     return choices
+
+
+async def _pending_launch(services: Services, request: LaunchRequest, flags: Sequence[str]) -> str:
+    """A changed launch waiting in Redis for its button's click (it then goes through the pre-flight)."""
+    pending = secrets.token_hex(8)
+    await services.attempts.put_pending(pending, {
+        "action": "launch", "user": request.user, "channel": request.channel, "node": request.target.node,
+        "vmid": request.target.vmid, "name": request.target.name, "model_path": request.model_path,
+        "flags": list(flags), "created": time.time(),
+    }, services.settings.confirm_ttl_s)
+    return pending
 
 
 async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
@@ -266,10 +272,12 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
         raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
     report = await triage_attempt(services.transport, services.inventory, attempt)
     choices: list[tuple[str, str]] = []
+    request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
+                            user_flags(attempt.argv), user, channel)
     if report.planned is not None:
-        request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
-                                user_flags(attempt.argv), user, channel)
         choices = await _remedy_choices(services, request, report.planned.budget)
+    for experiment in report.experiments:
+        choices.append((f"launch with {experiment.change}", await _pending_launch(services, request, experiment.argv)))
     await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
                         thread_ts=thread_ts or attempt.thread_ts, pace=services.pace)
     if report.finding is not None:

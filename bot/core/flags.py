@@ -267,21 +267,28 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
 def with_flag(argv: Sequence[str], flag: str, value: str | None) -> tuple[str, ...]:
     """``argv`` with ``flag`` set to ``value`` (a switch when None): every spelling of the flag
     (aliases, ``--flag=value``) is replaced, and nothing else changes."""
-    canonical = _resolve(flag) or flag
+    return (*without_flags(argv, flag), *([flag] if value is None else [flag, value]))
+
+
+def without_flags(argv: Sequence[str], *flags: str) -> tuple[str, ...]:
+    """``argv`` without any spelling of ``flags`` (aliases, abbreviations, ``--flag=value``) and
+    their values; everything else is kept in order."""
+    canonical = {_resolve(f) or f for f in flags}
     out: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
         name, eq, _ = token.partition("=")
-        if token.startswith("--") and (_resolve(name) or name) == canonical:
-            switch = canonical in MODELLED and MODELLED[canonical][1] is SWITCH
-            i += 1 if (eq or switch) else 2
+        resolved = _resolve(name) or name
+        if token.startswith("--") and resolved in canonical:
+            parser = MODELLED[resolved][1] if resolved in MODELLED else PASSTHROUGH.get(resolved)
+            i += 1 if (eq or parser is SWITCH) else 2
             continue
         out.append(token)
         i += 1
-    out += [flag] if value is None else [flag, value]
     return tuple(out)
 
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
-__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "parse_sglang_flags", "field"]
+__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "parse_sglang_flags", "field", "with_flag",
+           "without_flags"]

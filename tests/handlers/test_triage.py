@@ -5,14 +5,13 @@ from bot.views import blocks_to_text
 from tests.handlers.test_launch_flow import SEED, buttons, model, post_with, wait_text
 
 
-async def failed_launch(lab, scenario):
+async def failed_launch(lab, scenario, flags="--mem-fraction-static 0.85"):
     """A forced launch that fails; returns its attempt once it is recorded as failed."""
     import asyncio
 
     before = {a.id for a in await lab.services.attempts.recent("pve5", 129, 50)}
     lab.nodes["pve5"].set_scenario(129, [scenario], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
-                    user_id="U0ADMIN")
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} {flags} --force", user_id="U0ADMIN")
     for _ in range(300):
         new = [a for a in await lab.services.attempts.recent("pve5", 129, 50) if a.id not in before]
         if new and new[0].status.value == "failed":
@@ -79,3 +78,21 @@ def test_the_triage_reads_the_checkpoints_model_types_from_its_config():
     config = (LAB_DIR / "data" / "models" / "Qwen3.6-27B" / "config.json").read_text()
     assert _model_types(config) == ("qwen3_5", "qwen3_5_text")
     assert _model_types("not json") == () and _model_types("[1, 2]") == ()
+
+
+async def test_a_compiler_failure_offers_the_launch_without_torch_compile_as_a_button(lab):
+    """Not a memory finding: the experiment is the label's, one flag, and the click relaunches through the
+    pre-flight with only that change."""
+    # flags the budget passes (the first test's remedy applied), so the relaunch's pre-flight lets it start
+    attempt = await failed_launch(lab, "torch_compile_error", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
+    report = post_with(calls, "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert "*torch_compile_error*" in text and "`drop --enable-torch-compile`" in text
+    choice = next(b for b in buttons(report) if b["text"]["text"] == "launch with drop --enable-torch-compile")
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.click(choice["action_id"], choice["value"])
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert latest.changes == ("- --enable-torch-compile (on)",) and "--enable-torch-compile" not in latest.argv

@@ -1,0 +1,71 @@
+"""Flag experiments for findings that are not about memory, on real launch commands (failure corpus)."""
+
+import json
+import shlex
+
+from bot.core.experiments import label_experiments
+from bot.core.flags import parse_sglang_flags, with_flag, without_flags
+from tests.conftest import FIXTURES
+
+CASES = {c["id"]: c for c in map(json.loads, (FIXTURES / "sglang-failures" / "cases.jsonl").read_text().splitlines())}
+
+
+def launch_flags(case_id):
+    tokens = shlex.split(CASES[case_id]["launch_command"])
+    return tuple(tokens[next(i for i, t in enumerate(tokens) if t.startswith("--")):])
+
+
+def test_gpus_without_peer_access_get_the_custom_all_reduce_switch():
+    argv = launch_flags("sglang-4814")  # 2x RTX 4090, --tensor-parallel-size=2
+    (experiment,) = label_experiments("gpu_p2p_unsupported", argv)
+    assert experiment.change == "--disable-custom-all-reduce"
+    assert experiment.argv == (*argv, "--disable-custom-all-reduce")
+    assert label_experiments("gpu_p2p_unsupported", experiment.argv) == ()  # already made: nothing to offer
+
+
+def test_an_attention_backend_the_gpu_rejects_is_dropped_and_nothing_else_changes():
+    argv = launch_flags("sglang-28297")  # --attention-backend fa4 on B300
+    (experiment,) = label_experiments("attention_backend_unsupported", argv)
+    assert experiment.change == "drop --attention-backend"
+    assert "fa4" not in experiment.argv and "--moe-runner-backend" in experiment.argv
+    assert len(experiment.argv) == len(argv) - 2
+
+
+def test_every_experiment_on_a_corpus_launch_parses_and_changes_only_its_flag():
+    made = 0
+    for case_id, case in CASES.items():
+        if not case.get("launch_command") or "--" not in case["launch_command"]:
+            continue
+        try:
+            argv = launch_flags(case_id)
+            parse_sglang_flags(argv)
+        except Exception:
+            continue  # a reporter's prose or elision: not a launch the bot would have made
+        for label in ("gpu_p2p_unsupported", "cuda_graph_capture_error", "torch_compile_error",
+                      "speculative_decoding_error", "mamba_cache_error", "attention_backend_unsupported",
+                      "quant_unsupported_on_gpu", "watchdog_timeout"):
+            for experiment in label_experiments(label, argv):
+                made += 1
+                parse_sglang_flags(experiment.argv)
+                assert experiment.argv != argv
+                kept = [t for t in argv if t in experiment.argv]
+                assert len(kept) >= len(argv) - 12, (case_id, label)
+    assert made > 10
+
+
+def test_turning_features_off_to_confirm_them():
+    seed = ("--tp", "2", "--enable-torch-compile", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.85")
+    (compile_off,) = label_experiments("torch_compile_error", seed)
+    assert compile_off.argv == without_flags(seed, "--enable-torch-compile")
+    (spec_off,) = label_experiments("speculative_decoding_error", seed)
+    assert spec_off.argv == ("--tp", "2", "--enable-torch-compile", "--mem-fraction-static", "0.85")
+    (graphs_off,) = label_experiments("cuda_graph_capture_error", seed)
+    assert graphs_off.argv[-1] == "--disable-cuda-graph"
+    assert label_experiments("nccl_error", seed) == ()  # its next step is the container's /dev/shm, not a flag
+
+
+def test_setting_a_flag_never_eats_the_next_one_after_a_switch_sglang_does_not_model():
+    argv = ("--disable-custom-all-reduce", "--mem-fraction-static", "0.8")
+    assert with_flag(argv, "--disable-custom-all-reduce", None) == ("--mem-fraction-static", "0.8",
+                                                                      "--disable-custom-all-reduce")
