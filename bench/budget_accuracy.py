@@ -107,7 +107,7 @@ def case_flags(case: dict[str, Any]) -> LaunchFlags:
     if isinstance(spec, str):
         spec = spec.split()[0].upper()
         spec = "EAGLE" if spec in ("NEXTN", "MTP") else spec
-    explicit = {
+    explicit: dict[str, Any] = {
         "mem_fraction_static": case.get("mem_fraction_static"),
         "context_length": case.get("context_length"),
         "speculative_algorithm": spec,
