@@ -70,7 +70,7 @@ def _sync(incident: Incident, attempts: list[Attempt]) -> Incident:
         at = attempt.transitions[-1].at if attempt.transitions else attempt.created_at
         incident = incident.observe(Observation(at, "attempt", f"{attempt.id} {attempt.status.value}",
                                                 attempt=attempt.id, outcome=attempt.status.value,
-                                                label=attempt.observed.get("triage")))
+                                                label=attempt.observed.get("triage"), changes=attempt.changes))
     return incident
 
 

@@ -59,3 +59,23 @@ def label_experiments(label: str, argv: Sequence[str]) -> tuple[Experiment, ...]
         drop(("--quantization",), f"--quantization {flags.quantization}",
              "load the checkpoint as it is stored, without the online quantization")
     return tuple(out)
+
+
+# how an attempt's change list (bot.core.attempts.changes_between) shows a label's experiment made
+EXPERIMENT_CHANGE = {
+    "gpu_p2p_unsupported": "+ --disable-custom-all-reduce",
+    "cuda_graph_capture_error": "+ --disable-cuda-graph",
+    "watchdog_timeout": "+ --disable-cuda-graph",
+    "torch_compile_error": "- --enable-torch-compile",
+    "speculative_decoding_error": "- --speculative-algorithm",
+    "unsupported_feature_combination": "- --speculative-algorithm",
+    "mamba_cache_error": "+ --disable-radix-cache",
+    "attention_backend_unsupported": "- --attention-backend",
+    "quant_unsupported_on_gpu": "- --quantization",
+}
+
+
+def made_experiment(label: str, changes: Sequence[str]) -> str | None:
+    """The change among an attempt's ``changes`` that tests ``label``'s experiment, or None."""
+    wanted = EXPERIMENT_CHANGE.get(label)
+    return next((c for c in changes if wanted and (c == wanted or c.startswith(wanted + " "))), None)

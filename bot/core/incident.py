@@ -11,6 +11,10 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bot.core.experiments import made_experiment
+
+# how triage words the hypothesis it proposes (handlers/mentions.py)
+TRIAGE_HYPOTHESIS = re.compile(r"^the first cause is (\w+) \(proposed by triage of ")
 RESIDUAL_MEMORY = re.compile(r"leftover|left-?over|residual|stale (?:gpu )?memory|orphan|previous run|old process|"
                              r"memory (?:still )?held|zombie", re.I)
 
@@ -40,6 +44,7 @@ class Observation:
     attempt: str | None = None
     outcome: str | None = None  # attempts: ready | failed | ...
     label: str | None = None  # attempts: the triage label, if triaged
+    changes: tuple[str, ...] = ()  # attempts: what they changed against the attempt before
 
 
 @dataclass(frozen=True)
@@ -80,8 +85,8 @@ class Incident:
 
     def auto_decide(self) -> Incident:
         """Decide what the evidence decides; leave the rest to people."""
-        incident = self
-        for h in self.hypotheses:
+        incident = self._decide_by_experiments()
+        for h in incident.hypotheses:
             if h.status != "open" or not h.about_residual_memory:
                 continue
             clean = [o for o in self.observations if o.kind == "status" and o.clean_gpus and o.at >= h.created_at]
@@ -99,6 +104,31 @@ class Incident:
                     repeats[0].attempt)
         return incident
 
+    def _decide_by_experiments(self) -> Incident:
+        """A triage hypothesis "the first cause is <label>" is decided by the attempt that made the
+        label's experiment after it: started with the feature off (or the switch on) -> confirmed;
+        failed the same way without it -> refuted. Another failure decides nothing."""
+        incident = self
+        for h in self.hypotheses:
+            proposed = TRIAGE_HYPOTHESIS.match(h.text)
+            if h.status != "open" or h.author != "gpuops" or proposed is None:
+                continue
+            label = proposed.group(1)
+            for o in self.observations:
+                change = made_experiment(label, o.changes) if o.kind == "attempt" and o.at >= h.created_at else None
+                if change is None or o.attempt is None:
+                    continue
+                if o.outcome == "ready":
+                    incident = incident.decide(h.id, "confirmed", "gpuops",
+                                               f"{o.attempt} with `{change}` started: the failure went with it",
+                                               o.attempt)
+                    break
+                if o.outcome == "failed" and o.label == label:
+                    incident = incident.decide(h.id, "refuted", "gpuops",
+                                               f"{o.attempt} with `{change}` failed the same way ({label})", o.attempt)
+                    break
+        return incident
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -107,7 +137,8 @@ class Incident:
         values = dict(data)
         values["hypotheses"] = tuple(Hypothesis(**{**h, "tested_by": tuple(h.get("tested_by", ()))})
                                      for h in data.get("hypotheses", []))
-        values["observations"] = tuple(Observation(**o) for o in data.get("observations", []))
+        values["observations"] = tuple(Observation(**{**o, "changes": tuple(o.get("changes", ()))})
+                                       for o in data.get("observations", []))
         values["attempts"] = tuple(data.get("attempts", ()))
         return cls(**values)
 

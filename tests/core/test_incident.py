@@ -31,3 +31,40 @@ def test_a_different_failure_after_clean_gpus_does_not_refute():
     incident = incident.observe(Observation(30, "status", "clean", clean_gpus=True))
     incident = incident.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="failed", label="nccl_error"))
     assert incident.hypotheses[0].status == "open"
+
+
+def test_a_triage_hypothesis_is_decided_by_the_attempt_that_made_its_experiment():
+    from bot.core.attempts import changes_between
+
+    seed = ("--tp", "2", "--enable-torch-compile", "--disable-custom-all-reduce")
+    without_compile = changes_between(seed, ("--tp", "2", "--disable-custom-all-reduce"))
+    assert without_compile == ("- --enable-torch-compile (on)",)
+    incident, h1 = Incident("C1", "1.0").add_hypothesis(
+        "the first cause is torch_compile_error (proposed by triage of a20261203-101500-1a2b)", "gpuops", 10.0)
+    incident, h2 = incident.add_hypothesis("the compiler chokes on the attention layer", "U0ALICE", 11.0)
+    # a relaunch with something else changed decides nothing
+    incident = incident.observe(Observation(20.0, "attempt", "a2 failed", attempt="a2", outcome="failed",
+                                            label="kv_pool_oom", changes=("--mem-fraction-static 0.85 -> 0.9",)))
+    assert incident.hypotheses[0].status == "open"
+    incident = incident.observe(Observation(30.0, "attempt", "a3 ready", attempt="a3", outcome="ready",
+                                            changes=without_compile))
+    decided = incident.hypotheses[0]
+    assert (decided.status, decided.decided_by, decided.tested_by) == ("confirmed", "gpuops", ("a3",))
+    assert "`- --enable-torch-compile (on)` started" in decided.why
+    assert incident.hypotheses[1].status == "open"  # a person's hypothesis is theirs to decide
+
+
+def test_the_experiment_failing_the_same_way_refutes_and_another_failure_decides_nothing():
+    from bot.core.attempts import changes_between
+
+    graphs_off = changes_between(("--tp", "2"), ("--tp", "2", "--disable-cuda-graph"))
+    incident, _ = Incident("C1", "1.0").add_hypothesis(
+        "the first cause is cuda_graph_capture_error (proposed by triage of a1)", "gpuops", 10.0)
+    other = incident.observe(Observation(20.0, "attempt", "a2 failed", attempt="a2", outcome="failed",
+                                         label="nccl_error", changes=graphs_off))
+    assert other.hypotheses[0].status == "open"
+    same = incident.observe(Observation(20.0, "attempt", "a2 failed", attempt="a2", outcome="failed",
+                                        label="cuda_graph_capture_error", changes=graphs_off))
+    assert same.hypotheses[0].status == "refuted" and "failed the same way" in same.hypotheses[0].why
+    # the record survives Redis: observations keep their changes
+    assert Incident.from_dict(same.to_dict()) == same

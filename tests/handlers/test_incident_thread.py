@@ -46,3 +46,23 @@ async def test_a_retried_event_is_handled_once(lab):
     await wait_text(lab, "Incident summary", method="chat.postMessage")
     incident = await lab.services.incidents.get("C0LAB", first.thread_ts)
     assert [o.text for o in incident.observations if o.kind == "note"] == ["<@U0ALICE>: tried a second time"]
+
+
+async def test_the_triage_experiment_decides_its_hypothesis_in_the_thread(lab):
+    from tests.handlers.test_launch_flow import buttons, post_with
+
+    failed = await failed_launch(lab, "torch_compile_error", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+    thread = failed.thread_ts
+    await lab.mention("triage", thread)
+    calls = await wait_text(lab, "the first cause is torch_compile_error", method="chat.postMessage")
+    report = post_with(calls, "Triage of")
+    choice = next(b for b in buttons(report) if b["text"]["text"] == "launch with drop --enable-torch-compile")
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.click(choice["action_id"], choice["value"])
+    await wait_text(lab, "*ready*")
+    await lab.mention("history", thread)  # any word in the thread brings the summary up to date
+    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
+    text = blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
+                           in blocks_to_text(c.blocks)][-1].blocks)
+    assert "the first cause is torch_compile_error" in text
+    assert "`- --enable-torch-compile (on)` started: the failure went with it" in text
