@@ -159,6 +159,17 @@ def expected_weights(logged: dict[str, Any]) -> float | None:
     return None
 
 
+def expected_draft(logged: dict[str, Any]) -> float | None:
+    """GiB the draft model's own load took: its log's second `Load weight begin/end` pair, or a figure the
+    reporter transcribed (`draft_weight_mem_gb`)."""
+    before, after = logged.get("draft_pre_load_avail_mem_gb"), logged.get("draft_avail_mem_after_weights_gb")
+    if before is not None and after is not None:
+        return float(before) - float(after)
+    if logged.get("draft_weight_mem_gb") is not None:
+        return float(logged["draft_weight_mem_gb"])
+    return None
+
+
 def expected_failure(logged: dict[str, Any]) -> str | None:
     if logged.get("error_text") and "exceeds the maximum allowed length" not in logged["error_text"]:
         return str(logged["error_text"])
@@ -213,6 +224,7 @@ def main(argv: list[str]) -> int:
     configs = load_configs(Path(args.configs))
     cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
     kv_ok = kv_n = w_ok = w_n = v_ok = v_n = 0
+    draft_ok = draft_n = 0  # the draft model's own load, where the log shows it
     repeat_ok = repeat_n = 0  # KV tokens when the weights are measured (a repeat launch of the same load)
     repeat_misses: list[str] = []
     skipped: list[str] = []
@@ -243,6 +255,12 @@ def main(argv: list[str]) -> int:
             err = (budget.weights_gib - want_w) / want_w
             w_ok += abs(err) <= 0.03
             parts.append(f"weights {budget.weights_gib:.2f}/{want_w:.2f} GiB ({err:+.1%})")
+        want_d = expected_draft(logged)
+        if want_d is not None:
+            draft_n += 1
+            err = (budget.draft_load_gib - want_d) / want_d
+            draft_ok += abs(err) <= 0.03
+            parts.append(f"draft {budget.draft_load_gib:.2f}/{want_d:.2f} GiB ({err:+.1%})")
         if weights_only:
             print("  ".join(parts))
             continue
@@ -278,6 +296,7 @@ def main(argv: list[str]) -> int:
             for line in budget.lines:
                 print(f"      {line.label}: {line.gib if line.gib is None else round(line.gib, 3)} {line.value or ''}")
     print(f"skipped {len(skipped)}: " + "; ".join(skipped))
+    print(f"draft model loads (its own `Load weight end`, where logged): within 3%: {draft_ok}/{draft_n}")
     print(f"repeat launch (weights measured by the first load's log, pools still predicted): kv_tokens within 2%: "
           f"{repeat_ok}/{repeat_n}" + (f"; misses: {', '.join(repeat_misses)}" if repeat_misses else ""))
     print(f"budget: kv_tokens within 2%: {kv_ok}/{kv_n}, weights within 3%: {w_ok}/{w_n}, verdicts: {v_ok}/{v_n}")

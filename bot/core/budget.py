@@ -25,6 +25,7 @@ from bot.core.model import (
     DTYPE_BYTES,
     GIB,
     NO_QUANT,
+    DraftSize,
     ModelSpec,
     Quantization,
     default_group,
@@ -32,7 +33,7 @@ from bot.core.model import (
     kv_bytes_per_token,
     loadable_group,
     mamba_bytes_per_request,
-    mtp_params,
+    mtp_draft_size,
     pipeline_stages,
     quantization_from,
     quantized_inputs,
@@ -241,6 +242,7 @@ class Budget:
     pre_gib: float
     weights_gib: float
     draft_weights_gib: float
+    draft_load_gib: float  # what the draft's own `Load weight end ... mem usage` shows (its transient copies too)
     slack_gib: float
     rest_gib: float
     kv_cell_bytes: float
@@ -672,8 +674,10 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     w.line("target weights", weights, weights_why)
     draft_layers = 0
     draft_weights = 0.0
+    draft_shared = 0.0  # what the draft holds only while it loads (its own embeddings/lm_head)
     if spec:
         note = ""
+        size: DraftSize | None = None
         if inp.draft_weights_gib is not None:
             draft_weights = inp.draft_weights_gib
             draft_layers = 1
@@ -681,9 +685,8 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             # NEXTN/MTP without a draft path: the checkpoint's own MTP layers. Qwen3-Next's config
             # states no count though its checkpoint carries one (SGLang's NextN heads are one layer)
             draft_layers = model.mtp_layers or 1
+            size = mtp_draft_size(model, draft_layers)
             note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
-            draft_weights = mtp_params(replace(model, mtp_layers=draft_layers)) \
-                * DTYPE_BYTES.get(model.dtype, 2.0) / tp / GIB
         elif flags.speculative_algorithm == "STANDALONE" and inp.draft_config is not None:
             small = read_config(inp.draft_config, "draft")
             draft_layers = small.layers
@@ -692,11 +695,19 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         else:
             size = eagle_draft_size(model, flags.speculative_algorithm == "EAGLE3", inp.draft_config)
             draft_layers = int((inp.draft_config or {}).get("num_hidden_layers") or 1)
-            draft_weights = (size.sharded / tp + size.whole) * DTYPE_BYTES.get(size.dtype, 2.0) / GIB
             note = f" ({size.why})"
             if flags.speculative_algorithm == "STANDALONE":
                 note = (" (the standalone draft's config was not read: its size is unknown, one layer shaped like "
                         "the target's is counted, a lower bound)")
+        if size is not None:
+            draft_weights = size.bytes_per_gpu(tp, with_shared=False) / GIB
+            if era != "D":
+                # before 0.5.14 the draft loads into the reserve with its own embeddings and lm_head and keeps
+                # them while its KV pool is made (from 0.5.14 the pools are sized after the target's replace them)
+                draft_shared = size.bytes_per_gpu(tp, with_shared=True) / GIB - draft_weights
+            if draft_shared:
+                note += (f"; + {draft_shared:.2f} GiB of its own embeddings/lm_head while it loads, freed once the "
+                         "target's are shared")
         where = "counted before sizing the pools" if era == "D" else "loaded after the target: comes out of the slack"
         w.line("draft weights", draft_weights, f"{draft_layers} draft layer(s){note}, {where}")
 
@@ -825,7 +836,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
 
     # what the slack must hold at runtime (estimates: SGLang does not pre-compute these)
     need, need_lines = _runtime_need(model, flags, version, tokens, chunk, graph_bs, draft_weights,
-                                     draft_layers, kv_bytes, era, mrr_final)
+                                     draft_layers, kv_bytes, era, mrr_final, draft_shared)
     for label, gib, why in need_lines:
         w.line(label, gib, why)
     headroom = slack - need
@@ -841,7 +852,8 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     not_modelled = tuple(flags.unknown)
     return Budget(
         version=version, era=era, mem_fraction_static=mfs, mfs_auto=mfs_auto, pre_gib=pre, weights_gib=weights,
-        draft_weights_gib=draft_weights, slack_gib=slack, rest_gib=rest, kv_cell_bytes=cell, kv_tokens=tokens,
+        draft_weights_gib=draft_weights, draft_load_gib=draft_weights + draft_shared, slack_gib=slack, rest_gib=rest,
+        kv_cell_bytes=cell, kv_tokens=tokens,
         swa_tokens=swa_tokens, mamba_per_request_bytes=per, mamba_slots=mamba_slots, mamba_state_gib=mamba_gib,
         spec_state_gib=spec_gib, max_running_requests=mrr_final, context_len=context_len, runtime_need_gib=need,
         headroom_gib=headroom, verdict=kind, error_text=error, reasons=tuple(text for _, text in degraded),
@@ -921,10 +933,15 @@ def _mamba_plan(version: SglangVersion, rest_gib: float, per: float, r: float, d
     return k, k * per + spec_bytes, spec_bytes, None
 
 
+DRAFT_GRAPHS_GIB = 0.2  # the draft's own decode/extend graphs (estimate)
+
+
 def _runtime_need(model: ModelSpec, flags: LaunchFlags, version: SglangVersion, tokens: int, chunk: int,
                   graph_bs: int, draft_weights: float, draft_layers: int, kv_bytes: float, era: str,
-                  mrr: int | None) -> tuple[float, list[tuple[str, float, str]]]:
-    """Estimates of what must fit in the static reserve once the pools are allocated."""
+                  mrr: int | None, draft_shared: float = 0.0) -> tuple[float, list[tuple[str, float, str]]]:
+    """Estimates of what must fit in the static reserve once the pools are allocated. A draft's
+    transient copies (its own embeddings/lm_head) are freed before the draft's graphs are captured and
+    before serving, so they count only where they exceed what comes after them."""
     lines: list[tuple[str, float, str]] = []
     h = model.hidden
     tp = flags.tp
@@ -942,9 +959,14 @@ def _runtime_need(model: ModelSpec, flags: LaunchFlags, version: SglangVersion, 
     if flags.speculative and era != "D":
         draft_kv = tokens * draft_layers * (kv_bytes_per_token(model, tp, kv_bytes)[0] / max(1, model.full_layers)) \
             / GIB
-        lines.append(("draft model (weights + KV + graphs)", draft_weights + draft_kv + 0.2,
+        # freed before the draft's graphs are captured and before serving allocates activations: they make
+        # room for those two, while the target's graphs and compiled kernels were there already
+        later = act + DRAFT_GRAPHS_GIB
+        peak = max(0.0, draft_shared - later)
+        lines.append(("draft model (weights + KV + graphs)", draft_weights + draft_kv + DRAFT_GRAPHS_GIB + peak,
                       f"before 0.5.14 the draft is built after the target, from the reserve: {draft_weights:.2f} GiB "
-                      f"weights + {draft_kv:.2f} GiB KV for {tokens:,} tokens"))
+                      f"weights + {draft_kv:.2f} GiB KV for {tokens:,} tokens"
+                      + (f" + {peak:.2f} GiB while its own embeddings/lm_head are still held" if peak else "")))
     return sum(g for _, g, _ in lines), lines
 
 

@@ -722,14 +722,32 @@ def mtp_params(spec: ModelSpec) -> int:
 
 @dataclass(frozen=True)
 class DraftSize:
-    """An EAGLE draft model's parameters as SGLang builds it: split over tp (embeddings, lm_head,
-    the decoder layers) and held whole (the fc that mixes the target's hidden states: a plain
-    nn.Linear), in the draft's dtype."""
+    """A draft model's parameters as SGLang builds it, in the draft's dtype: its own layers, split over
+    tp; the embeddings and lm_head it allocates while loading and then replaces with the target's
+    (``set_embed_and_head``), vocab-parallel; and what every rank holds whole (the fc that mixes the
+    target's hidden states is a plain nn.Linear)."""
 
     sharded: int
+    shared: int  # allocated at load, freed once the target's embeddings and head are shared
     whole: int
     dtype: str
     why: str
+
+    def bytes_per_gpu(self, tp: int, with_shared: bool) -> float:
+        params = (self.sharded + (self.shared if with_shared else 0)) / tp + self.whole
+        return params * DTYPE_BYTES.get(self.dtype, 2.0)
+
+
+def mtp_draft_size(spec: ModelSpec, layers: int) -> DraftSize:
+    """The checkpoint's own MTP/NextN layers (DeepseekV3ForCausalLMNextN, Qwen3_5ForCausalLMMTP, MiMo's
+    MTP): decoder layers split over tp, an nn.Linear fc from 2 x hidden, and their own embeddings and
+    lm_head, which SGLang builds empty, skips loading and swaps for the target's."""
+    one = _attention_params(spec, "full")
+    dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
+    layer = one.sharded + one.whole + one.kv + dense + experts
+    shared = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
+    return DraftSize(layers * layer, shared, layers * 2 * spec.hidden * spec.hidden, spec.dtype,
+                     f"{layers} MTP layer(s) of the checkpoint")
 
 
 def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | None = None) -> DraftSize:
@@ -737,10 +755,9 @@ def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | No
     config when there is one, else from the target's geometry.
 
     Both allocate their own vocab-parallel embeddings and lm_head while loading (counted by the draft's
-    `Load weight end`), however the target's are shared afterwards. EAGLE's fc takes 2 x hidden,
-    EAGLE3's 3 x the target's hidden, and EAGLE3's first layer projects q/k/v from 2 x hidden (the
-    embeddings and the hidden state side by side). EAGLE3's lm_head spans its draft vocabulary,
-    the full one when the config names none."""
+    `Load weight end`); the target's replace them afterwards, except an EAGLE3 lm_head over its own
+    draft vocabulary. EAGLE's fc takes 2 x hidden, EAGLE3's 3 x the target's hidden, and EAGLE3's first
+    layer projects q/k/v from 2 x hidden (the embeddings and the hidden state side by side)."""
     c = draft or {}
     h = int(c.get("hidden_size") or target.hidden)
     heads = int(c.get("num_attention_heads") or target.heads)
@@ -754,20 +771,21 @@ def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | No
     qkv_in = 2 * h if eagle3 else h
     layer = qkv_in * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter
     later = (layers - 1) * (h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter)
-    head_vocab = int(c.get("draft_vocab_size") or vocab) if eagle3 else vocab
-    embeddings = vocab * h + (0 if tied else head_vocab * h)
+    draft_vocab = int(c.get("draft_vocab_size") or 0) if eagle3 else 0
+    own_head = draft_vocab * h if draft_vocab and not tied else 0
+    shared = vocab * h + (0 if tied or own_head else vocab * h)
     fc = (3 * target_h if eagle3 else 2 * h) * h
     dtype = str(c.get("torch_dtype") or c.get("dtype") or target.dtype).replace("torch.", "")
     kind = "EAGLE3" if eagle3 else "EAGLE"
     if draft:
         why = f"{kind} draft from its config: {layers} layer(s) of {h}, vocab {vocab}"
-        if eagle3:
-            why += f", lm_head over {head_vocab} draft tokens"
+        if own_head:
+            why += f", its own lm_head over {draft_vocab} draft tokens"
     else:
-        why = (f"{kind} draft config not read: one layer shaped like the target's, its own embeddings and "
-               f"lm_head over the target's {vocab} tokens" + (" (an upper bound: EAGLE3 drafts often keep a "
-                                                              "smaller draft vocabulary)" if eagle3 else ""))
-    return DraftSize(layer + later + embeddings, fc + 4 * h * layers, dtype, why)
+        why = (f"{kind} draft config not read: one layer shaped like the target's"
+               + (" (an EAGLE3 draft's own lm_head over a smaller draft vocabulary is not counted)" if eagle3
+                  else ""))
+    return DraftSize(layer + later + own_head, shared, fc + 4 * h * layers, dtype, why)
 
 
 def _part_bytes(spec: ModelSpec, quant: Quantization, include_mtp: bool,
