@@ -685,7 +685,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             # NEXTN/MTP without a draft path: the checkpoint's own MTP layers. Qwen3-Next's config
             # states no count though its checkpoint carries one (SGLang's NextN heads are one layer)
             draft_layers = model.mtp_layers or 1
-            size = mtp_draft_size(model, draft_layers)
+            size = mtp_draft_size(model, draft_layers, quant)
             note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
         elif flags.speculative_algorithm == "STANDALONE" and inp.draft_config is not None:
             small = read_config(inp.draft_config, "draft")
@@ -704,7 +704,8 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             if era != "D":
                 # before 0.5.14 the draft loads into the reserve with its own embeddings and lm_head and keeps
                 # them while its KV pool is made (from 0.5.14 the pools are sized after the target's replace them)
-                draft_shared = size.bytes_per_gpu(tp, with_shared=True) / GIB - draft_weights
+                draft_shared = size.bytes_per_gpu(tp, with_shared=True, shared_whole=attn_tp < tp) / GIB \
+                    - draft_weights
             if draft_shared:
                 note += (f"; + {draft_shared:.2f} GiB of its own embeddings/lm_head while it loads, freed once the "
                          "target's are shared")

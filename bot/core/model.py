@@ -732,22 +732,32 @@ class DraftSize:
     whole: int
     dtype: str
     why: str
+    sharded_bytes: float | None = None  # the layers' bytes when a quantization decides them (an MTP layer)
 
-    def bytes_per_gpu(self, tp: int, with_shared: bool) -> float:
-        params = (self.sharded + (self.shared if with_shared else 0)) / tp + self.whole
-        return params * DTYPE_BYTES.get(self.dtype, 2.0)
+    def bytes_per_gpu(self, tp: int, with_shared: bool, shared_whole: bool = False) -> float:
+        """``shared_whole``: under DP attention the draft's embeddings and lm_head are not split over tp."""
+        per = DTYPE_BYTES.get(self.dtype, 2.0)
+        shared = (self.shared if shared_whole else self.shared / tp) if with_shared else 0
+        layers = self.sharded * per if self.sharded_bytes is None else self.sharded_bytes
+        return layers / tp + (shared + self.whole) * per
 
 
-def mtp_draft_size(spec: ModelSpec, layers: int) -> DraftSize:
+def mtp_draft_size(spec: ModelSpec, layers: int, quant: Quantization = NO_QUANT) -> DraftSize:
     """The checkpoint's own MTP/NextN layers (DeepseekV3ForCausalLMNextN, Qwen3_5ForCausalLMMTP, MiMo's
-    MTP): decoder layers split over tp, an nn.Linear fc from 2 x hidden, and their own embeddings and
-    lm_head, which SGLang builds empty, skips loading and swaps for the target's."""
+    MTP): decoder layers split over tp, built with the checkpoint's quantization (DeepSeek's FP8 NextN
+    layer), an nn.Linear fc from 2 x hidden, and their own embeddings and lm_head, which SGLang builds
+    empty, skips loading and swaps for the target's."""
     one = _attention_params(spec, "full")
     dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
-    layer = one.sharded + one.whole + one.kv + dense + experts
+    linear = one.sharded + one.whole + one.kv + dense
+    per = DTYPE_BYTES.get(spec.dtype, 2.0)
+    quantized = quant.method not in ("none", "unknown")
+    linear_bytes = linear * (quant.bytes_per_param if quantized and not quant.experts_only else per)
+    expert_per = quant.expert_bytes_per_param or (quant.bytes_per_param if quantized else per)
     shared = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
-    return DraftSize(layers * layer, shared, layers * 2 * spec.hidden * spec.hidden, spec.dtype,
-                     f"{layers} MTP layer(s) of the checkpoint")
+    return DraftSize(layers * (linear + experts), shared, layers * 2 * spec.hidden * spec.hidden, spec.dtype,
+                     f"{layers} MTP layer(s) of the checkpoint" + (f", {quant.label}" if quantized else ""),
+                     sharded_bytes=layers * (linear_bytes + experts * expert_per))
 
 
 def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | None = None) -> DraftSize:

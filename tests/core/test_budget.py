@@ -990,3 +990,19 @@ def test_online_fp8_of_a_moe_on_ampere_is_undone_by_dropping_the_flag_and_dense_
     assert [r.change for r in b.remedies] == ["drop --quantization fp8"] and b.remedies[0].flags.quantization is None
     dense = run(spec("meta-llama__Meta-Llama-3.1-8B-Instruct"), ["--quantization", "fp8"], version="0.5.9", count=1)
     assert dense.error_text is None  # dense FP8 linears fall back to Marlin W8A16 on Ampere
+
+
+def test_deepseeks_nextn_layer_is_fp8_like_the_checkpoint_and_dp_attention_keeps_its_copies_whole():
+    r1 = spec("deepseek-ai__DeepSeek-R1")  # FP8 block-quantized, one NextN layer of 256 experts
+    argv = ["--tp", "8", "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "2"]
+    b = run(r1, argv, version="0.5.9", total_mib=143771, count=8, gpu="NVIDIA H200")
+    experts = 256 * 3 * 7168 * 2048  # 11,274,289,152 in FP8 (1 B + a fp32 scale per 128x128 block)
+    fc = 2 * 7168 * 7168  # the eh_proj, an nn.Linear in bf16 on every rank
+    low = (experts * (1 + 4 / 128**2) / 8 + fc * 2) / GIB
+    assert low < b.draft_weights_gib < low + 0.1  # + the MLA attention and the shared expert, also FP8
+    # its own embeddings and lm_head while loading: vocab-parallel, or whole on every rank under DP attention
+    copies = 2 * 129280 * 7168 * 2
+    assert b.draft_load_gib - b.draft_weights_gib == pytest.approx(copies / 8 / GIB)
+    dp = run(r1, [*argv, "--enable-dp-attention", "--dp", "8"], version="0.5.9", total_mib=143771, count=8,
+             gpu="NVIDIA H200")
+    assert dp.draft_load_gib - dp.draft_weights_gib == pytest.approx(copies / GIB)
