@@ -186,6 +186,16 @@ def test_triage_in_a_terminal(tmp_path):
     assert "also in the log (not the cause): child_process_died" in out.stdout
     data = json.loads(gpuops("triage", str(log), "--json").stdout)
     assert data["label"] == "nccl_error" and data["evidence"][0]["line_no"] > 1
+    # with the launch command, a finding that has a one-flag experiment prints it, ready to paste
+    p2p = next(json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text().splitlines()
+               if '"id": "sglang-4814"' in x)
+    log.write_text("\n".join(p2p["log_excerpt"]) if isinstance(p2p["log_excerpt"], list) else p2p["log_excerpt"])
+    out = gpuops("triage", str(log), "--launch", p2p["launch_command"])
+    assert out.stdout.startswith("gpu_p2p_unsupported")
+    assert "try: --disable-custom-all-reduce" in out.stdout and "--tensor-parallel-size=2 --disable-custom-all-reduce" \
+        in out.stdout
+    data = json.loads(gpuops("triage", str(log), "--json", "--launch", p2p["launch_command"]).stdout)
+    assert data["experiments"][0]["change"] == "--disable-custom-all-reduce"
 
 
 async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
