@@ -559,7 +559,7 @@ class WeightPart:
     max_split: int | None = None  # at most this many ranks share it (K/V heads: more ranks replicate them)
 
 
-def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]:
+def weight_parts(spec: ModelSpec) -> list[WeightPart]:
     """Parameter counts by component, from the geometry (biases and norms included)."""
     h = spec.hidden
     first = spec.stage is None or spec.stage[0] == 0
@@ -606,8 +606,6 @@ def weight_parts(spec: ModelSpec, include_mtp: bool = False) -> list[WeightPart]
         parts.append(WeightPart("vision tower", spec.vision_params, True, False))
     if spec.vision_projector_params and first:
         parts.append(WeightPart("vision projector", spec.vision_projector_params, False, False))
-    if include_mtp and spec.mtp_layers:
-        parts.append(WeightPart("mtp head", mtp_params(spec), True, True))
     return [p for p in parts if p.params]
 
 
@@ -712,14 +710,6 @@ def _router_params(spec: ModelSpec) -> int:
     return moe_layers * spec.hidden * spec.moe.num_experts
 
 
-def mtp_params(spec: ModelSpec) -> int:
-    """One decoder layer plus its input projection (embeddings and lm_head are shared)."""
-    one = _attention_params(spec, "full")
-    attention = one.sharded + one.whole + one.kv
-    dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
-    return spec.mtp_layers * (attention + dense + experts + 2 * spec.hidden * spec.hidden)
-
-
 @dataclass(frozen=True)
 class DraftSize:
     """A draft model's parameters as SGLang builds it, in the draft's dtype: its own layers, split over
@@ -751,7 +741,8 @@ def mtp_draft_size(spec: ModelSpec, layers: int, quant: Quantization = NO_QUANT)
     dense, experts = _mlp_params(spec, spec.layers)  # past the dense prefix: an expert layer if MoE
     linear = one.sharded + one.whole + one.kv + dense
     per = DTYPE_BYTES.get(spec.dtype, 2.0)
-    quantized = quant.method not in ("none", "unknown")
+    # a checkpoint whose exclusion list names its MTP weights (Qwen's NVFP4 release: mtp.*) keeps them 16-bit
+    quantized = quant.method not in ("none", "unknown") and quant.kept_fraction("mtp head") < 1.0
     linear_bytes = linear * (quant.bytes_per_param if quantized and not quant.experts_only else per)
     expert_per = quant.expert_bytes_per_param or (quant.bytes_per_param if quantized else per)
     shared = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
@@ -798,12 +789,11 @@ def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | No
     return DraftSize(layer + later + own_head, shared, fc + 4 * h * layers, dtype, why)
 
 
-def _part_bytes(spec: ModelSpec, quant: Quantization, include_mtp: bool,
-                experts_unquantized: bool) -> list[tuple[WeightPart, float]]:
+def _part_bytes(spec: ModelSpec, quant: Quantization, experts_unquantized: bool) -> list[tuple[WeightPart, float]]:
     """Each weight part with its whole (unsharded) size in bytes."""
     base = DTYPE_BYTES.get(spec.dtype, 2.0)
     out = []
-    for part in weight_parts(spec, include_mtp):
+    for part in weight_parts(spec):
         per_param = base
         if part.expert and experts_unquantized:
             pass
@@ -834,17 +824,16 @@ def part_divisor(part: WeightPart, tp: int, attn_tp: int | None = None) -> int:
 
 
 def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = None,
-                         include_mtp: bool = False, experts_unquantized: bool = False,
-                         attn_tp: int | None = None) -> float:
+                         experts_unquantized: bool = False, attn_tp: int | None = None) -> float:
     """Bytes one GPU holds: each part over the GPUs that share it (:func:`part_divisor`)."""
-    parts = _part_bytes(spec, quant or spec.quant, include_mtp, experts_unquantized)
+    parts = _part_bytes(spec, quant or spec.quant, experts_unquantized)
     return sum(size / part_divisor(part, tp, attn_tp) for part, size in parts)
 
 
 def uneven_bytes(spec: ModelSpec, tp: int, quant: Quantization | None = None, attn_tp: int | None = None) -> float:
     """Bytes a GPU holds beyond an even 1/tp share of the checkpoint: the parts every rank keeps
     whole (norms, routers, Gemma's embedding table) or shares with fewer ranks (DP attention)."""
-    parts = _part_bytes(spec, quant or spec.quant, False, False)
+    parts = _part_bytes(spec, quant or spec.quant, False)
     return sum(size * (1 / part_divisor(part, tp, attn_tp) - 1 / tp) for part, size in parts)
 
 

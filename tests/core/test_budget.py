@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -1006,3 +1007,15 @@ def test_deepseeks_nextn_layer_is_fp8_like_the_checkpoint_and_dp_attention_keeps
     dp = run(r1, [*argv, "--enable-dp-attention", "--dp", "8"], version="0.5.9", total_mib=143771, count=8,
              gpu="NVIDIA H200")
     assert dp.draft_load_gib - dp.draft_weights_gib == pytest.approx(copies / GIB)
+
+
+def test_an_mtp_layer_the_checkpoint_keeps_unquantized_is_sized_in_16_bits():
+    from bot.core.model import NO_QUANT, mtp_draft_size
+
+    nvfp4 = spec("nvidia__Qwen3.6-35B-A3B-NVFP4")  # its exclusion list names mtp.*: the MTP layer stays bf16
+    assert dict(nvfp4.quant.kept)["mtp head"] == 1.0
+    b = run(nvfp4, ["--tp", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "4"],
+            version="0.5.9", total_mib=97887, gpu="NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition")
+    bf16 = mtp_draft_size(nvfp4, 1, NO_QUANT).bytes_per_gpu(2, with_shared=False) / GIB
+    assert b.draft_weights_gib == pytest.approx(bf16)
+    assert mtp_draft_size(nvfp4, 1, replace(nvfp4.quant, kept=())).bytes_per_gpu(2, with_shared=False) / GIB < bf16
