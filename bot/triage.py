@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.budget import PlannedBudget, plan_budget
@@ -18,14 +19,18 @@ from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, user_flags
 from bot.core.diagnosis import Finding, LaunchContext, diagnose
 from bot.core.experiments import Experiment, label_experiments
+from bot.core.flags import parse_sglang_flags
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
+from bot.core.p2p import parse_p2p_matrix, peer_access_check
 from bot.errors import GpuopsError, RemoteError
 from bot.faults import read_kernel_xids
 from bot.launch import container_of
 from bot.status import SmiFailed, Transport, read_node
 
 log = logging.getLogger(__name__)
+# findings whose next check is the GPUs' peer access (custom all-reduce, NCCL's P2P transport)
+PEER_ACCESS_LABELS = {"gpu_p2p_unsupported", "nccl_error"}
 # findings the budget engine sizes the next experiment for: memory, and a model that does not split over tp
 BUDGETED_LABELS = {"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom", "flashinfer_workspace_oom",
                    "context_exceeds_kv_pool", "tp_divisibility_error"}
@@ -44,6 +49,7 @@ class TriageReport:
     xid: tuple[str, ...]
     planned: PlannedBudget | None  # for BUDGETED_LABELS findings: the budget with its computed remedies
     experiments: tuple[Experiment, ...] = ()  # for the other findings: the label's flag experiments
+    peer_access: str | None = None  # for transport findings: the launch GPUs' P2P matrix, summarised
 
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt) -> TriageReport:
@@ -92,7 +98,26 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         except GpuopsError:
             planned = None
     experiments = () if finding.label in BUDGETED_LABELS else label_experiments(finding.label, user_flags(attempt.argv))
-    return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments)
+    peer_access = None
+    if finding.label in PEER_ACCESS_LABELS:
+        peer_access = await _peer_access(transport, attempt, inside)
+    return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments,
+                        peer_access)
+
+
+async def _peer_access(transport: Transport, attempt: Attempt,
+                       inside: Callable[[remote.Argv], remote.Argv]) -> str:
+    """What `nvidia-smi topo -p2p r` in the container says of the GPUs the attempt used."""
+    try:
+        out = await transport.run(attempt.node, inside(remote.nvidia_smi_p2p_read()))
+    except RemoteError as exc:
+        return f"the P2P matrix could not be read: {exc.user_message}"
+    matrix = parse_p2p_matrix(out.stdout)
+    try:
+        gpus = parse_sglang_flags(user_flags(attempt.argv)).gpus_needed
+    except GpuopsError:  # flags this SGLang parser does not know: every GPU the container sees
+        gpus = len({a for a, _ in matrix})
+    return peer_access_check(matrix, gpus)[1]
 
 
 def _model_types(config_text: str) -> tuple[str, ...]:

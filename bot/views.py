@@ -363,6 +363,8 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v) or "unknown"
     lines.append(f"• versions in the container: {escape_mrkdwn(versions)}")
     lines.append(f"• {escape_mrkdwn(report.disk)}")
+    if report.peer_access:
+        lines.append(f"• peer access: {escape_mrkdwn(report.peer_access)}")
     if report.xid:
         lines += [f"• kernel: {escape_mrkdwn(x)}" for x in report.xid]
     else:

@@ -96,3 +96,24 @@ async def test_a_compiler_failure_offers_the_launch_without_torch_compile_as_a_b
     await wait_text(lab, "*ready*")
     latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
     assert latest.changes == ("- --enable-torch-compile (on)",) and "--enable-torch-compile" not in latest.argv
+
+
+async def test_a_peer_access_failure_shows_the_p2p_matrix_and_offers_the_switch(lab):
+    """GPUs whose chipset has no P2P (as 2x L4 report it): the triage reads the matrix in the container, names
+    the pair, and the button relaunches with --disable-custom-all-reduce, which starts."""
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["smi"] = {"p2p": "CNS"}
+    lab.nodes["pve5"].write_state(state)
+    attempt = await failed_launch(lab, "p2p_unsupported", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
+    report = post_with(calls, "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert "*gpu_p2p_unsupported*" in text
+    assert "peer access: GPU0<->GPU1: CNS (Chipset not supported)" in text
+    choice = next(b for b in buttons(report) if b["text"]["text"] == "launch with --disable-custom-all-reduce")
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.click(choice["action_id"], choice["value"])
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert latest.changes == ("+ --disable-custom-all-reduce (on)",)
