@@ -30,7 +30,7 @@ from bot.core.budget import (  # noqa: E402
     compute_budget,
     parse_version,
 )
-from bot.core.flags import LaunchFlags, parse_sglang_flags  # noqa: E402
+from bot.core.flags import LaunchFlags, command_flags, parse_sglang_flags  # noqa: E402
 from bot.core.gpus import gpu_total_mib  # noqa: E402
 from bot.core.model import Quantization, quantization_from, read_config  # noqa: E402
 from bot.errors import UsageError  # noqa: E402
@@ -73,8 +73,7 @@ def launch_command_flags(other: dict[str, Any]) -> LaunchFlags:
         tokens = shlex.split(text)
     except ValueError:
         tokens = text.split()
-    start = next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))
-    argv = tokens[start:]
+    argv = list(command_flags(tokens))
     for _ in range(len(argv) + 1):
         try:
             return parse_sglang_flags(argv)

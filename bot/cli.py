@@ -259,10 +259,11 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
     from bot.core.diagnosis import LaunchContext, diagnose
     from bot.core.experiments import label_experiments
+    from bot.core.flags import command_flags
 
     data = _read_input(args.logfile, "log")
     given = shlex.split(args.launch) if args.launch else []
-    launch = _launch_flags(given)
+    launch = command_flags(given)
     context = LaunchContext.from_argv(given) if args.launch else None
     finding = diagnose(data.decode("utf-8", errors="replace"), stalled_minutes=args.stalled_minutes, context=context)
     experiments = label_experiments(finding.label, launch) if launch else ()
@@ -281,13 +282,6 @@ def cmd_triage(args: argparse.Namespace) -> int:
         for experiment in experiments:
             print(f"  try: {experiment.change} ({experiment.why}):\n       {shlex.join(experiment.argv)}")
     return 0 if finding.label != "unknown" else 3
-
-
-def _launch_flags(tokens: list[str]) -> tuple[str, ...]:
-    """The flags of a launch command as given to --launch ("python -m sglang.launch_server --tp 2 ..."
-    or just the flags)."""
-    start = next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))
-    return tuple(tokens[start:])
 
 
 def cmd_lab(args: argparse.Namespace) -> int:

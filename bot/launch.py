@@ -25,14 +25,12 @@ from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import NodeFaults, launch_gpu_health
 from bot.core.inventory import Container, Inventory, Target
-from bot.core.p2p import parse_p2p_matrix, peer_access_check
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
 from bot.faults import read_faults
 from bot.launch_settings import LaunchSettings
-from bot.ssh import CommandResult
-from bot.status import SmiFailed, Transport, read_node
+from bot.status import SmiFailed, Transport, read_node, read_peer_access
 from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
@@ -112,8 +110,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
     # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
-    p2p_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
-        target.vmid, remote.nvidia_smi_p2p_read()))) \
+    p2p_task = asyncio.ensure_future(read_peer_access(transport, target.node, target.vmid, flags.tp)) \
         if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
     planned: PlannedBudget | None = None
     try:
@@ -161,7 +158,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
             checks.append(Check("SGLang supports the model", "ok", detail))
         checks.append(_transformers_check(planned))
         if p2p_task is not None:
-            checks.append(await _peer_access(p2p_task, flags.tp))
+            checks.append(Check("GPU peer access", *await p2p_task))
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
@@ -175,14 +172,6 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
     return Preflight(request, tuple(checks), planned, port)
-
-
-async def _peer_access(task: Awaitable[CommandResult], gpus: int) -> Check:
-    try:
-        out = await task
-    except RemoteError as exc:
-        return Check("GPU peer access", "warn", f"could not read the P2P matrix: {exc.user_message}")
-    return Check("GPU peer access", *peer_access_check(parse_p2p_matrix(out.stdout), gpus))
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

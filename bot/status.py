@@ -14,6 +14,7 @@ from typing import Protocol
 from bot.core import argv as remote
 from bot.core.gpu import SmiSnapshot
 from bot.core.inventory import Inventory, Target
+from bot.core.p2p import parse_p2p_matrix, peer_access_check
 from bot.core.smi import find_error, parse_xml, processes_from_query, read_csv, snapshot_from_query
 from bot.core.status import (
     DEFAULT_THRESHOLDS,
@@ -61,6 +62,17 @@ async def _smi(transport: Transport, node: str, argv: remote.Argv) -> str:
         if error is not None:
             raise SmiFailed(SmiSnapshot(source_format="error", error=error)) from None
         raise
+
+
+async def read_peer_access(transport: Transport, node: str, vmid: int, gpus: int | None) -> tuple[str, str]:
+    """("ok" | "warn", detail): `nvidia-smi topo -p2p r` inside a container, judged for its first
+    ``gpus`` GPUs (None: every GPU the matrix lists). Unreadable is a warning, not a failure."""
+    try:
+        out = await transport.run(node, remote.pct_exec(vmid, remote.nvidia_smi_p2p_read()))
+    except RemoteError as exc:
+        return "warn", f"could not read the P2P matrix: {exc.user_message}"
+    matrix = parse_p2p_matrix(out.stdout)
+    return peer_access_check(matrix, len({a for a, _ in matrix}) if gpus is None else gpus)
 
 
 async def read_gpus(transport: Transport, node: str, vmid: int | None = None) -> SmiSnapshot:

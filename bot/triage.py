@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.budget import PlannedBudget, plan_budget
@@ -22,11 +21,10 @@ from bot.core.experiments import Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
-from bot.core.p2p import parse_p2p_matrix, peer_access_check
 from bot.errors import GpuopsError, RemoteError
 from bot.faults import read_kernel_xids
 from bot.launch import container_of
-from bot.status import SmiFailed, Transport, read_node
+from bot.status import SmiFailed, Transport, read_node, read_peer_access
 
 log = logging.getLogger(__name__)
 # findings whose next check is the GPUs' peer access (custom all-reduce, NCCL's P2P transport)
@@ -100,24 +98,13 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     experiments = () if finding.label in BUDGETED_LABELS else label_experiments(finding.label, user_flags(attempt.argv))
     peer_access = None
     if finding.label in PEER_ACCESS_LABELS:
-        peer_access = await _peer_access(transport, attempt, inside)
+        try:
+            launch_gpus: int | None = parse_sglang_flags(user_flags(attempt.argv)).gpus_needed
+        except GpuopsError:  # flags this SGLang parser does not know: every GPU the container sees
+            launch_gpus = None
+        peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]
     return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments,
                         peer_access)
-
-
-async def _peer_access(transport: Transport, attempt: Attempt,
-                       inside: Callable[[remote.Argv], remote.Argv]) -> str:
-    """What `nvidia-smi topo -p2p r` in the container says of the GPUs the attempt used."""
-    try:
-        out = await transport.run(attempt.node, inside(remote.nvidia_smi_p2p_read()))
-    except RemoteError as exc:
-        return f"the P2P matrix could not be read: {exc.user_message}"
-    matrix = parse_p2p_matrix(out.stdout)
-    try:
-        gpus = parse_sglang_flags(user_flags(attempt.argv)).gpus_needed
-    except GpuopsError:  # flags this SGLang parser does not know: every GPU the container sees
-        gpus = len({a for a, _ in matrix})
-    return peer_access_check(matrix, gpus)[1]
 
 
 def _model_types(config_text: str) -> tuple[str, ...]:

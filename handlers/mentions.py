@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncApp
 from bot import views
 from bot.app import Services
 from bot.core.attempts import Attempt, is_attempt_id
-from bot.core.incident import Incident, Observation, parse_mention
+from bot.core.incident import Incident, Observation, parse_mention, triage_hypothesis
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, UsageError
 from bot.status import read_status
@@ -126,8 +126,7 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         latest = attempts[0] if attempts else None
         label = latest.observed.get("triage") if latest else None
         if latest and label and not any(h.author == "gpuops" and label in h.text for h in incident.hypotheses):
-            incident, _ = incident.add_hypothesis(f"the first cause is {label} (proposed by triage of {latest.id})",
-                                                  "gpuops", now)
+            incident, _ = incident.add_hypothesis(triage_hypothesis(label, latest.id), "gpuops", now)
     elif verb == "history":
         attempts = await _attempts(services, incident)
         where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"

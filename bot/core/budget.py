@@ -160,7 +160,6 @@ class BudgetInput:
     version: SglangVersion
     weights_bytes_total: int | None = None  # safetensors total_size, when known: beats the estimate
     quant: Quantization | None = None  # overrides the config's (e.g. an AWQ build of a base config)
-    draft_weights_gib: float | None = None  # a separate EAGLE draft checkpoint's size per GPU
     draft_config: dict[str, Any] | None = None  # the --speculative-draft-model-path's config.json, when read
     measured_load: MeasuredLoad | None = None  # what an earlier load of this checkpoint logged
 
@@ -678,10 +677,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     if spec:
         note = ""
         size: DraftSize | None = None
-        if inp.draft_weights_gib is not None:
-            draft_weights = inp.draft_weights_gib
-            draft_layers = 1
-        elif flags.speculative_algorithm == "EAGLE" and not flags.speculative_draft_model_path:
+        if flags.speculative_algorithm == "EAGLE" and not flags.speculative_draft_model_path:
             # NEXTN/MTP without a draft path: the checkpoint's own MTP layers. Qwen3-Next's config
             # states no count though its checkpoint carries one (SGLang's NextN heads are one layer)
             draft_layers = model.mtp_layers or 1

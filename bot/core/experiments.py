@@ -25,57 +25,65 @@ class Experiment:
     why: str
 
 
+@dataclass(frozen=True)
+class _Move:
+    """One label's experiment: add a switch, or drop a flag (with the flags that only go with it)."""
+
+    add: bool
+    flags: tuple[str, ...]  # the first is the one the change is named after
+    why: str
+    shown: str | None = None  # how a drop is named when not after its flag
+    shows_value: bool = False  # a drop named with the flag's value ("drop --quantization fp8")
+
+
+MOVES: dict[str, _Move] = {
+    "gpu_p2p_unsupported": _Move(True, ("--disable-custom-all-reduce",),
+                                 "custom all-reduce needs peer access these GPUs lack; NCCL does without"),
+    "cuda_graph_capture_error": _Move(True, ("--disable-cuda-graph",),
+                                      "the same launch without CUDA graphs: if it starts, capture is the cause"),
+    "torch_compile_error": _Move(False, ("--enable-torch-compile", "--torch-compile-max-bs"),
+                                 "the same launch without torch.compile: if it starts, the compiler is the cause"),
+    "speculative_decoding_error": _Move(
+        False, SPECULATIVE_FLAGS,
+        "the same launch without speculative decoding: if it starts, the draft/verify path is the cause",
+        "--speculative-algorithm (and its settings)"),
+    "mamba_cache_error": _Move(True, ("--disable-radix-cache",), "the hybrid state pool without its radix cache"),
+    "attention_backend_unsupported": _Move(False, ("--attention-backend",),
+                                           "let SGLang choose the attention backend for this GPU"),
+    "quant_unsupported_on_gpu": _Move(False, ("--quantization",),
+                                      "load the checkpoint as it is stored, without the online quantization",
+                                      shows_value=True),
+}
+MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
+MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
+
+
 def label_experiments(label: str, argv: Sequence[str]) -> tuple[Experiment, ...]:
-    """The flag experiments for a finding's label, given the failed launch's flags (none when the
-    flags already make the change, or the label's next step is not a flag)."""
+    """The flag experiment for a finding's label, given the failed launch's flags (none when the flags
+    already make the change, or the label's next step is not a flag)."""
+    move = MOVES.get(label)
     try:
         flags = parse_sglang_flags(argv)
     except UsageError:
         return ()
-    given = set(flags.passthrough)
-    out: list[Experiment] = []
-
-    def add(flag: str, why: str) -> None:
-        out.append(Experiment(flag, with_flag(argv, flag, None), why))
-
-    def drop(flags_: Sequence[str], shown: str, why: str) -> None:
-        out.append(Experiment(f"drop {shown}", without_flags(argv, *flags_), why))
-
-    if label == "gpu_p2p_unsupported" and "--disable-custom-all-reduce" not in given:
-        add("--disable-custom-all-reduce", "custom all-reduce needs peer access these GPUs lack; NCCL does without")
-    if label in ("cuda_graph_capture_error", "watchdog_timeout") and not flags.disable_cuda_graph:
-        add("--disable-cuda-graph", "the same launch without CUDA graphs: if it starts, capture is the cause")
-    if label == "torch_compile_error" and flags.enable_torch_compile:
-        drop(("--enable-torch-compile", "--torch-compile-max-bs"), "--enable-torch-compile",
-             "the same launch without torch.compile: if it starts, the compiler is the cause")
-    if label in ("speculative_decoding_error", "unsupported_feature_combination") and flags.speculative_algorithm:
-        drop(SPECULATIVE_FLAGS, "--speculative-algorithm (and its settings)",
-             "the same launch without speculative decoding: if it starts, the draft/verify path is the cause")
-    if label == "mamba_cache_error" and not flags.disable_radix_cache:
-        add("--disable-radix-cache", "the hybrid state pool without its radix cache")
-    if label == "attention_backend_unsupported" and "--attention-backend" in given:
-        drop(("--attention-backend",), "--attention-backend", "let SGLang choose the attention backend for this GPU")
-    if label == "quant_unsupported_on_gpu" and flags.quantization:
-        drop(("--quantization",), f"--quantization {flags.quantization}",
-             "load the checkpoint as it is stored, without the online quantization")
-    return tuple(out)
-
-
-# how an attempt's change list (bot.core.attempts.changes_between) shows a label's experiment made
-EXPERIMENT_CHANGE = {
-    "gpu_p2p_unsupported": "+ --disable-custom-all-reduce",
-    "cuda_graph_capture_error": "+ --disable-cuda-graph",
-    "watchdog_timeout": "+ --disable-cuda-graph",
-    "torch_compile_error": "- --enable-torch-compile",
-    "speculative_decoding_error": "- --speculative-algorithm",
-    "unsupported_feature_combination": "- --speculative-algorithm",
-    "mamba_cache_error": "+ --disable-radix-cache",
-    "attention_backend_unsupported": "- --attention-backend",
-    "quant_unsupported_on_gpu": "- --quantization",
-}
+    if move is None:
+        return ()
+    given = without_flags(argv, move.flags[0]) != tuple(argv)
+    if move.add and not given:
+        return (Experiment(move.flags[0], with_flag(argv, move.flags[0], None), move.why),)
+    if not move.add and given:
+        shown = move.shown or move.flags[0]
+        if move.shows_value:
+            shown += f" {getattr(flags, move.flags[0].removeprefix('--').replace('-', '_'))}"
+        return (Experiment(f"drop {shown}", without_flags(argv, *move.flags), move.why),)
+    return ()
 
 
 def made_experiment(label: str, changes: Sequence[str]) -> str | None:
-    """The change among an attempt's ``changes`` that tests ``label``'s experiment, or None."""
-    wanted = EXPERIMENT_CHANGE.get(label)
-    return next((c for c in changes if wanted and (c == wanted or c.startswith(wanted + " "))), None)
+    """The change among an attempt's ``changes`` (bot.core.attempts.changes_between) that made ``label``'s
+    experiment, or None."""
+    move = MOVES.get(label)
+    if move is None:
+        return None
+    wanted = f"{'+' if move.add else '-'} {move.flags[0]}"
+    return next((c for c in changes if c == wanted or c.startswith(wanted + " ")), None)

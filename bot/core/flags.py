@@ -264,6 +264,13 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
     return LaunchFlags(**values, passthrough=tuple(passthrough), unknown=tuple(unknown))
 
 
+def command_flags(tokens: Sequence[str]) -> tuple[str, ...]:
+    """The flags of a launch command ("python -m sglang.launch_server --tp 2 ...", "sglang serve M --tp 2",
+    or just the flags): everything from the first ``--`` token on."""
+    start = next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))
+    return tuple(tokens[start:])
+
+
 def with_flag(argv: Sequence[str], flag: str, value: str | None) -> tuple[str, ...]:
     """``argv`` with ``flag`` set to ``value`` (a switch when None): every spelling of the flag
     (aliases, ``--flag=value``) is replaced, and nothing else changes."""
@@ -290,5 +297,5 @@ def without_flags(argv: Sequence[str], *flags: str) -> tuple[str, ...]:
 
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
-__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "parse_sglang_flags", "field", "with_flag",
-           "without_flags"]
+__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "command_flags", "parse_sglang_flags", "field",
+           "with_flag", "without_flags"]

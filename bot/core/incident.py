@@ -13,8 +13,12 @@ from typing import Any
 
 from bot.core.experiments import made_experiment
 
-# how triage words the hypothesis it proposes (handlers/mentions.py)
+# how triage words the hypothesis it proposes, and how it is recognised again
 TRIAGE_HYPOTHESIS = re.compile(r"^the first cause is (\w+) \(proposed by triage of ")
+
+
+def triage_hypothesis(label: str, attempt_id: str) -> str:
+    return f"the first cause is {label} (proposed by triage of {attempt_id})"
 RESIDUAL_MEMORY = re.compile(r"leftover|left-?over|residual|stale (?:gpu )?memory|orphan|previous run|old process|"
                              r"memory (?:still )?held|zombie", re.I)
 

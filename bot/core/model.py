@@ -712,24 +712,20 @@ def _router_params(spec: ModelSpec) -> int:
 
 @dataclass(frozen=True)
 class DraftSize:
-    """A draft model's parameters as SGLang builds it, in the draft's dtype: its own layers, split over
-    tp; the embeddings and lm_head it allocates while loading and then replaces with the target's
-    (``set_embed_and_head``), vocab-parallel; and what every rank holds whole (the fc that mixes the
-    target's hidden states is a plain nn.Linear)."""
+    """A draft model's bytes as SGLang builds it: its own layers, split over tp; the embeddings and
+    lm_head it allocates while loading and then replaces with the target's (``set_embed_and_head``),
+    vocab-parallel; and what every rank holds whole (the fc that mixes the target's hidden states is a
+    plain nn.Linear)."""
 
-    sharded: int
-    shared: int  # allocated at load, freed once the target's embeddings and head are shared
-    whole: int
-    dtype: str
+    sharded: float
+    shared: float  # allocated at load, freed once the target's embeddings and head are shared
+    whole: float
     why: str
-    sharded_bytes: float | None = None  # the layers' bytes when a quantization decides them (an MTP layer)
 
     def bytes_per_gpu(self, tp: int, with_shared: bool, shared_whole: bool = False) -> float:
         """``shared_whole``: under DP attention the draft's embeddings and lm_head are not split over tp."""
-        per = DTYPE_BYTES.get(self.dtype, 2.0)
-        shared = (self.shared if shared_whole else self.shared / tp) if with_shared else 0
-        layers = self.sharded * per if self.sharded_bytes is None else self.sharded_bytes
-        return layers / tp + (shared + self.whole) * per
+        shared = (self.shared if shared_whole else self.shared / tp) if with_shared else 0.0
+        return self.sharded / tp + shared + self.whole
 
 
 def mtp_draft_size(spec: ModelSpec, layers: int, quant: Quantization = NO_QUANT) -> DraftSize:
@@ -743,12 +739,12 @@ def mtp_draft_size(spec: ModelSpec, layers: int, quant: Quantization = NO_QUANT)
     per = DTYPE_BYTES.get(spec.dtype, 2.0)
     # a checkpoint whose exclusion list names its MTP weights (Qwen's NVFP4 release: mtp.*) keeps them 16-bit
     quantized = quant.method not in ("none", "unknown") and quant.kept_fraction("mtp head") < 1.0
-    linear_bytes = linear * (quant.bytes_per_param if quantized and not quant.experts_only else per)
+    linear_per = quant.bytes_per_param if quantized and not quant.experts_only else per
     expert_per = quant.expert_bytes_per_param or (quant.bytes_per_param if quantized else per)
     shared = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
-    return DraftSize(layers * (linear + experts), shared, layers * 2 * spec.hidden * spec.hidden, spec.dtype,
-                     f"{layers} MTP layer(s) of the checkpoint" + (f", {quant.label}" if quantized else ""),
-                     sharded_bytes=layers * (linear_bytes + experts * expert_per))
+    return DraftSize(layers * (linear * linear_per + experts * expert_per), shared * per,
+                     layers * 2 * spec.hidden * spec.hidden * per,
+                     f"{layers} MTP layer(s) of the checkpoint" + (f", {quant.label}" if quantized else ""))
 
 
 def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | None = None) -> DraftSize:
@@ -769,14 +765,16 @@ def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | No
     layers = int(c.get("num_hidden_layers") or 1)
     tied = bool(c.get("tie_word_embeddings", False))
     target_h = int(c.get("target_hidden_size") or target.hidden)
-    qkv_in = 2 * h if eagle3 else h
-    layer = qkv_in * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter
-    later = (layers - 1) * (h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter)
+
+    def decoder(qkv_in: int) -> int:
+        return qkv_in * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * inter
+
+    stack = decoder(2 * h if eagle3 else h) + (layers - 1) * decoder(h)
     draft_vocab = int(c.get("draft_vocab_size") or 0) if eagle3 else 0
     own_head = draft_vocab * h if draft_vocab and not tied else 0
     shared = vocab * h + (0 if tied or own_head else vocab * h)
     fc = (3 * target_h if eagle3 else 2 * h) * h
-    dtype = str(c.get("torch_dtype") or c.get("dtype") or target.dtype).replace("torch.", "")
+    per = DTYPE_BYTES.get(str(c.get("torch_dtype") or c.get("dtype") or target.dtype).replace("torch.", ""), 2.0)
     kind = "EAGLE3" if eagle3 else "EAGLE"
     if draft:
         why = f"{kind} draft from its config: {layers} layer(s) of {h}, vocab {vocab}"
@@ -786,7 +784,7 @@ def eagle_draft_size(target: ModelSpec, eagle3: bool, draft: dict[str, Any] | No
         why = (f"{kind} draft config not read: one layer shaped like the target's"
                + (" (an EAGLE3 draft's own lm_head over a smaller draft vocabulary is not counted)" if eagle3
                   else ""))
-    return DraftSize(layer + later + own_head, shared, fc + 4 * h * layers, dtype, why)
+    return DraftSize((stack + own_head) * per, shared * per, (fc + 4 * h * layers) * per, why)
 
 
 def _part_bytes(spec: ModelSpec, quant: Quantization, experts_unquantized: bool) -> list[tuple[WeightPart, float]]:

@@ -4,15 +4,14 @@ import json
 import shlex
 
 from bot.core.experiments import label_experiments
-from bot.core.flags import parse_sglang_flags, with_flag, without_flags
+from bot.core.flags import command_flags, parse_sglang_flags, with_flag, without_flags
 from tests.conftest import FIXTURES
 
 CASES = {c["id"]: c for c in map(json.loads, (FIXTURES / "sglang-failures" / "cases.jsonl").read_text().splitlines())}
 
 
 def launch_flags(case_id):
-    tokens = shlex.split(CASES[case_id]["launch_command"])
-    return tuple(tokens[next(i for i, t in enumerate(tokens) if t.startswith("--")):])
+    return command_flags(shlex.split(CASES[case_id]["launch_command"]))
 
 
 def test_gpus_without_peer_access_get_the_custom_all_reduce_switch():
