@@ -26,6 +26,7 @@ from bot.core.model import (
     GIB,
     NO_QUANT,
     DraftSize,
+    ModelConfigError,
     ModelSpec,
     Quantization,
     default_group,
@@ -683,8 +684,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             draft_layers = model.mtp_layers or 1
             size = mtp_draft_size(model, draft_layers, quant)
             note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
-        elif flags.speculative_algorithm == "STANDALONE" and inp.draft_config is not None:
-            small = read_config(inp.draft_config, "draft")
+        elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
             draft_layers = small.layers
             draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB
             note = f" (a {_params(small) / 1e9:.2f} B-param standalone draft, from its config)"
@@ -928,6 +928,17 @@ def _mamba_plan(version: SglangVersion, rest_gib: float, per: float, r: float, d
             "(2) increase --mem-fraction-static, or (3) use GPUs with more memory.")
     spec_bytes = per * capped * d if spec else 0.0
     return k, k * per + spec_bytes, spec_bytes, None
+
+
+def _standalone_draft(config: dict[str, Any] | None) -> ModelSpec | None:
+    """A STANDALONE draft's geometry from its config, or None when there is none or it is unusable (the
+    draft is then counted as one layer, a lower bound the draft line says)."""
+    if config is None:
+        return None
+    try:
+        return read_config(config, "draft")
+    except ModelConfigError:
+        return None
 
 
 DRAFT_GRAPHS_GIB = 0.2  # the draft's own decode/extend graphs (estimate)

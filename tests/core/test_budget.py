@@ -1019,3 +1019,10 @@ def test_an_mtp_layer_the_checkpoint_keeps_unquantized_is_sized_in_16_bits():
     bf16 = mtp_draft_size(nvfp4, 1, NO_QUANT).bytes_per_gpu(2, with_shared=False) / GIB
     assert b.draft_weights_gib == pytest.approx(bf16)
     assert mtp_draft_size(nvfp4, 1, replace(nvfp4.quant, kept=())).bytes_per_gpu(2, with_shared=False) / GIB < bf16
+
+
+def test_an_unusable_standalone_draft_config_is_counted_as_unread_not_raised():
+    target = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    b = run(target, ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/models/d"],
+            version="0.5.9", count=1, draft_config={"architectures": ["LlamaForCausalLM"]})  # no geometry in it
+    assert "standalone draft's config was not read" in next(x.why for x in b.lines if x.label == "draft weights")
