@@ -201,6 +201,20 @@ def load_format_conflict(load_format: str | None, quant: Quantization, dtype: st
     return None
 
 
+def planned_format_conflict(logged: str | None, planned: str | None) -> str | None:
+    """Why the load a server logged is not the one a budget planned (``Budget.weights_format``), or None:
+    a launch whose log shows another format ran another checkpoint than the config.json that was read."""
+    if not logged or not planned:
+        return None
+    kind, _, value = planned.partition("=")
+    if kind == "quant":
+        try:
+            return load_format_conflict(logged, quantization_from(value), "bfloat16")
+        except ValueError:
+            return None
+    return load_format_conflict(logged, NO_QUANT, value)
+
+
 # --------------------------------------------------------------------------- outputs
 
 class VerdictKind(StrEnum):
@@ -265,6 +279,8 @@ class Budget:
     model_notes: tuple[str, ...] = ()  # what the estimate from config.json leaves out
     weights_source: str = "estimate"  # estimate | checkpoint size | measured (an earlier load's own log)
     reason_kinds: tuple[str, ...] = ()  # one per reason: support, radix, admit, capped, context, headroom
+    # the format the estimate loads, as SGLang's `Load weight end` prints it: "quant=awq", "dtype=bfloat16"
+    weights_format: str | None = None
 
     @property
     def fixable(self) -> frozenset[str]:
@@ -859,6 +875,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         model_notes=tuple(n for n in model.notes
                           if inp.weights_bytes_total is None or "not counted in the weights" not in n),
         weights_source=weights_source,
+        weights_format=f"quant={quant.method}" if quant.method != "none" else f"dtype={model.dtype}",
     )
 
 
@@ -971,7 +988,7 @@ def _runtime_need(model: ModelSpec, flags: LaunchFlags, version: SglangVersion, 
         # room for those two, while the target's graphs and compiled kernels were there already
         later = act + DRAFT_GRAPHS_GIB
         peak = max(0.0, draft_shared - later)
-        lines.append(("draft model (weights + KV + graphs)", draft_weights + draft_kv + DRAFT_GRAPHS_GIB + peak,
+        lines.append(("draft model (weights, KV, graphs)", draft_weights + draft_kv + DRAFT_GRAPHS_GIB + peak,
                       f"before 0.5.14 the draft is built after the target, from the reserve: {draft_weights:.2f} GiB "
                       f"weights + {draft_kv:.2f} GiB KV for {tokens:,} tokens"
                       + (f" + {peak:.2f} GiB while its own embeddings/lm_head are still held" if peak else "")))
@@ -1011,7 +1028,17 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         held_gib = (gpus.total_mib - min(gpus.free_mib)) / 1024
         if held_gib > 1.0:
             clean_gpus = replace(gpus, free_mib=tuple(gpus.total_mib - 1 for _ in gpus.free_mib))
-            clean = _compute(replace(inp, gpus=clean_gpus))
+            on_clean = replace(inp, gpus=clean_gpus)
+            clean = _compute(on_clean)
+            if clean.verdict is VerdictKind.FAILS and clean.error_text:
+                # freeing is necessary but not enough: the changes that fit are the ones for clean GPUs
+                first = clean.error_text.split(". ")[0][:120]
+                remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
+                                       f"{held_gib:.1f} GiB per GPU is in use before the launch; even on clean "
+                                       f"GPUs this launch fails (`{first}`), so the changes below are computed "
+                                       "for clean GPUs", 0))
+                return remedies + [replace(r, effect=f"after freeing the GPUs: {r.effect}")
+                                   for r in find_remedies(on_clean, clean)]
             remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
                                    f"{held_gib:.1f} GiB per GPU is in use before the launch; on clean GPUs: "
                                    f"{_effect(clean)}", 0))

@@ -387,6 +387,31 @@ def test_seed_remedies_are_computed_thresholds():
     assert seed_with(b, bf16).verdict is not VerdictKind.FAILS and seed_with(b, bf16).headroom_gib > 0
 
 
+def test_held_gpus_that_would_still_fail_clean_get_the_clean_gpu_remedies():
+    # seed step 2: 44877 MiB held on each A6000 (the lab's orphaned memory); freeing it is needed but not enough
+    held = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(4263, 4263))
+    flags = parse_sglang_flags([*SEED, "--mem-fraction-static", "0.85", "--context-length", "65536"])
+    b = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), flags, held, parse_version("0.5.9")))
+    assert b.verdict is VerdictKind.FAILS and b.remedies[0].change.startswith("free the GPUs first")
+    assert "even on clean GPUs this launch fails (`Not enough memory" in b.remedies[0].effect
+    clean = seed("0.5.9", "0.85", 65536)
+    # the rest are exactly the clean-GPU remedies, marked as applying after the GPUs are freed
+    assert [r.change for r in b.remedies[1:]] == [r.change for r in clean.remedies]
+    assert all(r.effect.startswith("after freeing the GPUs: ") for r in b.remedies[1:])
+    assert "--mamba-ssm-dtype bfloat16" in [r.change for r in b.remedies]
+
+
+def test_held_gpus_that_would_fit_clean_name_freeing_as_the_remedy():
+    held = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(4263, 4263))
+    flags = parse_sglang_flags([*SEED, "--mem-fraction-static", "0.85", "--context-length", "65536",
+                                "--mamba-ssm-dtype", "bfloat16"])
+    b = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), flags, held, parse_version("0.5.9")))
+    assert b.verdict is VerdictKind.FAILS
+    free = b.remedies[0]
+    assert free.change.startswith("free the GPUs first") and "on clean GPUs: " in free.effect
+    assert "(fails)" not in free.effect and "after freeing" not in " ".join(r.effect for r in b.remedies)
+
+
 def seed_with(budget, remedy):
     gpus = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139))
     return compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), remedy.flags, gpus, budget.version))
