@@ -238,6 +238,7 @@ async def _new_attempt(store: AttemptStore, inventory: Inventory, pre: Preflight
         "verdict": budget.verdict.value, "weights_gib": round(budget.weights_gib, 2), "kv_tokens": budget.kv_tokens,
         "mamba_slots": budget.mamba_slots, "max_running_requests": budget.max_running_requests,
         "mem_fraction_static": budget.mem_fraction_static, "error_text": budget.error_text,
+        "weights_format": budget.weights_format,
         "sglang": pre.planned.versions.get("sglang") if pre.planned else None,
         "free_mib": min(pre.planned.free_mib) if pre.planned and pre.planned.free_mib else None,
     }

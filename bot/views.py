@@ -26,7 +26,7 @@ from slack_sdk.models.blocks import (
 )
 
 from bot.core.attempts import Attempt, Check
-from bot.core.budget import Budget
+from bot.core.budget import Budget, planned_format_conflict
 from bot.core.health import HealthReport
 from bot.core.incident import Incident
 from bot.core.inventory import Inventory
@@ -297,6 +297,10 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
     lines = [head, "  ".join(marks)]
     if facts:
         lines.append(" · ".join(facts))
+    other = planned_format_conflict(progress.weights_format, predicted.get("weights_format"))
+    if other:
+        lines.append(f":warning: not the weights the pre-flight sized ({other}): the predicted figures do not "
+                     "apply; check that the config.json under --model-path describes the checkpoint loaded")
     if attempt.error_line:
         lines.append(f":x: first error: `{escape_mrkdwn(attempt.error_line[:400])}`")
         lines.append("Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")

@@ -211,6 +211,9 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             from bot.lab.demo import play, seed_steps
 
             out("--- the seed bring-up, on the same lab ---")
+            out("(the lab's SGLang stand-in writes real recorded log lines: a Qwen3.5-27B AWQ startup and real error "
+                "lines, see bot/lab/data/SOURCE.md; no BF16 Qwen3.6-27B log on A6000s is public, so the figures it "
+                "logs are that run's, and the launch card says so)")
             model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
             ok = await play(seed_steps(model), lab, out)
             out(f"\nseed arc: {'all steps happened as scripted' if ok else 'a step did not happen'}")

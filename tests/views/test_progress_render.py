@@ -34,3 +34,17 @@ def test_an_unquantized_load_is_not_labelled():
     assert progress.weights_format == "dtype=bfloat16"
     text = _text(progress_message(_attempt({"weights_gib": 14.2}), progress))
     assert "weights 14.30 GiB/GPU observed vs 14.2 predicted" in text and "loaded as" not in text
+
+
+def test_a_load_in_another_format_than_the_budget_planned_is_called_out():
+    # the log shows AWQ int4 while the pre-flight sized bfloat16 weights: another checkpoint than the config read
+    progress = advance(Progress(), CASES["sglang-startup-032"]["log_excerpt"])
+    text = _text(progress_message(_attempt({"weights_gib": 25.47, "weights_format": "dtype=bfloat16"}), progress))
+    assert ":warning: not the weights the pre-flight sized (that load was awq" in text
+    assert "this launch loads unquantized bfloat16" in text
+    same = _text(progress_message(_attempt({"weights_gib": 14.2, "weights_format": "quant=awq"}), progress))
+    assert "not the weights the pre-flight sized" not in same
+    # a bfloat16 load planned as bfloat16 (045), and an attempt stored before the format was recorded
+    plain = advance(Progress(), CASES["sglang-startup-045"]["log_excerpt"])
+    assert "pre-flight sized" not in _text(progress_message(_attempt({"weights_format": "dtype=bfloat16"}), plain))
+    assert "pre-flight sized" not in _text(progress_message(_attempt({"weights_gib": 25.47}), progress))
