@@ -32,7 +32,7 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("kv_pool_oom", (r"Not enough memory\. Please try to increase --mem-fraction-static",
+    Rule("kv_pool_oom", (r"Not enought? memory\. Please try to increase --mem-fraction-static",  # early: "enought"
                          r"is larger than the profiled value -\d",
                          r"Loaded weights leave no GPU memory for the KV cache",
                          # the hybrid state pool is carved from the same budget (SGLang >= 0.5.12's joint solve)
@@ -70,8 +70,13 @@ RULES: tuple[Rule, ...] = (
          "give the container more /dev/shm, or set NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to find the transport", 3),
     Rule("distributed_comm_error", (r"gloo/transport/tcp/pair\.cc.*Connection cl",),
          "startup", "a gloo (CPU) connection between ranks dropped", "check the network between nodes", 3),
+    # a collective that never completed: often the echo of another rank that died or hung first
+    Rule("dist_init_timeout", (r"Watchdog caught collective operation timeout",),
+         "startup", "a collective between the ranks never completed (torch's NCCL watchdog gave up on it)",
+         "look for the first rank that failed or hung before it; check --dist-init-addr and the links between GPUs", 1),
     Rule("dist_init_timeout", (r"waitForInput.*timed out after", r"\[c10d\].*timed out",
-                               r"Timed out after \d+ seconds waiting for clients", r"DistStoreError: Socket Timeout"),
+                               r"Timed out after \d+ seconds waiting for clients", r"DistStoreError: Socket Timeout",
+                               r"The client socket has timed out after \S+ while trying to connect to"),
          "startup", "ranks never met: rendezvous or a collective timed out",
          "check --dist-init-addr, firewalls and that every node started", 3),
     Rule("gpu_p2p_unsupported", (r"peer access is not supported between these two devices",),
@@ -85,6 +90,8 @@ RULES: tuple[Rule, ...] = (
          "runtime", "a forward step hung longer than --watchdog-timeout",
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
     Rule("hf_download_error", (r"429 Too Many Requests", r"Unable to load vocabulary from file",
+                               r"We couldn't connect to 'https://huggingface\.co'",
+                               r"is not a local folder and is not a valid model identifier listed on",
                                r"DetokenizerManager hit an exception",
                                r"429 Client Error: Too Many Requests for url: https://huggingface\.co",
                                r"Cannot access gated repo for url https://huggingface\.co",
@@ -99,7 +106,9 @@ RULES: tuple[Rule, ...] = (
          "upgrade SGLang to a version that lists the architecture", 3),
     Rule("transformers_too_old", (r"CONFIG_MAPPING\[config_dict\[\"model_type\"\]\]",
                                   r"Unrecognized model in .*Should have a `model_type` key",
-                                  r"does not recognize this architecture"),
+                                  r"does not recognize this architecture",
+                                  # SGLang imports the model's config class from transformers
+                                  r"cannot import name '\w+Config' from 'transformers'"),
          "startup", "the installed transformers does not know the checkpoint's model_type",
          "upgrade transformers to the version the model card names", 3),
     Rule("dependency_version_mismatch", (r"with minimum required version \S+ is not installed",
@@ -112,6 +121,9 @@ RULES: tuple[Rule, ...] = (
                                      r"Could not run 'sgl_kernel::"),
          "import", "the compiled sgl_kernel does not match the installed torch/CUDA/driver",
          "reinstall sgl-kernel built for this torch and CUDA", 3),
+    Rule("kernel_arch_unsupported", (r"CUDA error: invalid device function",),
+         "startup", "a kernel has no code for this GPU's architecture (usually built for another compute capability)",
+         "use a build for this GPU (or another backend)", 2),
     Rule("kernel_arch_unsupported", (r"no kernel image is available for execution on the device",),
          "startup", "the kernels were not built for this GPU's compute capability",
          "use a build for this GPU (or another backend)", 3),
@@ -130,7 +142,9 @@ RULES: tuple[Rule, ...] = (
          "startup", "a Triton kernel config needs more shared memory than this GPU has (not a memory problem)",
          "use another backend or smaller kernel configs", 3),
     Rule("cuda_driver_too_old", (r"The NVIDIA driver on your system is too old \(found version",
-                                 r"CUDA driver version is insufficient for CUDA runtime version"),
+                                 r"CUDA driver version is insufficient for CUDA runtime version",
+                                 # CUDA error 804: a runtime newer than the host driver, without forward compatibility
+                                 r"forward compatibility was attempted on non supported HW"),
          "startup", "the host driver is older than the CUDA runtime in this build",
          "update the host driver (Proxmox node) or use a build for an older CUDA", 3),
     # the same family seen from inside a container: no device nodes, or user-space and kernel driver differ
@@ -173,8 +187,9 @@ RULES: tuple[Rule, ...] = (
     Rule("torch_compile_error", (r"torch\._dynamo\.exc\.BackendCompilerFailed",
                                  r"torch\._inductor\.exc\.(?:InductorError|CppCompileError)"),
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 2),
-    Rule("torch_compile_error", (r"torch/_dynamo/", r"torch/_inductor/compile_fx\.py", r"/tmp/torchinductor_",
-                                 r"^from user code:"),
+    # traceback frames only: healthy compiles print UserWarnings from the same files
+    Rule("torch_compile_error", (r'File "[^"]*torch/_dynamo/', r'File "[^"]*torch/_inductor/compile_fx\.py"',
+                                 r'File "/tmp/torchinductor_', r"^from user code:"),
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 1),
     Rule("cuda_graph_capture_error", (r"operation not permitted when stream is capturing",
                                       r"Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture",
@@ -200,20 +215,27 @@ _CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
 # SGLang's life-cycle lines, shared by the phase of a finding and the diagnosis of a stalled log
 _CAPTURE_LINE = r"Capture (?:.*?)(?:cuda|CUDA) graph"
+# tqdm progress of the capture (`Capturing batches (bs=...`) and of piecewise graphs (`Capturing num tokens (`)
+_CAPTURING = r"Capturing (?:batches \(bs=|num tokens \(num_tokens=)"
+_PIECEWISE_COMPILE = r"Compiling num tokens \(num_tokens="
+# SGLang's model registry skips modules whose imports fail and says so; healthy startups print these
+_BENIGN = re.compile(r"Ignore import error when loading ")
 _WEIGHTS_LINE = r"Load weight begin|Loading safetensors checkpoint shards"
 _INIT_LINE = r"Init torch distributed begin"
 _READY = re.compile(READY_LINE)
 # where in the server's life a line sits: the last marker at or before the cause decides the phase
 _PHASE_MARKERS = (
     (re.compile(rf"{READY_LINE}|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
-    (re.compile(rf"{_CAPTURE_LINE} (?:begin|failed)"), "startup: CUDA graphs"),
+    (re.compile(rf"{_CAPTURE_LINE} (?:begin|failed)|{_CAPTURING}|{_PIECEWISE_COMPILE}"), "startup: CUDA graphs"),
     (re.compile(r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated|Load weight end"),
      "startup: KV pool"),
     (re.compile(_WEIGHTS_LINE), "startup: weights"),
     (re.compile(rf"{_INIT_LINE}|server_args=ServerArgs"), "startup: init"),
 )
 _STAGES = (
-    (re.compile(rf"{_CAPTURE_LINE} begin"), "CUDA graph capture", "a hang at capture"),
+    (re.compile(rf"{_CAPTURE_LINE} begin|{_CAPTURING}"), "CUDA graph capture", "a hang at capture"),
+    (re.compile(_PIECEWISE_COMPILE), "piecewise CUDA graph compilation",
+     "a hang while compiling piecewise CUDA graphs"),
     (re.compile(_WEIGHTS_LINE), "weight loading", "a hang while loading weights"),
     (re.compile(r"Init COMPLETE|Custom allreduce is disabled because this process group spans across nodes|"
                 rf"{_INIT_LINE}"), "distributed init", "a hang at distributed init (rendezvous)"),
@@ -317,7 +339,7 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
     hits: list[tuple[int, Rule, int]] = []  # (position in time order, rule, file index)
     for position, index in enumerate(order):
         line = lines[index]
-        if not line.strip():
+        if not line.strip() or _BENIGN.search(line):
             continue
         for rule, patterns in _COMPILED:
             if any(p.search(line) for p in patterns):
@@ -455,6 +477,7 @@ def _stall(lines: list[str], order: list[int], minutes: float | None) -> Finding
         for pattern, stage, meaning in _STAGES:
             if pattern.search(content[index]):
                 label = {"CUDA graph capture": "cuda_graph_capture_error",
+                         "piecewise CUDA graph compilation": "cuda_graph_capture_error",
                          "distributed init": "dist_init_timeout"}.get(stage, "unknown")
                 since = f"no output for {minutes:.0f} minutes" if minutes is not None else "the log stops"
                 rule = RULE_BY_LABEL.get(label)
@@ -471,7 +494,7 @@ _TELLING = re.compile(r"Error|Exception|Traceback|failed|Failed|error:|FATAL|Kil
 
 
 def _unknown(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding:
-    telling = [(i, lines[i]) for i in order if _TELLING.search(lines[i])]
+    telling = [(i, lines[i]) for i in order if _TELLING.search(lines[i]) and not _BENIGN.search(lines[i])]
     picked = telling[-3:] if telling else [(i, lines[i]) for i in order if lines[i].strip()][-3:]
     phase = _phase(lines, order, order.index(picked[-1][0]), "unknown") if picked else "unknown"
     return Finding("unknown", phase, "low", "no rule matches this log; the most telling lines are quoted",

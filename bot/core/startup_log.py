@@ -88,7 +88,8 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
         first_rank = rank is None or rank.group(1) == "0"  # numbers are rank 0's (the others repeat them)
         number = p.lines_read + 1
         p = replace(p, lines_read=number)
-        if p.error_line is None and _ERROR.search(line) and "WARNING" not in line:
+        benign = "WARNING" in line or "Ignore import error when loading" in line  # the registry skipping a module
+        if p.error_line is None and _ERROR.search(line) and not benign:
             p = replace(p, error_line=line.strip()[:500], error_line_no=number)
         if _READY.search(line):
             p = replace(p, stage=Stage.READY)

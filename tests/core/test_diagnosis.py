@@ -5,6 +5,7 @@ import json
 import pytest
 
 from bot.core.diagnosis import LaunchContext, diagnose
+from bot.core.startup_log import Progress, advance
 from tests.conftest import FIXTURES
 
 CASES = [json.loads(line) for line in (FIXTURES / "sglang-failures/cases.jsonl").read_text().splitlines() if line]
@@ -216,3 +217,36 @@ def test_a_container_that_sees_no_usable_gpu_is_a_driver_problem_with_the_passth
 def test_the_loaders_capability_gate_is_a_quantization_this_gpu_cannot_run():
     for line in (FIXTURES / "other-logs" / "quant-min-capability.txt").read_text().splitlines():
         assert diagnose(line).label == "quant_unsupported_on_gpu", line
+
+
+def test_more_first_causes_in_torch_cuda_hub_and_early_sglang_words():
+    # one real line per row (label TAB line): torch's rendezvous and NCCL-watchdog timeouts, CUDA error 804,
+    # a kernel without code for this GPU, the Hub's not-found / offline errors, an old transformers, and
+    # early SGLang's spelling of the KV-pool error
+    rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "first-cause-lines.tsv").read_text().splitlines()]
+    assert len(rows) == 9
+    for label, line in rows:
+        assert diagnose(line).label == label, line
+    # a collective that timed out is often another rank's echo: it is named, with low confidence
+    watchdog = diagnose(rows[1][1])
+    assert watchdog.confidence == "low" and "first rank that failed" in watchdog.next_step
+
+
+def test_the_model_registrys_skipped_imports_are_not_a_cause():
+    # a healthy startup prints "Ignore import error when loading ..." for modules it skips (real lines)
+    notices = (FIXTURES / "other-logs" / "healthy-startup-notices.txt").read_text().splitlines()
+    finding = diagnose("\n".join(notices))
+    assert finding.label == "unknown" and finding.also_seen == ()
+    assert advance(Progress(), notices).error_line is None
+
+
+def test_a_log_stopping_in_piecewise_graph_compile_or_capture_is_a_hang_there_not_a_compile_error():
+    # the compile step prints a dynamo UserWarning from torch/_dynamo/: a warning, not a traceback frame
+    notices = (FIXTURES / "other-logs" / "healthy-startup-notices.txt").read_text().splitlines()
+    progress = (FIXTURES / "other-logs" / "piecewise-graph-progress.txt").read_text().splitlines()
+    compiling = diagnose("\n".join(notices + progress[:2]))
+    assert compiling.label == "cuda_graph_capture_error"
+    assert "after piecewise CUDA graph compilation began" in compiling.explanation
+    capturing = diagnose("\n".join(notices + progress), stalled_minutes=12)
+    assert (capturing.label, capturing.confidence) == ("cuda_graph_capture_error", "medium")
+    assert capturing.explanation.startswith("no output for 12 minutes after CUDA graph capture began")
