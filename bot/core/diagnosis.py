@@ -232,13 +232,26 @@ _PHASE_MARKERS = (
     (re.compile(_WEIGHTS_LINE), "startup: weights"),
     (re.compile(rf"{_INIT_LINE}|server_args=ServerArgs"), "startup: init"),
 )
+# where a log that just stops was: (marker, what had happened, what stopping there means, label), last marker wins
 _STAGES = (
-    (re.compile(rf"{_CAPTURE_LINE} begin|{_CAPTURING}"), "CUDA graph capture", "a hang at capture"),
-    (re.compile(_PIECEWISE_COMPILE), "piecewise CUDA graph compilation",
-     "a hang while compiling piecewise CUDA graphs"),
-    (re.compile(_WEIGHTS_LINE), "weight loading", "a hang while loading weights"),
+    (re.compile(r"max_total_num_tokens=\d+, chunked_prefill_size="), "the scheduler started (pools and graphs done)",
+     "stopped before the server said it was ready: the warm-up request or the HTTP server", "unknown"),
+    (re.compile(rf"{_CAPTURE_LINE} end"), "CUDA graph capture ended",
+     "stopped before the scheduler started (a hang, or the process killed without a word: check dmesg)", "unknown"),
+    (re.compile(rf"{_CAPTURE_LINE} begin|{_CAPTURING}"), "CUDA graph capture began", "a hang at capture",
+     "cuda_graph_capture_error"),
+    (re.compile(_PIECEWISE_COMPILE), "piecewise CUDA graph compilation began",
+     "a hang while compiling piecewise CUDA graphs", "cuda_graph_capture_error"),
+    (re.compile(r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated"), "the memory pools were allocated",
+     "stopped before CUDA graph capture began (a hang, or the process killed without a word: check dmesg)",
+     "unknown"),
+    (re.compile(r"Load weight end\."), "the weights loaded",
+     "stopped while the memory pools were sized (a hang, or the process killed without a word: check dmesg)",
+     "unknown"),
+    (re.compile(_WEIGHTS_LINE), "weight loading began", "a hang while loading weights", "unknown"),
     (re.compile(r"Init COMPLETE|Custom allreduce is disabled because this process group spans across nodes|"
-                rf"{_INIT_LINE}"), "distributed init", "a hang at distributed init (rendezvous)"),
+                rf"{_INIT_LINE}"), "distributed init began", "a hang at distributed init (rendezvous)",
+     "dist_init_timeout"),
 )
 
 
@@ -474,16 +487,13 @@ def _stall(lines: list[str], order: list[int], minutes: float | None) -> Finding
     if not content or any(_READY.search(x) for x in content):
         return None
     for index in range(len(content) - 1, -1, -1):
-        for pattern, stage, meaning in _STAGES:
+        for pattern, where, meaning, label in _STAGES:
             if pattern.search(content[index]):
-                label = {"CUDA graph capture": "cuda_graph_capture_error",
-                         "piecewise CUDA graph compilation": "cuda_graph_capture_error",
-                         "distributed init": "dist_init_timeout"}.get(stage, "unknown")
                 since = f"no output for {minutes:.0f} minutes" if minutes is not None else "the log stops"
                 rule = RULE_BY_LABEL.get(label)
                 return Finding(
                     label, rule.phase if rule else "startup", "medium" if minutes is not None else "low",
-                    f"{since} after {stage} began - {meaning}",
+                    f"{since} after {where} - {meaning}",
                     rule.next_step if rule else "look at the process with py-spy dump; check GPU utilization",
                     (Evidence(lines.index(content[index]) + 1, content[index].strip()[:400]),),
                 )

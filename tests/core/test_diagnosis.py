@@ -250,3 +250,15 @@ def test_a_log_stopping_in_piecewise_graph_compile_or_capture_is_a_hang_there_no
     capturing = diagnose("\n".join(notices + progress), stalled_minutes=12)
     assert (capturing.label, capturing.confidence) == ("cuda_graph_capture_error", "medium")
     assert capturing.explanation.startswith("no output for 12 minutes after CUDA graph capture began")
+
+
+@pytest.mark.parametrize("case_id, where", [
+    ("sglang-startup-004", "after the scheduler started (pools and graphs done)"),  # its last line: the scheduler's
+    ("sglang-startup-011", "after the memory pools were allocated"),  # its only line: the KV pool's
+])
+def test_a_startup_log_that_just_stops_says_how_far_it_got(case_id, where):
+    case = next(c for c in (json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines()
+                            if x) if c["id"] == case_id)
+    excerpt = case["log_excerpt"]
+    finding = diagnose("\n".join(excerpt) if isinstance(excerpt, list) else excerpt)
+    assert finding.label == "unknown" and f"the log stops {where}" in finding.explanation
