@@ -21,6 +21,7 @@ from bot.core.experiments import Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
+from bot.core.label_evidence import parse_port_holders, port_evidence, ports_named, transformers_evidence
 from bot.errors import GpuopsError, RemoteError
 from bot.faults import read_kernel_xids
 from bot.launch import container_of
@@ -48,6 +49,7 @@ class TriageReport:
     planned: PlannedBudget | None  # for BUDGETED_LABELS findings: the budget with its computed remedies
     experiments: tuple[Experiment, ...] = ()  # for the other findings: the label's flag experiments
     peer_access: str | None = None  # for transport findings: the launch GPUs' P2P matrix, summarised
+    label_evidence: tuple[str, ...] = ()  # what the label calls for: who holds the port, which transformers
 
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt) -> TriageReport:
@@ -84,8 +86,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     stalled = None
     if attempt.status is AttemptStatus.LAUNCHING:
         stalled = max(0.0, (time.time() - mtime) / 60)
-    context = LaunchContext.from_argv(attempt.argv, _model_types(config_out.stdout if config_out.exit_status == 0
-                                                                 else ""))
+    config_text = config_out.stdout if config_out.exit_status == 0 else ""
+    context = LaunchContext.from_argv(attempt.argv, _model_types(config_text))
     finding = diagnose(text, stalled_minutes=stalled, context=context)
     planned = None
     if finding.label in BUDGETED_LABELS:
@@ -103,8 +105,40 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         except GpuopsError:  # flags this SGLang parser does not know: every GPU the container sees
             launch_gpus = None
         peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]
+    label_evidence: tuple[str, ...] = ()
+    if finding.label == "port_in_use":
+        label_evidence = await _port_holders(transport, attempt, python, finding, text)
+    elif finding.label == "transformers_too_old":
+        line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
+        label_evidence = (line,) if line else ()
     return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments,
-                        peer_access)
+                        peer_access, label_evidence)
+
+
+async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,
+                        text: str) -> tuple[str, ...]:
+    """Who holds the port the launch could not bind, read in the container now: the port(s) the log names
+    (its evidence first), else the launch's own --port."""
+    named = ports_named(e.text for e in finding.evidence) or ports_named(text.splitlines())
+    ports = named or ((attempt.port,) if attempt.port else ())
+    if not ports:
+        return ()
+    answer = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.port_holders(python, ports[:4])),
+                                 ok_exit=(0, 1, 127))
+    parsed = parse_port_holders(answer.stdout) if answer.exit_status == 0 else None
+    if parsed is None:
+        return (f"who holds port {', '.join(map(str, ports[:4]))}: not readable in the container "
+                f"({(answer.stderr.strip() or 'no answer')[:160]})",)
+    return port_evidence(ports[:4], attempt.port, bool(named), *parsed)
+
+
+def _config_field(config_text: str, name: str) -> str | None:
+    try:
+        config = json.loads(config_text)
+    except json.JSONDecodeError:
+        return None
+    value = config.get(name) if isinstance(config, dict) else None
+    return str(value) if value else None
 
 
 def _model_types(config_text: str) -> tuple[str, ...]:

@@ -369,6 +369,7 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     lines.append(f"• {escape_mrkdwn(report.disk)}")
     if report.peer_access:
         lines.append(f"• peer access: {escape_mrkdwn(report.peer_access)}")
+    lines += [f"• {escape_mrkdwn(x)}" for x in report.label_evidence]
     if report.xid:
         lines += [f"• kernel: {escape_mrkdwn(x)}" for x in report.xid]
     else:

@@ -175,6 +175,40 @@ def port_in_use(python: str, port: int) -> Argv:
     return (python, "-c", PORT_SCRIPT, _check_int(port, "port", 1))
 
 
+# who listens on given TCP ports in this network namespace: LISTEN sockets from /proc/net/tcp{,6}, then the
+# processes whose fds are those sockets (no ss/lsof needed in the container)
+PORT_HOLDERS_SCRIPT = (
+    "import json, os, sys\n"
+    "want = {int(p) for p in sys.argv[1:]}\n"
+    "inodes = {}\n"
+    "for name in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
+    "    try:\n"
+    "        rows = open(name).read().splitlines()[1:]\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    for row in rows:\n"
+    "        f = row.split()\n"
+    "        port = int(f[1].rsplit(':', 1)[1], 16)\n"
+    "        if f[3] == '0A' and port in want:\n"
+    "            inodes[f[9]] = port\n"
+    "holders = []\n"
+    "for pid in sorted(filter(str.isdigit, os.listdir('/proc')), key=int):\n"
+    "    try:\n"
+    "        links = [os.readlink('/proc/%s/fd/%s' % (pid, fd)) for fd in os.listdir('/proc/%s/fd' % pid)]\n"
+    "        cmd = open('/proc/%s/cmdline' % pid, 'rb').read().replace(b'\\0', b' ').decode(errors='replace')\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    for port in sorted({inodes[x[8:-1]] for x in links if x.startswith('socket:[') and x[8:-1] in inodes}):\n"
+    "        holders.append({'port': port, 'pid': int(pid), 'cmd': cmd.strip()[:300]})\n"
+    "print(json.dumps({'listening': sorted(set(inodes.values())), 'holders': holders}))\n"
+)
+
+
+def port_holders(python: str, ports: Sequence[int]) -> Argv:
+    """JSON {listening: [port], holders: [{port, pid, cmd}]} for the TCP ports, read from /proc in the container."""
+    return (python, "-c", PORT_HOLDERS_SCRIPT, *(_check_int(p, "port", 1) for p in ports))
+
+
 HEALTH_SCRIPT = (
     "import json, sys, urllib.request\n"
     "base = 'http://127.0.0.1:%d' % int(sys.argv[1])\n"

@@ -85,7 +85,8 @@ RULES: tuple[Rule, ...] = (
     Rule("port_in_use", (r"EADDRINUSE", r"[Aa]ddress already in use",
                          r"The server socket has failed to listen on any local network address"),
          "startup", "a port the server needs is already bound by another process",
-         "stop the process on that port (by PID) or choose another --port", 3),
+         "stop the process holding the port (by PID), or move the launch off it: --port for the HTTP port, "
+         "--nccl-port or the --dist-init-addr port for the ranks'", 3),
     Rule("watchdog_timeout", (r"Watchdog timeout \(self\.watchdog_timeout=", r"Pyspy failed to dump PID"),
          "runtime", "a forward step hung longer than --watchdog-timeout",
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),

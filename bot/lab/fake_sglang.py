@@ -7,7 +7,7 @@ while holding fake GPU memory under its own PID in the node's scenario file (so 
 
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
-``p2p_unsupported``, ``hang``);
+``p2p_unsupported``, ``port_in_use``, ``hang``);
 an empty queue means ``auto``: gpuops' own budget engine decides from the flags and free memory.
 """
 
@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
                 "torch_compile_error": "torch_compile_error.log", "p2p_unsupported": "p2p_unsupported.log",
-                "hang": "ready.log"}[outcome]
+                "port_in_use": "port_in_use.log", "hang": "ready.log"}[outcome]
     lines = (LOGS / log_name).read_text().splitlines()
     if outcome == "hang":
         lines = lines[:5]  # stops after weight loading began, and never says more

@@ -117,3 +117,33 @@ async def test_a_peer_access_failure_shows_the_p2p_matrix_and_offers_the_switch(
     await wait_text(lab, "*ready*")
     latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
     assert latest.changes == ("+ --disable-custom-all-reduce (on)",)
+
+
+async def test_a_port_conflict_names_the_process_holding_the_port_by_pid(lab):
+    """The real line of a TCPStore that could not listen on port 42173: the triage reads, in the container,
+    who listens there now (here: this test process, holding a socket on it) and says whose port it is."""
+    import os
+    import socket
+
+    import pytest
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("127.0.0.1", 42173))
+    except OSError:
+        holder.close()
+        pytest.skip("port 42173 is taken on this machine")
+    holder.listen()
+    try:
+        attempt = await failed_launch(lab, "port_in_use", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+        await lab.slash("/sglang", f"triage {attempt.id}")
+        calls = await wait_text(lab, "Triage of", method="chat.postMessage")
+        text = blocks_to_text(post_with(calls, "Triage of").blocks)
+    finally:
+        holder.close()
+    assert "*port_in_use*" in text
+    assert (f"port 42173 (not this launch's --port {attempt.port}: a port SGLang opened for its ranks or workers "
+            f"(torch dist-init, NCCL, ZMQ)) is held by PID {os.getpid()}: ") in text
+    # the next step moves the launch off the ranks' port, or stops the holder by its PID
+    assert "--nccl-port" in text

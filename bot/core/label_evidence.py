@@ -1,0 +1,94 @@
+"""Evidence a finding's label calls for beyond the log itself: who holds the port a launch could
+not bind, and which transformers the container has against the one that wrote the checkpoint's
+config. Pure: the edges read /proc and the versions; these functions read their answers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# how the binders SGLang uses name the port they could not take (formats of torch, asyncio/uvicorn and pyzmq)
+_PORT_IN_LINE = (
+    re.compile(r"failed to listen on any local network address\. port: (\d{1,5})\b"),  # torch TCPStore (dist init)
+    re.compile(r"error while attempting to bind on address \('[^']*', (\d{1,5})\)"),  # the HTTP server (uvicorn)
+    re.compile(r"Address already in use \(addr='tcp://[^']*:(\d{1,5})'\)"),  # a ZMQ socket
+)
+
+
+def ports_named(lines: Iterable[str]) -> tuple[int, ...]:
+    """The TCP ports a log says could not be bound, in order of first mention."""
+    found: list[int] = []
+    for line in lines:
+        for pattern in _PORT_IN_LINE:
+            for match in pattern.finditer(line):
+                port = int(match.group(1))
+                if 0 < port < 65536 and port not in found:
+                    found.append(port)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    port: int
+    pid: int
+    command: str
+
+
+def parse_port_holders(stdout: str) -> tuple[frozenset[int], tuple[PortHolder, ...]] | None:
+    """The ports with a listening socket and the processes holding them, from the container's answer
+    (``argv.port_holders``); None when the answer is not one."""
+    try:
+        data = json.loads(stdout)
+        listening = frozenset(int(p) for p in data["listening"])
+        holders = tuple(PortHolder(int(h["port"]), int(h["pid"]), str(h["cmd"])) for h in data["holders"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return listening, holders
+
+
+def port_evidence(checked: Iterable[int], launch_port: int | None, named_in_log: bool,
+                  listening: frozenset[int], holders: Iterable[PortHolder]) -> tuple[str, ...]:
+    """One line per port: whose it is for the launch, and who holds it now (by PID, with its command)."""
+    held = list(holders)
+    lines = [] if named_in_log else ["the log names no port; checked this launch's --port"]
+    for port in checked:
+        if port == launch_port:
+            kind = "this launch's --port"
+        else:
+            kind = (f"not this launch's --port {launch_port}: " if launch_port else "") + \
+                "a port SGLang opened for its ranks or workers (torch dist-init, NCCL, ZMQ)"
+        owners = [h for h in held if h.port == port]
+        if owners:
+            who = "; ".join(f"PID {h.pid}: {h.command or '(no command line)'}" for h in owners[:3])
+            lines.append(f"port {port} ({kind}) is held by {who}")
+        elif port in listening:
+            lines.append(f"port {port} ({kind}) is listened on by a process this container cannot see")
+        else:
+            lines.append(f"port {port} ({kind}) is free now: whatever held it has exited")
+    return tuple(lines)
+
+
+def transformers_evidence(installed: str | None, written_by: str | None) -> str | None:
+    """The installed transformers against the version that wrote the checkpoint's config.json."""
+    if not installed and not written_by:
+        return None
+    have = f"transformers {installed}" if installed else "transformers (version not readable)"
+    if not written_by:
+        return f"{have} in the container; the checkpoint's config.json does not say which version wrote it"
+    older = _older(installed, written_by)
+    verdict = (" - older: upgrade to at least that" if older else " - not older, so the model type comes from a "
+               "newer or a development release (see the model card)" if older is False else "")
+    return f"{have} in the container; the checkpoint's config.json was written by transformers {written_by}{verdict}"
+
+
+def _older(installed: str | None, written_by: str) -> bool | None:
+    def parts(version: str) -> tuple[int, ...] | None:
+        match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+        return tuple(int(x or 0) for x in match.groups()) if match else None
+
+    have, want = parts(installed or ""), parts(written_by)
+    if have is None or want is None:
+        return None
+    return have < want
