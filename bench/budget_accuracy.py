@@ -209,8 +209,11 @@ def predict(case: dict[str, Any], config_path: Path, measured_gib: float | None 
     gpus = GpuPlan(case.get("gpu_name") or "?", total, int(case.get("tp") or 1), pre_gib=pre)
     flags = case_flags(case)
     measured = None if measured_gib is None else MeasuredLoad(measured_gib, flags.weight_layout, "an earlier load")
+    shown = case_quant(case)
+    if shown is not None and shown.method == spec.quant.method:
+        shown = None  # the config states the same format, with its details (blocks, exclusions, expert format)
     inp = BudgetInput(spec, flags, gpus, parse_version(case_version(case.get("sglang_version"))),
-                      quant=case_quant(case), measured_load=measured)
+                      quant=shown, measured_load=measured)
     return compute_budget(inp, with_remedies=False)
 
 

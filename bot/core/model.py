@@ -436,6 +436,10 @@ def _quantization(config: dict[str, Any], text: dict[str, Any], kinds: tuple[Lay
         # bound), say so, and let the checkpoint's own size or a measured load replace the estimate
         return UNKNOWN_QUANT
     expert_dtype = str(q.get("expert_dtype") or text.get("expert_dtype") or config.get("expert_dtype") or "")
+    if not expert_dtype and "deepseek_v4" in (config.get("model_type"), text.get("model_type")):
+        # a DeepSeek-V4 config that does not say keeps its routed experts in FP4: the loaders' default
+        # (vLLM's DeepseekV4FP8Config, SGLang's V4 weight loader: getattr(config, "expert_dtype", "fp4"))
+        expert_dtype = "fp4"
     if expert_dtype.lower() == "fp4":
         # DeepSeek-V4 releases: routed experts in MXFP4 (two values a byte + a UE8M0 scale per 32), the rest fp8
         scheme = replace(scheme, expert_bytes_per_param=0.5 + 1 / 32)

@@ -880,13 +880,18 @@ def test_a_separate_sliding_pool_only_where_sglang_builds_one():
 
 
 def test_deepseek_v4_expert_dtype_fp4_sizes_the_routed_experts_apart():
-    # DeepSeek-V4's published configs declare "expert_dtype": "fp4" next to an fp8 quantization_config (the
-    # corpus copy of V4-Pro predates that key): routed experts then weigh 0.5 + 1/32 B, the rest stays fp8
+    # DeepSeek-V4's published configs declare "expert_dtype": "fp4" next to an fp8 quantization_config; the
+    # corpus copy of V4-Pro predates that key, and the loaders default a missing key to "fp4" (vLLM's
+    # DeepseekV4FP8Config, SGLang's V4 weight loader): routed experts weigh 0.5 + 1/32 B, the rest stays fp8.
+    # "fp8" (V4-Flash-Base) keeps them in block fp8.
     config = json.loads((CONFIGS / "deepseek-ai__DeepSeek-V4-Pro" / "config.json").read_text())
-    fp8_only = read_config(config, "v4")
+    unstated = read_config(config, "v4")
     config["expert_dtype"] = "fp4"
     mixed = read_config(config, "v4")
-    assert fp8_only.quant.expert_bytes_per_param is None and mixed.quant.expert_bytes_per_param == 0.5 + 1 / 32
+    config["expert_dtype"] = "fp8"
+    fp8_only = read_config(config, "v4")
+    assert unstated.quant == mixed.quant and mixed.quant.expert_bytes_per_param == 0.5 + 1 / 32
+    assert fp8_only.quant.expert_bytes_per_param is None
     experts = next(p for p in weight_parts(mixed) if p.expert)
     saved = experts.params * (fp8_only.quant.bytes_per_param - (0.5 + 1 / 32)) / 8
     assert weight_bytes_per_gpu(mixed, 8) == pytest.approx(weight_bytes_per_gpu(fp8_only, 8) - saved)
