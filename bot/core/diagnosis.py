@@ -378,7 +378,9 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
             frames = tuple(sorted({h[1].label for h in causes}))
             return replace(_unknown(lines, order, notes), explanation=(
                 "the log is cut inside a traceback, before its exception line; the frames pass through "
-                + ", ".join(frames)), also_seen=frames)
+                + ", ".join(frames)), also_seen=frames, next_step=(
+                "find the rest of this log (it was cut: rotated, truncated, or the process was killed mid-write); "
+                f"to test the frames' lead meanwhile: {rule.next_step}"))
         same = [h for h in causes if h[1].label == rule.label]
         evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in same[:3])
         also = tuple(sorted({h[1].label for h in hits if h[1].label != rule.label}))

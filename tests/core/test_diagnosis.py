@@ -262,3 +262,13 @@ def test_a_startup_log_that_just_stops_says_how_far_it_got(case_id, where):
     excerpt = case["log_excerpt"]
     finding = diagnose("\n".join(excerpt) if isinstance(excerpt, list) else excerpt)
     assert finding.label == "unknown" and f"the log stops {where}" in finding.explanation
+
+
+def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as_a_test():
+    # a real partial case: inductor frames, then the text stops mid-frame; the label rests on the thread
+    case = next(c for c in CASES if c["id"] == "sglang-2133")
+    finding = diagnose(case["log_excerpt"])
+    assert finding.label == "unknown" and finding.also_seen == ("torch_compile_error",)
+    assert finding.explanation.startswith("the log is cut inside a traceback, before its exception line")
+    assert finding.next_step.startswith("find the rest of this log")
+    assert finding.next_step.endswith("launch without --enable-torch-compile")
