@@ -17,7 +17,7 @@ from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, user_flags
 from bot.core.diagnosis import Finding, LaunchContext, diagnose
-from bot.core.experiments import Experiment, label_experiments
+from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
@@ -30,9 +30,6 @@ from bot.status import SmiFailed, Transport, read_node, read_peer_access
 log = logging.getLogger(__name__)
 # findings whose next check is the GPUs' peer access (custom all-reduce, NCCL's P2P transport)
 PEER_ACCESS_LABELS = {"gpu_p2p_unsupported", "nccl_error"}
-# findings the budget engine sizes the next experiment for: memory, and a model that does not split over tp
-BUDGETED_LABELS = {"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom", "flashinfer_workspace_oom",
-                   "context_exceeds_kv_pool", "tp_divisibility_error"}
 MAX_LOG_BYTES = 2 * 1024 * 1024
 
 

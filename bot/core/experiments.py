@@ -54,6 +54,15 @@ MOVES: dict[str, _Move] = {
                                       "load the checkpoint as it is stored, without the online quantization",
                                       shows_value=True),
 }
+# findings the budget engine sizes the next experiment for: memory, and a model that does not split over tp
+BUDGETED_LABELS = frozenset({"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom",
+                             "flashinfer_workspace_oom", "context_exceeds_kv_pool", "tp_divisibility_error"})
+# the launch flags the budget's remedies change: an attempt that changed one of them tested a budgeted finding
+BUDGET_FLAGS = frozenset({"--mem-fraction-static", "--mamba-ssm-dtype", "--max-running-requests",
+                          "--mamba-full-memory-ratio", "--max-mamba-cache-size", "--mamba-scheduler-strategy",
+                          "--context-length", "--kv-cache-dtype", "--max-total-tokens", "--chunked-prefill-size",
+                          "--cuda-graph-max-bs", "--disable-cuda-graph", "--tp-size", "--tp", "--ep-size", "--dp",
+                          "--enable-dp-attention"})
 MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
 MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
 
@@ -87,3 +96,16 @@ def made_experiment(label: str, changes: Sequence[str]) -> str | None:
         return None
     wanted = f"{'+' if move.add else '-'} {move.flags[0]}"
     return next((c for c in changes if c == wanted or c.startswith(wanted + " ")), None)
+
+
+def made_budget_change(label: str, changes: Sequence[str]) -> str | None:
+    """The change among an attempt's ``changes`` that moved a budget flag, for a budgeted ``label``, or None.
+    Such a change that starts confirms the finding; one that is not enough refutes nothing."""
+    if label not in BUDGETED_LABELS:
+        return None
+    for change in changes:
+        words = change.split()
+        flag = words[1] if words[:1] in (["+"], ["-"]) and len(words) > 1 else words[0] if words else ""
+        if flag in BUDGET_FLAGS:
+            return change
+    return None

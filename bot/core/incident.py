@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from bot.core.experiments import made_experiment
+from bot.core.experiments import made_budget_change, made_experiment
 
 # how triage words the hypothesis it proposes, and how it is recognised again
 TRIAGE_HYPOTHESIS = re.compile(r"^the first cause is (\w+) \(proposed by triage of ")
@@ -119,8 +119,16 @@ class Incident:
                 continue
             label = proposed.group(1)
             for o in self.observations:
-                change = made_experiment(label, o.changes) if o.kind == "attempt" and o.at >= h.created_at else None
-                if change is None or o.attempt is None:
+                if o.kind != "attempt" or o.at < h.created_at or o.attempt is None:
+                    continue
+                budgeted = made_budget_change(label, o.changes)
+                if budgeted is not None and o.outcome == "ready":
+                    incident = incident.decide(h.id, "confirmed", "gpuops",
+                                               f"{o.attempt} with `{budgeted}` (a budget change) started: the memory "
+                                               "budget was the cause", o.attempt)
+                    break
+                change = made_experiment(label, o.changes)
+                if change is None:
                     continue
                 if o.outcome == "ready":
                     incident = incident.decide(h.id, "confirmed", "gpuops",

@@ -36,6 +36,7 @@ class Step:
     scenario: list[str] = field(default_factory=list)
     click: str | None = None  # a button label fragment to click in an earlier message
     until: str = ""  # wait until a delivered message contains this
+    mention: str | None = None  # `@gpuops <mention>` in the incident thread (the first forced launch's thread)
 
 
 def seed_steps(model: str) -> list[Step]:
@@ -49,13 +50,23 @@ def seed_steps(model: str) -> list[Step]:
         Step("An admin forces it anyway, to see SGLang fail for real (seed step 1)", launch + " --force",
              ("*failed*", "first error: `RuntimeError: Not enough memory"), user="U0ADMIN",
              scenario=["kv_pool_oom"], until="*failed*"),
-        Step("Hypothesis: leftover memory. The status says the GPUs are clean (seed steps 2-5)",
-             "/gpu status pve5", ("compute processes: none",), until="GPU status:"),
+        Step("In the launch's thread, the team records its hypothesis: leftover memory (seed step 2)", None,
+             ("Incident summary", "*H1* leftover GPU memory from an earlier run"),
+             mention="hypothesis leftover GPU memory from an earlier run", until="Incident summary"),
+        Step("It is tested, not argued: a status snapshot in the thread says the GPUs are clean (seed steps 4-5)",
+             None, ("compute processes: none",), mention="status", until="GPUs clean"),
         Step("Launch 2, same flags on clean GPUs: it dies with a sigquit; the first error is named, not the echo",
              launch + " --force", ("*failed*", "first error: `RuntimeError: Not enough memory"),
              user="U0ADMIN", scenario=["sigquit_after_oom"], until="*failed*"),
-        Step("Click the computed remedy from launch 1's pre-flight", None, ("*ready*",), click="--mamba-ssm-dtype",
-             scenario=["ready"], until="*ready*"),
+        Step("Triage in the thread: the first cause, the sigquit as its echo, H1 refuted by the evidence (seed 5-6)",
+             None, ("*kv_pool_oom*", "Also in the log, not the cause: child_process_died",
+                    "refuted by gpuops: the GPUs were clean", "the first cause is kv_pool_oom"),
+             mention="triage", until="refuted by gpuops"),
+        Step("Click the computed remedy (seed step 7: a flag computed, not guessed)", None, ("*ready*",),
+             click="--mamba-ssm-dtype", scenario=["ready"], until="*ready*"),
+        Step("The thread's summary, brought up to date: H2 confirmed by the change that started", None,
+             ("*H2* the first cause is kv_pool_oom", "(a budget change) started",
+              "*H1* leftover GPU memory from an earlier run"), mention="history", until="confirmed by gpuops"),
         Step("What was tried, in order", "/sglang history sglang-a6000",
              ("refused by pre-flight", "RuntimeError: Not enough memory", "ready", "+ --mamba-ssm-dtype bfloat16"),
              until="Attempts on"),
@@ -76,7 +87,16 @@ async def play(steps: list[Step], lab: Lab, out: Callable[[str], None]) -> bool:
             node.set_scenario(129, step.scenario, delay_s=0.05)
         before = len(lab.standin.calls)
         out(f"\n=== {number}. {step.title}")
-        if step.command:
+        thread = None
+        if step.mention:
+            thread = await _incident_thread(lab)
+            if thread is None:
+                out("FAILED: no failed launch with a thread to speak in")
+                return False
+            out(f"> @gpuops {step.mention}   (in the thread of the first failed launch, as {step.user})")
+            status = await lab.mention(step.mention, thread, user_id=step.user)
+            out(f"  (HTTP {status})")
+        elif step.command:
             name, _, text = step.command.partition(" ")
             out(f"> {step.command}" if len(step.command) < 160 else f"> {step.command[:157]}...")
             status, ack, _ = await lab.slash(name, text, user_id=step.user)
@@ -99,6 +119,13 @@ async def play(steps: list[Step], lab: Lab, out: Callable[[str], None]) -> bool:
         seen = [c for c in lab.standin.calls[before:] if c.delivered and c.method in (
             "chat.postMessage", "chat.update", "response_url")]
         final = next((c for c in reversed(seen) if step.until in _text(c)), seen[-1])
+        if step.mention:  # the replies to it first (a status table, a triage report), then the summary
+            for reply in seen:
+                said = str(reply.params.get("text", ""))  # a launch's own result note, posted late, is not a reply
+                if (reply is not final and reply.method == "chat.postMessage"
+                        and reply.params.get("thread_ts") == thread and "Incident summary" not in _text(reply)
+                        and not said.startswith("Attempt `")):
+                    out(blocks_to_text(reply.blocks) or str(reply.params.get("text", "")))
         out(blocks_to_text(final.blocks) or str(final.params.get("text", "")))
         everything = "\n".join(_text(c) for c in seen)
         missing = [e for e in step.expect if e not in everything]
@@ -106,6 +133,14 @@ async def play(steps: list[Step], lab: Lab, out: Callable[[str], None]) -> bool:
             out(f"FAILED: expected {missing}")
             return False
     return True
+
+
+async def _incident_thread(lab: Lab) -> str | None:
+    """The thread of the first launch that ran and failed on the seed container: the incident's thread."""
+    assert lab.services is not None
+    attempts = await lab.services.attempts.recent("pve5", 129, 50)
+    ran = [a for a in attempts if a.status.value == "failed" and a.pid and a.thread_ts]
+    return min(ran, key=lambda a: a.created_at).thread_ts if ran else None
 
 
 def _find_button(calls: list[Call], fragment: str) -> tuple[str, str, str] | None:

@@ -68,3 +68,26 @@ def test_the_experiment_failing_the_same_way_refutes_and_another_failure_decides
     assert same.hypotheses[0].status == "refuted" and "failed the same way" in same.hypotheses[0].why
     # the record survives Redis: observations keep their changes
     assert Incident.from_dict(same.to_dict()) == same
+
+
+def test_a_memory_finding_is_confirmed_by_a_budget_change_that_starts_and_not_refuted_by_one_too_small():
+    from bot.core.attempts import changes_between
+
+    seed = ("--tp", "2", "--mem-fraction-static", "0.85")
+    more_fraction = changes_between(seed, ("--tp", "2", "--mem-fraction-static", "0.88"))
+    bf16_state = changes_between(seed, (*seed, "--mamba-ssm-dtype", "bfloat16"))
+    assert more_fraction == ("--mem-fraction-static 0.85 -> 0.88",) and bf16_state == ("+ --mamba-ssm-dtype bfloat16",)
+    incident, _ = Incident("C1", "1.0").add_hypothesis(
+        "the first cause is kv_pool_oom (proposed by triage of a1)", "gpuops", 10.0)
+    # 0.88 is not enough (seed step 7 on 0.5.9): the budget was still short, which refutes nothing
+    short = incident.observe(Observation(20.0, "attempt", "a2 failed", attempt="a2", outcome="failed",
+                                         label="kv_pool_oom", changes=more_fraction))
+    assert short.hypotheses[0].status == "open"
+    # an unrelated switch that starts decides nothing either
+    other = short.observe(Observation(25.0, "attempt", "a3 ready", attempt="a3", outcome="ready",
+                                      changes=("+ --disable-custom-all-reduce (on)",)))
+    assert other.hypotheses[0].status == "open"
+    fixed = other.observe(Observation(30.0, "attempt", "a4 ready", attempt="a4", outcome="ready", changes=bf16_state))
+    decided = fixed.hypotheses[0]
+    assert (decided.status, decided.tested_by) == ("confirmed", ("a4",))
+    assert decided.why.startswith("a4 with `+ --mamba-ssm-dtype bfloat16` (a budget change) started")

@@ -75,6 +75,11 @@ def test_lab_script_plays_the_skeleton_end_to_end():
     assert "SGLang would print: `Not enough memory. Please try to increase --mem-fraction-static. Current value: " \
            "self.server_args.mem_fraction_static=0.85`" in text
     assert "pve5 GPU 0: Xid 31 once, GPU memory page fault (MMU fault)" in text  # /gpu health reads the kernel log
+    # the incident thread replays the hypothesis loop: H1 (leftover memory) refuted by a clean status and a repeat,
+    # the triage's H2 (kv_pool_oom) confirmed by the budget change that started
+    assert "refuted by gpuops: the GPUs were clean" in text
+    assert "Also in the log, not the cause: child_process_died" in text
+    assert "(a budget change) started: the memory budget was the cause" in text
     assert "seed arc: all steps happened as scripted" in text
     assert "Traceback" not in out.stderr
 
