@@ -25,6 +25,7 @@ from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import NodeFaults, launch_gpu_health
 from bot.core.inventory import Container, Inventory, Target
+from bot.core.label_evidence import transformers_older
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
@@ -174,19 +175,13 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     return Preflight(request, tuple(checks), planned, port)
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    import re
-
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
-
-
 def _transformers_check(planned: PlannedBudget) -> Check:
     """The checkpoint names the transformers that wrote it; an older one may not know its model_type."""
     installed = planned.versions.get("transformers")
     written = planned.model_transformers
     if not installed:
         return Check("transformers", "warn", "transformers not found in the container's SGLang environment")
-    if written and _version_tuple(installed)[:2] < _version_tuple(written)[:2]:
+    if transformers_older(installed, written):
         return Check("transformers", "warn", f"transformers {installed} is older than the {written} that wrote "
                      "this checkpoint's config.json; an unknown model_type fails at load (KeyError in CONFIG_MAPPING)")
     return Check("transformers", "ok", f"transformers {installed}" + (f" (config written by {written})" if written

@@ -77,18 +77,20 @@ def transformers_evidence(installed: str | None, written_by: str | None) -> str 
     have = f"transformers {installed}" if installed else "transformers (version not readable)"
     if not written_by:
         return f"{have} in the container; the checkpoint's config.json does not say which version wrote it"
-    older = _older(installed, written_by)
+    older = transformers_older(installed, written_by)
     verdict = (" - older: upgrade to at least that" if older else " - not older, so the model type comes from a "
                "newer or a development release (see the model card)" if older is False else "")
     return f"{have} in the container; the checkpoint's config.json was written by transformers {written_by}{verdict}"
 
 
-def _older(installed: str | None, written_by: str) -> bool | None:
-    def parts(version: str) -> tuple[int, ...] | None:
-        match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
-        return tuple(int(x or 0) for x in match.groups()) if match else None
+def transformers_older(installed: str | None, written_by: str | None) -> bool | None:
+    """True when the installed transformers is an older minor release than the one that wrote the config
+    (an unknown model_type then fails at load); None when either version is unreadable."""
+    def minor(version: str) -> tuple[int, int] | None:
+        match = re.match(r"(\d+)\.(\d+)", version)
+        return (int(match.group(1)), int(match.group(2))) if match else None
 
-    have, want = parts(installed or ""), parts(written_by)
+    have, want = minor(installed or ""), minor(written_by or "")
     if have is None or want is None:
         return None
     return have < want
