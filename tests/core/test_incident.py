@@ -58,13 +58,10 @@ def test_the_experiment_failing_the_same_way_refutes_and_another_failure_decides
     from bot.core.attempts import changes_between
 
     graphs_off = changes_between(("--tp", "2"), ("--tp", "2", "--disable-cuda-graph"))
-    incident, _ = Incident("C1", "1.0").add_hypothesis(
-        "the first cause is cuda_graph_capture_error (proposed by triage of a1)", "gpuops", 10.0)
-    other = incident.observe(Observation(20.0, "attempt", "a2 failed", attempt="a2", outcome="failed",
-                                         label="nccl_error", changes=graphs_off))
+    incident = triage_proposed("cuda_graph_capture_error")
+    other = incident.observe(attempt_result(20.0, "a2", "failed", graphs_off, "nccl_error"))
     assert other.hypotheses[0].status == "open"
-    same = incident.observe(Observation(20.0, "attempt", "a2 failed", attempt="a2", outcome="failed",
-                                        label="cuda_graph_capture_error", changes=graphs_off))
+    same = incident.observe(attempt_result(20.0, "a2", "failed", graphs_off, "cuda_graph_capture_error"))
     assert same.hypotheses[0].status == "refuted" and "failed the same way" in same.hypotheses[0].why
     # the record survives Redis: observations keep their changes
     assert Incident.from_dict(same.to_dict()) == same
@@ -77,17 +74,25 @@ def test_a_memory_finding_is_confirmed_by_a_budget_change_that_starts_and_not_re
     more_fraction = changes_between(seed, ("--tp", "2", "--mem-fraction-static", "0.88"))
     bf16_state = changes_between(seed, (*seed, "--mamba-ssm-dtype", "bfloat16"))
     assert more_fraction == ("--mem-fraction-static 0.85 -> 0.88",) and bf16_state == ("+ --mamba-ssm-dtype bfloat16",)
-    incident, _ = Incident("C1", "1.0").add_hypothesis(
-        "the first cause is kv_pool_oom (proposed by triage of a1)", "gpuops", 10.0)
+    incident = triage_proposed("kv_pool_oom")
     # 0.88 is not enough (seed step 7 on 0.5.9): the budget was still short, which refutes nothing
-    short = incident.observe(Observation(20.0, "attempt", "a2 failed", attempt="a2", outcome="failed",
-                                         label="kv_pool_oom", changes=more_fraction))
+    short = incident.observe(attempt_result(20.0, "a2", "failed", more_fraction, "kv_pool_oom"))
     assert short.hypotheses[0].status == "open"
     # an unrelated switch that starts decides nothing either
-    other = short.observe(Observation(25.0, "attempt", "a3 ready", attempt="a3", outcome="ready",
-                                      changes=("+ --disable-custom-all-reduce (on)",)))
+    other = short.observe(attempt_result(25.0, "a3", "ready", ("+ --disable-custom-all-reduce (on)",)))
     assert other.hypotheses[0].status == "open"
-    fixed = other.observe(Observation(30.0, "attempt", "a4 ready", attempt="a4", outcome="ready", changes=bf16_state))
+    fixed = other.observe(attempt_result(30.0, "a4", "ready", bf16_state))
     decided = fixed.hypotheses[0]
     assert (decided.status, decided.tested_by) == ("confirmed", ("a4",))
     assert decided.why.startswith("a4 with `+ --mamba-ssm-dtype bfloat16` (a budget change) started")
+
+
+def triage_proposed(label):
+    """An incident whose only hypothesis is the one a triage of attempt a1 proposed, at t=10."""
+    return Incident("C1", "1.0").add_hypothesis(f"the first cause is {label} (proposed by triage of a1)",
+                                                "gpuops", 10.0)[0]
+
+
+def attempt_result(at, attempt, outcome, changes, label=None):
+    return Observation(at, "attempt", f"{attempt} {outcome}", attempt=attempt, outcome=outcome, label=label,
+                       changes=tuple(changes))
