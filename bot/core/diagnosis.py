@@ -233,7 +233,7 @@ _PHASE_MARKERS = (
     (re.compile(_WEIGHTS_LINE), "startup: weights"),
     (re.compile(rf"{_INIT_LINE}|server_args=ServerArgs"), "startup: init"),
 )
-# where a log that just stops was: (marker, what had happened, what stopping there means, label), last marker wins
+# where a log that just stops was: (marker, what had happened, what stopping there means, label), furthest first
 _STAGES = (
     (re.compile(r"max_total_num_tokens=\d+, chunked_prefill_size="), "the scheduler started (pools and graphs done)",
      "stopped before the server said it was ready: the warm-up request or the HTTP server", "unknown"),
@@ -251,7 +251,7 @@ _STAGES = (
      "unknown"),
     (re.compile(_WEIGHTS_LINE), "weight loading began", "a hang while loading weights", "unknown"),
     (re.compile(r"Init COMPLETE|Custom allreduce is disabled because this process group spans across nodes|"
-                rf"{_INIT_LINE}"), "distributed init began", "a hang at distributed init (rendezvous)",
+                rf"{_INIT_LINE}|NCCL INFO "), "distributed init began", "a hang at distributed init (rendezvous)",
      "dist_init_timeout"),
 )
 
@@ -489,8 +489,9 @@ def _stall(lines: list[str], order: list[int], minutes: float | None) -> Finding
     content = [lines[i] for i in order if lines[i].strip()]
     if not content or any(_READY.search(x) for x in content):
         return None
-    for index in range(len(content) - 1, -1, -1):
-        for pattern, where, meaning, label in _STAGES:
+    # the furthest stage the log reached (SGLang's start-up only moves forward), at its last mention
+    for pattern, where, meaning, label in _STAGES:
+        for index in range(len(content) - 1, -1, -1):
             if pattern.search(content[index]):
                 since = f"no output for {minutes:.0f} minutes" if minutes is not None else "the log stops"
                 rule = RULE_BY_LABEL.get(label)

@@ -272,3 +272,17 @@ def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as
     assert finding.explanation.startswith("the log is cut inside a traceback, before its exception line")
     assert finding.next_step.startswith("find the rest of this log")
     assert finding.next_step.endswith("launch without --enable-torch-compile")
+
+
+def test_a_log_stopping_in_nccl_setup_is_a_hang_at_distributed_init_and_later_stages_win():
+    # real NCCL_DEBUG=INFO lines of a 16-rank job's communicator setup; the text stops there
+    nccl = (FIXTURES / "other-logs" / "nccl-info-setup.txt").read_text().splitlines()
+    finding = diagnose("\n".join(nccl), stalled_minutes=20)
+    assert (finding.label, finding.confidence) == ("dist_init_timeout", "medium")
+    assert finding.explanation == "no output for 20 minutes after distributed init began - a hang at distributed " \
+                                  "init (rendezvous)"
+    # the furthest stage a log reached decides, wherever NCCL prints: before a capture that never ended
+    startup = next(json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines()
+                   if '"id": "sglang-startup-007"' in x)["log_excerpt"]
+    later = diagnose("\n".join(nccl + startup) + "\n" + nccl[-1])
+    assert later.label == "cuda_graph_capture_error" and "after CUDA graph capture began" in later.explanation
