@@ -153,6 +153,11 @@ def help_text(inventory: Inventory) -> str:
     )
 
 
+def sglang_help_text(inventory: Inventory) -> str:
+    return render("sglang_help.mrkdwn.j2", containers=sorted(inventory.containers),
+                  profiles=sorted(inventory.profiles.items()))
+
+
 def usage_text(problem: str, inventory: Inventory) -> str:
     return f":warning: {problem}\n\n{help_text(inventory)}"
 

@@ -57,7 +57,7 @@ def register(app: AsyncApp, services: Services) -> None:
         try:
             request = parse_sglang_command(command.get("text", ""), services.inventory.profiles)
             if isinstance(request, SglangHelpRequest):
-                await ack(SGLANG_USAGE)
+                await ack(views.sglang_help_text(services.inventory))
                 return
             if isinstance(request, SglangHistoryRequest | SglangTriageRequest):
                 spec = request.target

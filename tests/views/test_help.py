@@ -23,3 +23,25 @@ def test_gpu_help_lists_every_accepted_subcommand_and_each_listed_one_parses():
     with pytest.raises(UsageError):
         parse_gpu_command("restart pve5")
     assert "`/sglang help`" in text
+
+
+def test_sglang_help_lists_every_accepted_subcommand_the_thread_mentions_and_the_profiles():
+    from bot.core.commands import SGLANG_USAGE, parse_sglang_command
+    from bot.core.incident import MENTION_VERBS
+    from bot.views import sglang_help_text
+
+    inventory = parse_inventory({
+        "nodes": {"pve5": {"host": "10.0.0.5", "known_hosts": "known_hosts"}},
+        "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129}},
+        "profiles": {"qwen36": {"container": "sglang-a6000", "model_path": "/models/Qwen3.6-27B",
+                                "flags": ["--tp", "2"]}}}, "test")
+    text = sglang_help_text(inventory)
+    listed = set(re.findall(r"`/sglang (\w+)", text))
+    assert listed == set(re.findall(r"`/sglang (\w+)", SGLANG_USAGE)) == {
+        "budget", "launch", "triage", "history", "stop", "help"}
+    for verb in listed:  # each listed form parses
+        parse_sglang_command({"budget": "budget sglang-a6000 /models/q", "launch": "launch qwen36",
+                              "stop": "stop sglang-a6000"}.get(verb, verb), inventory.profiles)
+    mentioned = set(re.findall(r"`@gpuops (\w+)", text))
+    assert mentioned == set(MENTION_VERBS) - {"help"}
+    assert "`qwen36` (sglang-a6000)" in text and "Containers: `sglang-a6000`" in text
