@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.budget import PlannedBudget, plan_budget
@@ -49,7 +50,9 @@ class TriageReport:
     label_evidence: tuple[str, ...] = ()  # what the label calls for: who holds the port, which transformers
 
 
-async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt) -> TriageReport:
+async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt,
+                         others: Sequence[Attempt] = ()) -> TriageReport:
+    """``others``: the container's other attempts, to name a launch that holds a port this one needed."""
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
     python = container.python if container else "python3"
@@ -104,7 +107,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]
     label_evidence: tuple[str, ...] = ()
     if finding.label == "port_in_use":
-        label_evidence = await _port_holders(transport, attempt, python, finding, text)
+        launches = {a.pid: a.id for a in others if a.pid and a.id != attempt.id}
+        label_evidence = await _port_holders(transport, attempt, python, finding, text, launches)
     elif finding.label == "transformers_too_old":
         line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
         label_evidence = (line,) if line else ()
@@ -113,7 +117,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,
-                        text: str) -> tuple[str, ...]:
+                        text: str, launches: dict[int, str]) -> tuple[str, ...]:
     """Who holds the port the launch could not bind, read in the container now: the port(s) the log names
     (its evidence first), else the launch's own --port."""
     named = ports_named(e.text for e in finding.evidence) or ports_named(text.splitlines())
@@ -126,7 +130,7 @@ async def _port_holders(transport: Transport, attempt: Attempt, python: str, fin
     if parsed is None:
         return (f"who holds port {', '.join(map(str, ports[:4]))}: not readable in the container "
                 f"({(answer.stderr.strip() or 'no answer')[:160]})",)
-    return port_evidence(ports[:4], attempt.port, bool(named), *parsed)
+    return port_evidence(ports[:4], attempt.port, bool(named), *parsed, launches=launches)
 
 
 def _config_field(config_text: str, name: str) -> str | None:

@@ -270,7 +270,8 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
         attempt = next((a for a in await attempts.recent(count=50) if a.channel == channel and a.pid), None)
     if attempt is None or attempt.pid is None:
         raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
-    report = await triage_attempt(services.transport, services.inventory, attempt)
+    report = await triage_attempt(services.transport, services.inventory, attempt,
+                                  await attempts.recent(attempt.node, attempt.vmid, 20))
     choices: list[tuple[str, str]] = []
     request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
                             user_flags(attempt.argv), user, channel)

@@ -196,16 +196,18 @@ PORT_HOLDERS_SCRIPT = (
     "    try:\n"
     "        links = [os.readlink('/proc/%s/fd/%s' % (pid, fd)) for fd in os.listdir('/proc/%s/fd' % pid)]\n"
     "        cmd = open('/proc/%s/cmdline' % pid, 'rb').read().replace(b'\\0', b' ').decode(errors='replace')\n"
-    "    except OSError:\n"
+    "        group = int(open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[2])\n"
+    "    except (OSError, ValueError, IndexError):\n"
     "        continue\n"
     "    for port in sorted({inodes[x[8:-1]] for x in links if x.startswith('socket:[') and x[8:-1] in inodes}):\n"
-    "        holders.append({'port': port, 'pid': int(pid), 'cmd': cmd.strip()[:300]})\n"
+    "        holders.append({'port': port, 'pid': int(pid), 'pgid': group, 'cmd': cmd.strip()[:300]})\n"
     "print(json.dumps({'listening': sorted(set(inodes.values())), 'holders': holders}))\n"
 )
 
 
 def port_holders(python: str, ports: Sequence[int]) -> Argv:
-    """JSON {listening: [port], holders: [{port, pid, cmd}]} for the TCP ports, read from /proc in the container."""
+    """JSON {listening: [port], holders: [{port, pid, pgid, cmd}]} for the TCP ports, read from /proc in the
+    container."""
     return (python, "-c", PORT_HOLDERS_SCRIPT, *(_check_int(p, "port", 1) for p in ports))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 # how the binders SGLang uses name the port they could not take (formats of torch, asyncio/uvicorn and pyzmq)
@@ -34,6 +34,7 @@ class PortHolder:
     port: int
     pid: int
     command: str
+    group: int | None = None  # its process group: a gpuops launch's recorded PID leads one
 
 
 def parse_port_holders(stdout: str) -> tuple[frozenset[int], tuple[PortHolder, ...]] | None:
@@ -42,15 +43,18 @@ def parse_port_holders(stdout: str) -> tuple[frozenset[int], tuple[PortHolder, .
     try:
         data = json.loads(stdout)
         listening = frozenset(int(p) for p in data["listening"])
-        holders = tuple(PortHolder(int(h["port"]), int(h["pid"]), str(h["cmd"])) for h in data["holders"])
+        holders = tuple(PortHolder(int(h["port"]), int(h["pid"]), str(h["cmd"]),
+                                   int(h["pgid"]) if h.get("pgid") is not None else None) for h in data["holders"])
     except (ValueError, KeyError, TypeError):
         return None
     return listening, holders
 
 
 def port_evidence(checked: Iterable[int], launch_port: int | None, named_in_log: bool,
-                  listening: frozenset[int], holders: Iterable[PortHolder]) -> tuple[str, ...]:
-    """One line per port: whose it is for the launch, and who holds it now (by PID, with its command)."""
+                  listening: frozenset[int], holders: Iterable[PortHolder],
+                  launches: Mapping[int, str] | None = None) -> tuple[str, ...]:
+    """One line per port: whose it is for the launch, and who holds it now (by PID, with its command; and the
+    gpuops attempt whose process group it is in, from ``launches``: recorded PID -> attempt id)."""
     held = list(holders)
     lines = [] if named_in_log else ["the log names no port; checked this launch's --port"]
     for port in checked:
@@ -62,7 +66,10 @@ def port_evidence(checked: Iterable[int], launch_port: int | None, named_in_log:
         owners = [h for h in held if h.port == port]
         if owners:
             who = "; ".join(f"PID {h.pid}: {h.command or '(no command line)'}" for h in owners[:3])
-            lines.append(f"port {port} ({kind}) is held by {who}")
+            attempt = next((launches[h.group] for h in owners if launches and h.group is not None
+                            and h.group in launches), None)
+            stop = f" - attempt {attempt}'s process group: `/sglang stop {attempt}`" if attempt else ""
+            lines.append(f"port {port} ({kind}) is held by {who}{stop}")
         elif port in listening:
             lines.append(f"port {port} ({kind}) is listened on by a process this container cannot see")
         else:

@@ -31,6 +31,10 @@ def test_the_holder_is_named_by_pid_and_whose_port_it_is():
     lines = port_evidence((42173,), 30000, True, frozenset({42173}), holders)
     assert lines == ("port 42173 (not this launch's --port 30000: a port SGLang opened for its ranks or workers "
                      "(torch dist-init, NCCL, ZMQ)) is held by PID 4242: python3 -m sglang.launch_server --port 30000",)
+    # a holder in the process group of a recorded launch names that attempt and how to stop it
+    grouped = (PortHolder(30000, 4243, "python3 -m sglang.launch_server", group=4240),)
+    assert port_evidence((30000,), 30000, True, frozenset({30000}), grouped, {4240: "a20261203-101500-1a2b"})[0] \
+        .endswith("- attempt a20261203-101500-1a2b's process group: `/sglang stop a20261203-101500-1a2b`")
     own = port_evidence((30000,), 30000, False, frozenset({30000}), ())
     assert own == ("the log names no port; checked this launch's --port",
                    "port 30000 (this launch's --port) is listened on by a process this container cannot see")
@@ -41,6 +45,8 @@ def test_an_answer_that_is_not_the_scripts_is_not_read():
     assert parse_port_holders("") is None and parse_port_holders('{"listening": [1]}') is None
     assert parse_port_holders('{"listening": [80], "holders": [{"port": 80, "pid": 7, "cmd": "nginx"}]}') == (
         frozenset({80}), (PortHolder(80, 7, "nginx"),))
+    assert parse_port_holders('{"listening": [80], "holders": [{"port": 80, "pid": 7, "pgid": 5, "cmd": ""}]}') == (
+        frozenset({80}), (PortHolder(80, 7, "", 5),))
 
 
 def test_transformers_installed_against_the_version_that_wrote_the_config():

@@ -137,6 +137,11 @@ async def test_a_port_conflict_names_the_process_holding_the_port_by_pid(lab):
     holder.listen()
     try:
         attempt = await failed_launch(lab, "port_in_use", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+        # an earlier launch on this container whose recorded process group is this test's (it holds the socket)
+        from dataclasses import replace as changed
+
+        earlier = changed(attempt, id="a20261203-000000-0001", pid=os.getpgid(0), thread_ts=None, message_ts=None)
+        await lab.services.attempts.save(earlier)
         await lab.slash("/sglang", f"triage {attempt.id}")
         calls = await wait_text(lab, "Triage of", method="chat.postMessage")
         text = blocks_to_text(post_with(calls, "Triage of").blocks)
@@ -145,5 +150,6 @@ async def test_a_port_conflict_names_the_process_holding_the_port_by_pid(lab):
     assert "*port_in_use*" in text
     assert (f"port 42173 (not this launch's --port {attempt.port}: a port SGLang opened for its ranks or workers "
             f"(torch dist-init, NCCL, ZMQ)) is held by PID {os.getpid()}: ") in text
+    assert "- attempt a20261203-000000-0001's process group: `/sglang stop a20261203-000000-0001`" in text
     # the next step moves the launch off the ranks' port, or stops the holder by its PID
     assert "--nccl-port" in text
