@@ -43,6 +43,9 @@ _KV_NO_COUNT = re.compile(r"KV Cache is allocated\.")
 _MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<size>\d+)")
 _GRAPH_BEGIN = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph begin\.")
 _GRAPH_END = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph end\.")
+# tqdm bars of CUDA-graph capture and of piecewise-graph compile/capture; one log line holds many \r updates
+_GRAPH_STEP = re.compile(r"(?P<what>Compiling|Capturing) (?:num tokens|batches) \([^)]*\):\s+\d+%\|[^|]*\|\s*"
+                         r"(?P<done>\d+)/(?P<total>\d+)")
 _SCHED = re.compile(r"max_total_num_tokens=(?P<tok>\d+),.*?max_running_requests=(?P<mrr>\d+), context_len=(?P<ctx>\d+)")
 READY_LINE = "The server is fired up and ready to roll"  # SGLang's own words once it serves (triage reads it too)
 _READY = re.compile(READY_LINE)
@@ -60,6 +63,7 @@ class Progress:
     avail_before_load_gib: float | None = None
     weights_gib: float | None = None
     weights_format: str | None = None  # how the load says it held them: "quant=awq", "dtype=bfloat16"
+    graphs_step: str | None = None  # the last graph bar seen: "capturing 12/52", "compiling 3/58"
     kv_tokens: int | None = None
     mamba_slots: int | None = None
     max_running_requests: int | None = None
@@ -77,6 +81,9 @@ class Progress:
         text = STAGE_LABEL[self.stage]
         if self.stage is Stage.LOADING_WEIGHTS and self.weights_percent is not None:
             text += f" {self.weights_percent}%"
+        if Stage.WEIGHTS_LOADED <= self.stage < Stage.GRAPHS_CAPTURED and self.graphs_step:
+            step = self.graphs_step
+            text += f" ({step.removeprefix('capturing ') if self.stage is Stage.CAPTURING_GRAPHS else step})"
         return text
 
 
@@ -97,6 +104,10 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
         if m := _SCHED.search(line):
             p = replace(p, kv_tokens=p.kv_tokens or int(m.group("tok")), max_running_requests=int(m.group("mrr")),
                         context_len=int(m.group("ctx")))
+        steps = list(_GRAPH_STEP.finditer(line))
+        if steps and first_rank:
+            last = steps[-1]
+            p = replace(p, graphs_step=f"{last.group('what').lower()} {last.group('done')}/{last.group('total')}")
         if _GRAPH_END.search(line):
             p = _at_least(p, Stage.GRAPHS_CAPTURED)
         elif _GRAPH_BEGIN.search(line):
@@ -117,8 +128,8 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
                                                   else f"dtype={fmt.group('dtype')}")
                 p = replace(p, weights_gib=float(usage), weights_format=shown)
             p = _at_least(p, Stage.WEIGHTS_LOADED)
-        elif m := _SHARDS.search(line):
-            p = replace(_at_least(p, Stage.LOADING_WEIGHTS), weights_percent=int(m.group("pct")))
+        elif shards := _SHARDS.findall(line):  # the last of a line's \r updates
+            p = replace(_at_least(p, Stage.LOADING_WEIGHTS), weights_percent=int(shards[-1]))
         elif m := _LOAD_BEGIN.search(line):
             if p.avail_before_load_gib is None or (first_rank and p.stage < Stage.WEIGHTS_LOADED):
                 p = replace(p, avail_before_load_gib=float(m.group("avail")))

@@ -113,3 +113,18 @@ def test_measured_weights_come_from_the_newest_load_of_the_same_checkpoint_and_l
     assert found.context_gib == pytest.approx(48_633 / 1024 - 46.58)
     assert earlier_load(history, "/models/q27", layout, "0.5.10") is None  # an upgrade can change the load
     assert earlier_load(history, "/models/none", layout, "0.5.9") is None
+
+
+def test_progress_shows_the_graph_bars_while_graphs_are_compiled_and_captured():
+    from dataclasses import replace
+
+    # real tqdm lines: a piecewise-graph compile (with torch's warning on the same line), then its capture
+    bars = (FIXTURES / "other-logs" / "piecewise-graph-progress.txt").read_text().splitlines()
+    loaded = replace(Progress(), stage=Stage.WEIGHTS_LOADED)
+    assert advance(loaded, bars[:1]).label == "weights loaded (compiling 0/58)"
+    assert advance(loaded, bars).label == "weights loaded (capturing 0/58)"
+    # a real capture that hung at its first batch (sglang-pr11275): the bar is shown with the stage
+    hung = next(c for c in (json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text()
+                            .splitlines()) if c["id"] == "sglang-pr11275")
+    progress = advance(Progress(), hung["log_excerpt"].splitlines())
+    assert progress.label == "capturing CUDA graphs (0/52)"
