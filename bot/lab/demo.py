@@ -1,6 +1,7 @@
 """`gpuops demo --script seed`: the seed story's bring-up, played through the real app.
 
-Every step is a signed slash command or button click sent to the real Bolt app; the bot reads
+Every step is a signed slash command, button click or `@gpuops` mention (an Events API delivery
+in the first failed launch's thread, where the incident lives) sent to the real Bolt app; the bot reads
 the lab node over real SSH and keeps its state in Redis. Each step names what must show up in
 what the bot posts; the demo prints the transcript and exits non-zero on the first step that
 does not happen as scripted.
