@@ -700,6 +700,11 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             draft_layers = model.mtp_layers or 1
             size = mtp_draft_size(model, draft_layers, quant)
             note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
+            if model.no_mtp:
+                note = " (sized as one MTP layer, but this checkpoint has none)"
+                degraded.append(("support", "the checkpoint's config states no MTP layer (num_nextn_predict_layers 0): "
+                                 "NEXTN/MTP without --speculative-draft-model-path has no draft head to load; give "
+                                 "an EAGLE draft model's path"))
         elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
             draft_layers = small.layers
             draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB

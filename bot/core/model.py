@@ -144,6 +144,7 @@ class ModelSpec:
     linear: LinearAttention | None = None
     moe: Moe | None = None
     mtp_layers: int = 0
+    no_mtp: bool = False  # the config states 0 MTP layers (Kimi-K2.5), unlike one that does not say (Qwen3-Next)
     attn_output_gate: bool = False
     qkv_bias: bool = False
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3/4)
@@ -294,6 +295,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         linear=linear,
         moe=moe,
         mtp_layers=int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+        no_mtp=_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") in (0, "0"),
         # Qwen3-Next gates its attention output without saying so (SGLang: getattr(config, "attn_output_gate", True))
         attn_output_gate=bool(_get(text, "attn_output_gate",
                                    default=str(text.get("model_type", model_type)).startswith("qwen3_next"))),

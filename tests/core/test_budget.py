@@ -1056,3 +1056,19 @@ def test_an_unusable_standalone_draft_config_is_counted_as_unread_not_raised():
     b = run(target, ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/models/d"],
             version="0.5.9", count=1, draft_config={"architectures": ["LlamaForCausalLM"]})  # no geometry in it
     assert "standalone draft's config was not read" in next(x.why for x in b.lines if x.label == "draft weights")
+
+
+def test_nextn_on_a_checkpoint_whose_config_states_no_mtp_layer_is_flagged():
+    # Kimi-K2.5 states num_nextn_predict_layers 0; Qwen3-Next does not say (its checkpoint has one); R1 states 1
+    nextn = ["--tp", "8", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    kimi, qwen_next, r1 = (spec(n) for n in ("moonshotai__Kimi-K2.5", "Qwen__Qwen3-Next-80B-A3B-Instruct",
+                                             "deepseek-ai__DeepSeek-R1"))
+    assert (kimi.no_mtp, qwen_next.no_mtp, r1.no_mtp) == (True, False, False)
+    flagged = run(kimi, nextn, total_mib=143771, count=8)
+    assert any("states no MTP layer" in r and "--speculative-draft-model-path" in r for r in flagged.reasons)
+    assert flagged.verdict is not VerdictKind.FITS
+    # with a draft model path the draft is the EAGLE model's, and nothing is flagged
+    eagle = run(kimi, [*nextn, "--speculative-draft-model-path", "/models/kimi-eagle"], total_mib=143771, count=8)
+    assert not any("states no MTP layer" in r for r in eagle.reasons)
+    assert not any("states no MTP layer" in r for r in run(r1, nextn, total_mib=143771, count=8).reasons)
