@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from bot.budget import PlannedBudget, plan_budget
@@ -51,8 +51,9 @@ class TriageReport:
 
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt,
-                         others: Sequence[Attempt] = ()) -> TriageReport:
-    """``others``: the container's other attempts, to name a launch that holds a port this one needed."""
+                         others: Callable[[], Awaitable[Sequence[Attempt]]] | None = None) -> TriageReport:
+    """``others``: reads the container's other attempts, to name a launch that holds a port this one
+    needed (only a port finding reads them)."""
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
     python = container.python if container else "python3"
@@ -107,7 +108,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]
     label_evidence: tuple[str, ...] = ()
     if finding.label == "port_in_use":
-        launches = {a.pid: a.id for a in others if a.pid and a.id != attempt.id}
+        launches = {a.pid: a.id for a in (await others() if others else ()) if a.pid and a.id != attempt.id}
         label_evidence = await _port_holders(transport, attempt, python, finding, text, launches)
     elif finding.label == "transformers_too_old":
         line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))

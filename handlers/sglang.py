@@ -271,7 +271,7 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
     if attempt is None or attempt.pid is None:
         raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
     report = await triage_attempt(services.transport, services.inventory, attempt,
-                                  await attempts.recent(attempt.node, attempt.vmid, 20))
+                                  lambda: attempts.recent(attempt.node, attempt.vmid, 20))
     choices: list[tuple[str, str]] = []
     request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
                             user_flags(attempt.argv), user, channel)

@@ -1035,18 +1035,15 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
             clean_gpus = replace(gpus, free_mib=tuple(gpus.total_mib - 1 for _ in gpus.free_mib))
             on_clean = replace(inp, gpus=clean_gpus)
             clean = _compute(on_clean)
-            if clean.verdict is VerdictKind.FAILS and clean.error_text:
-                # freeing is necessary but not enough: the changes that fit are the ones for clean GPUs
-                first = clean.error_text.split(". ")[0][:120]
-                remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
-                                       f"{held_gib:.1f} GiB per GPU is in use before the launch; even on clean "
-                                       f"GPUs this launch fails (`{first}`), so the changes below are computed "
-                                       "for clean GPUs", 0))
+            # freeing may be necessary but not enough: then the changes that fit are the ones for clean GPUs
+            still = clean.error_text if clean.verdict is VerdictKind.FAILS else None
+            outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
+                       "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean)}"
+            remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
+                                   f"{held_gib:.1f} GiB per GPU is in use before the launch; {outcome}", 0))
+            if still:
                 return remedies + [replace(r, effect=f"after freeing the GPUs: {r.effect}")
                                    for r in find_remedies(on_clean, clean)]
-            remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
-                                   f"{held_gib:.1f} GiB per GPU is in use before the launch; on clean GPUs: "
-                                   f"{_effect(clean)}", 0))
     if failed.error_text and "no_buffer" in failed.error_text:
         changed = trial(mamba_scheduler_strategy="extra_buffer")
         remedies.append(Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",

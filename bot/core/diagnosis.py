@@ -13,7 +13,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from bot.core.startup_log import READY_LINE
+from bot.core.startup_log import (
+    BENIGN_NOTICE,
+    CAPTURE_BAR,
+    CAPTURE_LINE,
+    COMPILE_BAR,
+    LOAD_END_LINE,
+    READY_LINE,
+    SCHEDULER_LINE,
+)
 
 ECHO = "child_process_died"
 
@@ -214,39 +222,35 @@ _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Lo
                            r"Load weight begin|weight_utils")
 _CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
-# SGLang's life-cycle lines, shared by the phase of a finding and the diagnosis of a stalled log
-_CAPTURE_LINE = r"Capture (?:.*?)(?:cuda|CUDA) graph"
-# tqdm progress of the capture (`Capturing batches (bs=...`) and of piecewise graphs (`Capturing num tokens (`)
-_CAPTURING = r"Capturing (?:batches \(bs=|num tokens \(num_tokens=)"
-_PIECEWISE_COMPILE = r"Compiling num tokens \(num_tokens="
-# SGLang's model registry skips modules whose imports fail and says so; healthy startups print these
-_BENIGN = re.compile(r"Ignore import error when loading ")
+# SGLang's life-cycle lines (bot.core.startup_log), shared by the phase of a finding and the diagnosis of a
+# stalled log
+_BENIGN = re.compile(BENIGN_NOTICE)
+_POOL_LINE = r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated"
 _WEIGHTS_LINE = r"Load weight begin|Loading safetensors checkpoint shards"
 _INIT_LINE = r"Init torch distributed begin"
 _READY = re.compile(READY_LINE)
 # where in the server's life a line sits: the last marker at or before the cause decides the phase
 _PHASE_MARKERS = (
     (re.compile(rf"{READY_LINE}|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
-    (re.compile(rf"{_CAPTURE_LINE} (?:begin|failed)|{_CAPTURING}|{_PIECEWISE_COMPILE}"), "startup: CUDA graphs"),
-    (re.compile(r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated|Load weight end"),
-     "startup: KV pool"),
+    (re.compile(rf"{CAPTURE_LINE} (?:begin|failed)|{CAPTURE_BAR}|{COMPILE_BAR}"), "startup: CUDA graphs"),
+    (re.compile(rf"{_POOL_LINE}|{LOAD_END_LINE}"), "startup: KV pool"),
     (re.compile(_WEIGHTS_LINE), "startup: weights"),
     (re.compile(rf"{_INIT_LINE}|server_args=ServerArgs"), "startup: init"),
 )
 # where a log that just stops was: (marker, what had happened, what stopping there means, label), furthest first
 _STAGES = (
-    (re.compile(r"max_total_num_tokens=\d+, chunked_prefill_size="), "the scheduler started (pools and graphs done)",
+    (re.compile(SCHEDULER_LINE), "the scheduler started (pools and graphs done)",
      "stopped before the server said it was ready: the warm-up request or the HTTP server", "unknown"),
-    (re.compile(rf"{_CAPTURE_LINE} end"), "CUDA graph capture ended",
+    (re.compile(rf"{CAPTURE_LINE} end"), "CUDA graph capture ended",
      "stopped before the scheduler started (a hang, or the process killed without a word: check dmesg)", "unknown"),
-    (re.compile(rf"{_CAPTURE_LINE} begin|{_CAPTURING}"), "CUDA graph capture began", "a hang at capture",
+    (re.compile(rf"{CAPTURE_LINE} begin|{CAPTURE_BAR}"), "CUDA graph capture began", "a hang at capture",
      "cuda_graph_capture_error"),
-    (re.compile(_PIECEWISE_COMPILE), "piecewise CUDA graph compilation began",
+    (re.compile(COMPILE_BAR), "piecewise CUDA graph compilation began",
      "a hang while compiling piecewise CUDA graphs", "cuda_graph_capture_error"),
-    (re.compile(r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated"), "the memory pools were allocated",
+    (re.compile(_POOL_LINE), "the memory pools were allocated",
      "stopped before CUDA graph capture began (a hang, or the process killed without a word: check dmesg)",
      "unknown"),
-    (re.compile(r"Load weight end\."), "the weights loaded",
+    (re.compile(LOAD_END_LINE), "the weights loaded",
      "stopped while the memory pools were sized (a hang, or the process killed without a word: check dmesg)",
      "unknown"),
     (re.compile(_WEIGHTS_LINE), "weight loading began", "a hang while loading weights", "unknown"),

@@ -54,6 +54,8 @@ MOVES: dict[str, _Move] = {
                                       "load the checkpoint as it is stored, without the online quantization",
                                       shows_value=True),
 }
+MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
+MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
 # findings the budget engine sizes the next experiment for: memory, and a model that does not split over tp
 BUDGETED_LABELS = frozenset({"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom",
                              "flashinfer_workspace_oom", "context_exceeds_kv_pool", "tp_divisibility_error"})
@@ -63,8 +65,6 @@ BUDGET_FLAGS = frozenset({"--mem-fraction-static", "--mamba-ssm-dtype", "--max-r
                           "--context-length", "--kv-cache-dtype", "--max-total-tokens", "--chunked-prefill-size",
                           "--cuda-graph-max-bs", "--disable-cuda-graph", "--tp-size", "--tp", "--ep-size", "--dp",
                           "--enable-dp-attention"})
-MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
-MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
 
 
 def label_experiments(label: str, argv: Sequence[str]) -> tuple[Experiment, ...]:
@@ -94,8 +94,8 @@ def made_experiment(label: str, changes: Sequence[str]) -> str | None:
     move = MOVES.get(label)
     if move is None:
         return None
-    wanted = f"{'+' if move.add else '-'} {move.flags[0]}"
-    return next((c for c in changes if c == wanted or c.startswith(wanted + " ")), None)
+    wanted = ("+" if move.add else "-", move.flags[0])
+    return next((c for c in changes if _changed_flag(c) == wanted), None)
 
 
 def made_budget_change(label: str, changes: Sequence[str]) -> str | None:
@@ -103,9 +103,13 @@ def made_budget_change(label: str, changes: Sequence[str]) -> str | None:
     Such a change that starts confirms the finding; one that is not enough refutes nothing."""
     if label not in BUDGETED_LABELS:
         return None
-    for change in changes:
-        words = change.split()
-        flag = words[1] if words[:1] in (["+"], ["-"]) and len(words) > 1 else words[0] if words else ""
-        if flag in BUDGET_FLAGS:
-            return change
-    return None
+    return next((c for c in changes if _changed_flag(c)[1] in BUDGET_FLAGS), None)
+
+
+def _changed_flag(change: str) -> tuple[str, str]:
+    """("+" added | "-" removed | "" changed value, flag) of one line of bot.core.attempts.changes_between:
+    "+ --flag [value]", "- --flag [value]", "--flag old -> new"."""
+    words = change.split()
+    if words[:1] in (["+"], ["-"]) and len(words) > 1:
+        return words[0], words[1]
+    return "", words[0] if words else ""

@@ -47,8 +47,7 @@ def gpu_matches(name: str) -> dict[str, int]:
     for known, mib in KNOWN_GPU_MIB.items():
         if known.lower().replace("geforce", "").strip() == wanted:
             return {known: mib}
-    word = re.compile(rf"(?<!\w){re.escape(wanted)}(?!\w)")
-    return {known: mib for known, mib in KNOWN_GPU_MIB.items() if word.search(known.lower())}
+    return {known: mib for known, mib in KNOWN_GPU_MIB.items() if _has_words(known.lower(), wanted)}
 
 
 def gpu_total_mib(name: str) -> int | None:
@@ -75,6 +74,10 @@ COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
 
 def gpu_compute_capability(name: str) -> tuple[int, int] | None:
     """(major, minor) of an NVIDIA GPU from its name ("NVIDIA RTX A6000" -> (8, 6)); None when unknown."""
-    found = {cap for model, cap in COMPUTE_CAPABILITY.items()
-             if re.search(rf"(?<!\w){re.escape(model.lower())}(?!\w)", name.lower())}
+    found = {cap for model, cap in COMPUTE_CAPABILITY.items() if _has_words(name.lower(), model.lower())}
     return found.pop() if len(found) == 1 else None
+
+
+def _has_words(text: str, words: str) -> bool:
+    """``words`` in ``text`` as whole words: "h20" is not in "h200", "l4" not in "l40s"."""
+    return re.search(rf"(?<!\w){re.escape(words)}(?!\w)", text) is not None

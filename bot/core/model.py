@@ -258,6 +258,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     vision = config.get("vision_config") or {}
     vision_params, vision_projector = _vision_params(vision, hidden)
     quant = _quantization(config, text, kinds)
+    mtp = _get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers")  # None: the config does not say
     notes = []
     if quant is UNKNOWN_QUANT:
         method = (config.get("quantization_config") or text.get("quantization_config") or {}).get("quant_method")
@@ -294,8 +295,8 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         mla=mla,
         linear=linear,
         moe=moe,
-        mtp_layers=int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
-        no_mtp=_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") in (0, "0"),
+        mtp_layers=int(mtp or 0),
+        no_mtp=mtp in (0, "0"),
         # Qwen3-Next gates its attention output without saying so (SGLang: getattr(config, "attn_output_gate", True))
         attn_output_gate=bool(_get(text, "attn_output_gate",
                                    default=str(text.get("model_type", model_type)).startswith("qwen3_next"))),

@@ -33,21 +33,30 @@ STAGE_LABEL = {
     Stage.READY: "ready",
 }
 
+# SGLang's own words for its life-cycle, shared with the triage (which places a finding, or a log that
+# stopped, by them)
+READY_LINE = "The server is fired up and ready to roll"  # once it serves
+CAPTURE_LINE = r"Capture (?:.*?)(?:cuda|CUDA) graph"  # + " begin." / " end." / " failed:"
+CAPTURE_BAR = r"Capturing (?:batches \(bs=|num tokens \(num_tokens=)"  # tqdm: graph / piecewise-graph capture
+COMPILE_BAR = r"Compiling num tokens \(num_tokens="  # tqdm: piecewise-graph compile
+LOAD_END_LINE = r"Load weight end\."
+SCHEDULER_LINE = r"max_total_num_tokens=(?P<tok>\d+),.*?max_running_requests=(?P<mrr>\d+), context_len=(?P<ctx>\d+)"
+BENIGN_NOTICE = "Ignore import error when loading "  # the model registry skipping a module: not an error
+
 _INIT_END = re.compile(r"Init torch distributed ends\.")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(?P<avail>[\d.]+) GB")
-_LOAD_END = re.compile(r"Load weight end\..*?avail mem=(?P<avail>[\d.]+) GB(?:, mem usage=(?P<usage>-?[\d.]+) GB)?")
+_LOAD_END = re.compile(LOAD_END_LINE + r".*?avail mem=(?P<avail>[\d.]+) GB(?:, mem usage=(?P<usage>-?[\d.]+) GB)?")
 _LOAD_FORMAT = re.compile(r"\b(?:quant=(?P<quant>[\w-]+)|dtype=torch\.(?P<dtype>\w+))")
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(?P<pct>\d+)%")
 _KV = re.compile(r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens: (?P<tokens>\d+)")
 _KV_NO_COUNT = re.compile(r"KV Cache is allocated\.")
 _MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<size>\d+)")
-_GRAPH_BEGIN = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph begin\.")
-_GRAPH_END = re.compile(r"Capture (?:.*?)(?:cuda|CUDA) graph end\.")
-# tqdm bars of CUDA-graph capture and of piecewise-graph compile/capture; one log line holds many \r updates
-_GRAPH_STEP = re.compile(r"(?P<what>Compiling|Capturing) (?:num tokens|batches) \([^)]*\):\s+\d+%\|[^|]*\|\s*"
+_GRAPH_BEGIN = re.compile(rf"{CAPTURE_LINE} begin\.")
+_GRAPH_END = re.compile(rf"{CAPTURE_LINE} end\.")
+# the graph bars' counts; one log line holds many \r updates
+_GRAPH_STEP = re.compile(rf"(?P<bar>{COMPILE_BAR}|{CAPTURE_BAR})[^)]*\):\s+\d+%\|[^|]*\|\s*"
                          r"(?P<done>\d+)/(?P<total>\d+)")
-_SCHED = re.compile(r"max_total_num_tokens=(?P<tok>\d+),.*?max_running_requests=(?P<mrr>\d+), context_len=(?P<ctx>\d+)")
-READY_LINE = "The server is fired up and ready to roll"  # SGLang's own words once it serves (triage reads it too)
+_SCHED = re.compile(SCHEDULER_LINE)
 _READY = re.compile(READY_LINE)
 _RANK = re.compile(r"\bTP(\d+)\b")
 _ERROR = re.compile(
@@ -95,7 +104,7 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
         first_rank = rank is None or rank.group(1) == "0"  # numbers are rank 0's (the others repeat them)
         number = p.lines_read + 1
         p = replace(p, lines_read=number)
-        benign = "WARNING" in line or "Ignore import error when loading" in line  # the registry skipping a module
+        benign = "WARNING" in line or BENIGN_NOTICE in line
         if p.error_line is None and _ERROR.search(line) and not benign:
             p = replace(p, error_line=line.strip()[:500], error_line_no=number)
         if _READY.search(line):
@@ -107,7 +116,8 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
         steps = list(_GRAPH_STEP.finditer(line))
         if steps and first_rank:
             last = steps[-1]
-            p = replace(p, graphs_step=f"{last.group('what').lower()} {last.group('done')}/{last.group('total')}")
+            what = last.group("bar").split()[0].lower()
+            p = replace(p, graphs_step=f"{what} {last.group('done')}/{last.group('total')}")
         if _GRAPH_END.search(line):
             p = _at_least(p, Stage.GRAPHS_CAPTURED)
         elif _GRAPH_BEGIN.search(line):
