@@ -319,8 +319,8 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
 
 def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
     if not attempts:
-        return SlackMessage(f"No attempts recorded for {where}.", [SectionBlock(text=MarkdownTextObject(
-            text=f"No attempts recorded for {escape_mrkdwn(where)}.")).to_dict()])
+        text = f"No attempts recorded yet on {where}: a launch records one (`/sglang launch`)."
+        return SlackMessage(text, [SectionBlock(text=MarkdownTextObject(text=escape_mrkdwn(text))).to_dict()])
     rows = [f"{'ATTEMPT':<22} {'WHEN (UTC)':<17} {'STATUS':<9} CHANGED -> RESULT"]
     for a in attempts:
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(a.created_at))

@@ -28,7 +28,7 @@ from bot.core.commands import (
 from bot.core.flags import with_flag
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
-from bot.errors import GpuopsError, UsageError
+from bot.errors import GpuopsError, TargetError, UsageError
 from bot.launch import (
     HISTORY_FOR_WEIGHTS,
     LaunchRequest,
@@ -43,10 +43,17 @@ from bot.triage import triage_attempt
 from handlers.common import authorize
 
 
-def container_target(services: Services, spec: str) -> Target:
-    targets = resolve_targets(spec, services.inventory)
+def container_target(services: Services, spec: str, attempts_too: bool = False) -> Target:
+    """The one container ``spec`` names (``attempts_too``: the command also takes an attempt id, so an
+    unknown name says that too)."""
+    or_attempt = " or an attempt id like `a20261203-140241-38e9` (`/sglang history` lists them)" if attempts_too \
+        else ""
+    try:
+        targets = resolve_targets(spec, services.inventory)
+    except TargetError as exc:
+        raise TargetError(exc.user_message + or_attempt) from None
     if len(targets) != 1 or targets[0].kind != "container":
-        raise UsageError(f"`{spec}` is not one container. {SGLANG_USAGE}")
+        raise UsageError(f"`{spec}` is not one container{or_attempt}. {SGLANG_USAGE}")
     return targets[0]
 
 
@@ -61,9 +68,10 @@ def register(app: AsyncApp, services: Services) -> None:
                 return
             if isinstance(request, SglangHistoryRequest | SglangTriageRequest):
                 spec = request.target
-                target = container_target(services, spec) if spec and not is_attempt_id(spec) else None
-            elif isinstance(request, SglangStopRequest) and is_attempt_id(request.target):
-                target = None
+                target = container_target(services, spec, isinstance(request, SglangTriageRequest)) \
+                    if spec and not is_attempt_id(spec) else None
+            elif isinstance(request, SglangStopRequest):
+                target = None if is_attempt_id(request.target) else container_target(services, request.target, True)
             else:
                 target = container_target(services, request.target)
         except GpuopsError as exc:
@@ -228,7 +236,7 @@ async def ask_stop(services: Services, client: Any, respond: Any, spec: str, tar
     if target is None:
         attempt = await attempts.get(spec)
         if attempt is None:
-            raise UsageError(f"no attempt `{spec}`")
+            raise UsageError(f"no attempt `{spec}` is recorded (`/sglang history` lists them)")
     else:
         assert target.vmid is not None
         active = [a for a in await attempts.recent(target.node, target.vmid, 20) if a.status in ACTIVE and a.pid]
@@ -268,6 +276,8 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
         attempt = await attempts.latest(target.node, target.vmid)
     else:
         attempt = next((a for a in await attempts.recent(count=50) if a.channel == channel and a.pid), None)
+    if spec and is_attempt_id(spec) and attempt is None:
+        raise UsageError(f"no attempt `{spec}` is recorded (`/sglang history` lists them)")
     if attempt is None or attempt.pid is None:
         raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
     report = await triage_attempt(services.transport, services.inventory, attempt,

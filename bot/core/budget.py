@@ -1038,7 +1038,7 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
             # freeing may be necessary but not enough: then the changes that fit are the ones for clean GPUs
             still = clean.error_text if clean.verdict is VerdictKind.FAILS else None
             outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
-                       "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean)}"
+                       "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean, failed)}"
             remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
                                    f"{held_gib:.1f} GiB per GPU is in use before the launch; {outcome}", 0))
             if still:
@@ -1047,7 +1047,7 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     if failed.error_text and "no_buffer" in failed.error_text:
         changed = trial(mamba_scheduler_strategy="extra_buffer")
         remedies.append(Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",
-                               flags.changed(mamba_scheduler_strategy="extra_buffer"), _effect(changed), 0))
+                               flags.changed(mamba_scheduler_strategy="extra_buffer"), _effect(changed, failed), 0))
     mfs0 = failed.mem_fraction_static
     for step in range(1, 40):
         mfs = round(mfs0 + 0.01 * step, 2)
@@ -1056,14 +1056,14 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         b = trial(mem_fraction_static=mfs)
         if good(b):
             remedies.append(Remedy(f"--mem-fraction-static {mfs:.2f}", flags.changed(mem_fraction_static=mfs),
-                                   f"smallest value that helps: {_effect(b)}", 1))
+                                   f"smallest value that helps: {_effect(b, failed)}", 1))
             break
     linear = model.linear
     if linear is not None and (flags.mamba_ssm_dtype or linear.ssm_dtype) == "float32":
         b = trial(mamba_ssm_dtype="bfloat16")
         if good(b) or (b.verdict is not VerdictKind.FAILS and (b.mamba_slots or 0) > (failed.mamba_slots or 0)):
             remedies.append(Remedy("--mamba-ssm-dtype bfloat16", flags.changed(mamba_ssm_dtype="bfloat16"),
-                                   f"halves the hybrid state: {_effect(b)}", 2))
+                                   f"halves the hybrid state: {_effect(b, failed)}", 2))
     if "capped" in failed.fixable or "admit" in failed.fixable:
         base = flags.mamba_full_memory_ratio or 0.9
         ratios = [r for r in (0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if r > base]
@@ -1071,14 +1071,15 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         if lifted is not None:
             remedies.append(Remedy(f"--mamba-full-memory-ratio {lifted[0]:g}",
                                    flags.changed(mamba_full_memory_ratio=lifted[0]),
-                                   f"smallest ratio that lifts the concurrency cap: {_effect(lifted[1])}", 2))
+                                   "smallest ratio that lifts the concurrency cap: "
+                                   f"{_effect(lifted[1], failed)}", 2))
         elif ratios and base < 2.0:
             b = trial(mamba_full_memory_ratio=2.0)
             more = (b.max_running_requests or 0) > (failed.max_running_requests or 0)
             if b.verdict is not VerdictKind.FAILS and more:
                 remedies.append(Remedy("--mamba-full-memory-ratio 2", flags.changed(mamba_full_memory_ratio=2.0),
                                        f"more state slots for fewer KV tokens (no ratio reaches the requested "
-                                       f"concurrency): {_effect(b)}", 2))
+                                       f"concurrency): {_effect(b, failed)}", 2))
         if failed.max_running_requests and failed.max_running_requests > 0:
             cap = failed.max_running_requests
             remedies.append(Remedy(f"--max-running-requests {cap}", flags.changed(max_running_requests=cap),
@@ -1092,7 +1093,7 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
             b = trial(max_running_requests=mrr)
             if good(b):
                 remedies.append(Remedy(f"--max-running-requests {mrr}", flags.changed(max_running_requests=mrr),
-                                       f"largest concurrency that fits: {_effect(b)}", 3))
+                                       f"largest concurrency that fits: {_effect(b, failed)}", 3))
                 break
     if "context" in failed.fixable and failed.kv_tokens:
         ctx = failed.kv_tokens // 1024 * 1024
@@ -1103,26 +1104,27 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         b = trial(kv_cache_dtype="fp8_e4m3")
         if good(b):
             remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
-                                   f"halves KV bytes per token: {_effect(b)}", 5))
+                                   f"halves KV bytes per token: {_effect(b, failed)}", 5))
     split_error = _is_split_error(failed.error_text)
     if split_error and model.moe is not None and flags.moe_tp > 1:
         b = trial(ep=flags.tp, enable_ep_moe=False)
         if b.verdict is not VerdictKind.FAILS:
             remedies.append(Remedy(f"--ep-size {flags.tp}", flags.changed(ep=flags.tp, enable_ep_moe=False),
-                                   f"expert parallelism keeps each expert whole on a rank: {_effect(b)}", 1))
+                                   "expert parallelism keeps each expert whole on a rank: "
+                                   f"{_effect(b, failed)}", 1))
     if split_error:
         for narrower in range(flags.tp - 1, 0, -1):
             b = trial(tp=narrower)
             if not _is_split_error(b.error_text):
                 remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
-                                       f"the largest tp the model splits over: {_effect(b)}", 2))
+                                       f"the largest tp the model splits over: {_effect(b, failed)}", 2))
                 break
     wider = flags.changed(tp=flags.tp * 2)
     if inp.gpus.count >= wider.gpus_needed:
         b = trial(tp=flags.tp * 2)
         if good(b):
-            remedies.append(Remedy(f"--tp-size {flags.tp * 2}", wider, f"uses {wider.gpus_needed} GPUs: {_effect(b)}",
-                                   6))
+            remedies.append(Remedy(f"--tp-size {flags.tp * 2}", wider,
+                                   f"uses {wider.gpus_needed} GPUs: {_effect(b, failed)}", 6))
     elif failed.verdict is VerdictKind.FAILS and not any(r.cost_rank < 6 for r in remedies):
         remedies.append(Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {inp.gpus.count} available)",
                                None, "more GPUs share the weights", 7))
@@ -1149,13 +1151,20 @@ def _is_split_error(text: str | None) -> bool:
     return text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) or block in (text or "")
 
 
-def _effect(b: Budget) -> str:
+def _effect(b: Budget, before: Budget | None = None) -> str:
+    """What a change leads to. A degradation the launch had ``before`` the change is shown with the
+    verdict already, so only a new one is named here."""
     parts = [f"{b.kv_tokens:,} KV tokens"]
     if b.mamba_slots is not None:
         parts.append(f"{b.mamba_slots} state slots")
     if b.max_running_requests is not None:
         parts.append(f"max {b.max_running_requests} running requests")
     parts.append(f"{b.headroom_gib:.2f} GiB headroom")
-    if b.verdict is not VerdictKind.FITS:
-        parts.append(f"({b.verdict.value})")
-    return ", ".join(parts)
+    text = ", ".join(parts)
+    if b.verdict is VerdictKind.FITS:
+        return text
+    new = [r for r in b.reasons if before is None or r not in before.reasons]
+    if b.verdict is VerdictKind.FAILS or new:
+        verdict = "still fails" if b.verdict is VerdictKind.FAILS else "starts degraded"
+        return f"{text}; {verdict}: {(new or [b.error_text or ''])[0][:140]}"
+    return f"{text} (the warnings above remain)"

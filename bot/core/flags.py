@@ -15,26 +15,40 @@ from typing import Any
 from bot.errors import UsageError
 
 
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("needs a number") from None
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("needs a whole number") from None
+
+
 def _fraction(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not 0 < value < 1:
         raise ValueError("must be between 0 and 1")
     return value
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 1:
         raise ValueError("must be a positive integer")
     return value
 
 
 def _int(text: str) -> int:
-    return int(text)
+    return _whole(text)
 
 
 def _ratio(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if value <= 0:
         raise ValueError("must be positive")
     return value

@@ -331,7 +331,9 @@ def test_flags_parse_aliases_prefixes_and_passthrough():
 
 @pytest.mark.parametrize("argv, message", [
     (["--mem-fraction-static", "1.5"], "--mem-fraction-static 1.5"),
-    (["--tp-size", "two"], "--tp-size two"),
+    (["--tp-size", "two"], "`--tp-size two`: needs a whole number"),
+    (["--context-length", "abc"], "`--context-length abc`: needs a whole number"),
+    (["--mem-fraction-static", "most"], "`--mem-fraction-static most`: needs a number"),
     (["--kv-cache-dtype", "int3"], "must be one of"),
     (["--context-length"], "needs a value"),
     (["positional"], "start with --"),
@@ -385,6 +387,16 @@ def test_seed_remedies_are_computed_thresholds():
     assert seed_with(b, mrr).verdict is not VerdictKind.FAILS
     bf16 = next(r for r in b.remedies if r.change == "--mamba-ssm-dtype bfloat16")
     assert seed_with(b, bf16).verdict is not VerdictKind.FAILS and seed_with(b, bf16).headroom_gib > 0
+    # the version and radix-cache warnings were there before the change: a remedy is not blamed for them
+    assert bf16.effect.endswith("(the warnings above remain)") and "degraded" not in bf16.effect
+
+
+def test_a_remedy_that_brings_its_own_degradation_names_it():
+    b = run(spec("Qwen__Qwen3-8B"), ["--context-length", "131072", "--mem-fraction-static", "0.62"], count=1,
+            total_mib=24576, pre=22.9)
+    assert b.verdict is VerdictKind.FAILS
+    mfs = next(r for r in b.remedies if r.change.startswith("--mem-fraction-static"))
+    assert "; starts degraded: KV pool (" in mfs.effect and "smaller than the context length (131,072)" in mfs.effect
 
 
 def test_held_gpus_that_would_still_fail_clean_get_the_clean_gpu_remedies():

@@ -219,7 +219,8 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     node = await start_node(tmp_path / "pve19", "pve19", state=state, prefer=SSH_KIND)
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"nodes": {"pve19": node.inventory_entry()},
-                                         "containers": {"ct-cli": {"node": "pve19", "vmid": 319}}}))
+                                         "containers": {"ct-cli": {"node": "pve19", "vmid": 319},
+                                                        "ct-idle": {"node": "pve19", "vmid": 320}}}))
     store = AttemptStore(connect(redis_url))
     now = time.time()
     await store.save(Attempt("a-cli-1", "U1", "C1", "pve19", 319, "ct-cli", "/models/m", ("--tp", "2"), 30000,
@@ -231,6 +232,7 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     try:
         health = await asyncio.to_thread(gpuops, "health", "--inventory", str(inventory), env=env)
         history = await asyncio.to_thread(gpuops, "history", "ct-cli", "--inventory", str(inventory), env=env)
+        idle = await asyncio.to_thread(gpuops, "history", "ct-idle", "--inventory", str(inventory), env=env)
     finally:
         await node.stop()
     assert health.returncode == 3, health.stderr  # a finding: exit 3, like status
@@ -238,6 +240,8 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     assert "pve19: ECC off on GPU 0, 1; 1 Xid event(s) in 24 h (journalctl)" in health.stdout
     assert history.returncode == 0, history.stderr
     assert "Attempts on pve19:319 (ct-cli)" in history.stdout
+    assert idle.returncode == 0, idle.stderr
+    assert "No attempts recorded yet on pve19:320 (ct-idle)" in idle.stdout and "a-cli-1" not in idle.stdout
     assert "a-cli-1" in history.stdout and "failed" in history.stdout and "Not enough memory" in history.stdout
 
 

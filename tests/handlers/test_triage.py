@@ -153,3 +153,13 @@ async def test_a_port_conflict_names_the_process_holding_the_port_by_pid(lab):
     assert "- attempt a20261203-000000-0001's process group: `/sglang stop a20261203-000000-0001`" in text
     # the next step moves the launch off the ranks' port, or stops the holder by its PID
     assert "--nccl-port" in text
+
+
+async def test_an_unknown_name_or_attempt_is_answered_with_what_triage_takes(lab):
+    _, ack, _ = await lab.slash("/sglang", "triage sglang-a600")
+    assert "unknown target `sglang-a600`" in ack and "or an attempt id like" in ack
+    _, ack, _ = await lab.slash("/sglang", "triage a20201231-235959-beef")
+    assert ack == "reading the attempt's own log…"
+    responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c), 20)
+    text = next(c for c in responded if c.method == "response_url").params["text"]
+    assert "no attempt `a20201231-235959-beef` is recorded" in text
