@@ -313,7 +313,7 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
         lines.append(escape_mrkdwn(attempt.transitions[-1].note))
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=escape_mrkdwn(
-        f"PID {attempt.pid} · log {attempt.log_path} · changes: {'; '.join(attempt.changes)}")[:2900])]))
+        f"PID {attempt.pid} · log {attempt.log_path} · changes: {attempt.changes_text}")[:2900])]))
     return SlackMessage(f"Launch {attempt.id}: {status} ({progress.label})", [b.to_dict() for b in blocks])
 
 
@@ -327,7 +327,7 @@ def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
         result = a.error_line or (a.transitions[-1].note if a.transitions else "")
         if a.observed.get("kv_tokens"):
             result = f"{a.observed['kv_tokens']:,} KV tokens; {result}"
-        rows.append(f"{a.id:<22} {when:<17} {a.status.value:<9} {'; '.join(a.changes)[:60]} -> {result[:90]}")
+        rows.append(f"{a.id:<22} {when:<17} {a.status.value:<9} {a.changes_text[:80]} -> {result[:90]}")
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*Attempts on {escape_mrkdwn(where)}* "
                                                                      f"(newest first)"))]
     blocks += monospace_sections(rows)
@@ -406,7 +406,7 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
             result = a.error_line or (a.transitions[-1].note if a.transitions else "")
             triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
             lines.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
-                         f"{escape_mrkdwn('; '.join(a.changes))[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
+                         f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
     else:
         lines.append("none yet")
     lines.append("*Hypotheses*")

@@ -17,6 +17,7 @@ from bot.app import Services
 from bot.core.attempts import Attempt, is_attempt_id
 from bot.core.incident import Incident, Observation, parse_mention, triage_hypothesis
 from bot.core.inventory import Target, resolve_targets
+from bot.core.status import is_clean, memory_evidence
 from bot.errors import GpuopsError, UsageError
 from bot.status import read_status
 from handlers.common import authorize
@@ -104,11 +105,10 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
                                    deadline_s=services.settings.status_deadline_s)
         for message in views.status_messages(report):
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
-        clean = all(s.state.value == "ok" and all(not r.processes and not r.flags for r in s.rows)
-                    for s in report.statuses)
-        summary = views.status_summary(report)
+        clean = is_clean(report.statuses)
         incident = incident.observe(Observation(
-            now, "status", f"{'GPUs clean' if clean else 'GPUs not clean'}: {summary}", clean_gpus=clean))
+            now, "status", f"{'GPUs clean' if clean else 'GPUs not clean'}: {memory_evidence(report.statuses)}",
+            clean_gpus=clean))
         if incident.node is None and targets and targets[0].vmid is not None:
             incident = replace(incident, node=targets[0].node, vmid=targets[0].vmid)
     elif verb == "triage":

@@ -85,6 +85,12 @@ class Attempt:
         return self.transitions[-1].status if self.transitions else AttemptStatus.PLANNED
 
     @property
+    def changes_text(self) -> str:
+        """What changed, and that the launch went past a failed pre-flight, for history and summaries."""
+        text = "; ".join(self.changes)
+        return f"{text} (forced past a failed pre-flight)" if self.forced else text
+
+    @property
     def target_label(self) -> str:
         base = f"{self.node}:{self.vmid}"
         return f"{base} ({self.container})" if self.container else base

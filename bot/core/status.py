@@ -7,6 +7,7 @@ unreadable values, and memory held with no process listed ("orphaned memory").
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -188,7 +189,29 @@ def unreadable(target: Target, reason: str) -> TargetStatus:
     return TargetStatus(target, TargetState.UNREADABLE, problem=reason)
 
 
+def is_clean(statuses: Sequence[TargetStatus]) -> bool:
+    """Every target read, and no GPU with a process, held memory or any other flag."""
+    return bool(statuses) and all(s.state is TargetState.OK and all(not r.processes and not r.flags for r in s.rows)
+                                  for s in statuses)
+
+
+def memory_evidence(statuses: Sequence[TargetStatus]) -> str:
+    """The readings a hypothesis is decided on, short enough for a thread summary:
+    "pve5: GPU 0 1/49140 MiB, GPU 1 1/49140 MiB, no compute process"."""
+    parts = []
+    for s in statuses:
+        if s.state is not TargetState.OK:
+            parts.append(f"{s.target.label}: not read ({s.state.value})")
+            continue
+        gpus = ", ".join(f"GPU {r.gpu.index} {'?' if r.gpu.memory_used_mib is None else r.gpu.memory_used_mib}"
+                         f"/{'?' if r.gpu.memory_total_mib is None else r.gpu.memory_total_mib} MiB" for r in s.rows)
+        count = sum(len(r.processes) for r in s.rows)
+        held = f"{count} compute process{'es' if count != 1 else ''}" if count else "no compute process"
+        parts.append(f"{s.target.label}: {gpus or 'no GPU'}, {held}")
+    return "; ".join(parts)
+
+
 __all__ = [
     "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
-    "attribute", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
+    "attribute", "is_clean", "memory_evidence", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
 ]

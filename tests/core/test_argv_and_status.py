@@ -13,7 +13,17 @@ from bot.core.argv import (
 from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiSnapshot
 from bot.core.inventory import Target
 from bot.core.report import bar, target_view
-from bot.core.status import TargetState, Thresholds, assess_container, assess_node, attribute, vmids_from_cgroups
+from bot.core.status import (
+    TargetState,
+    Thresholds,
+    assess_container,
+    assess_node,
+    attribute,
+    is_clean,
+    memory_evidence,
+    unreachable,
+    vmids_from_cgroups,
+)
 
 
 def test_pct_exec_and_timeout_build_argv_without_a_shell():
@@ -70,6 +80,17 @@ def test_orphaned_memory_needs_a_visible_process_list():
     assert assess_node(target, hidden).rows[0].flags == ()
     small = node_snapshot([gpu(used=255)])
     assert assess_node(target, small).rows[0].flags == ()
+
+
+def test_clean_gpus_are_judged_and_quoted_from_the_readings():
+    clean = assess_node(Target("node", "pve5"), node_snapshot([gpu(0), gpu(1)]))
+    held = assess_node(Target("node", "pve5"), node_snapshot(
+        [gpu(0, used=44877)], [GpuProcess(5879, "python3", 44876, gpu_uuid="GPU-0")], ProcessListing.LISTED))
+    down = unreachable(Target("node", "pve7"), "connection refused")
+    assert is_clean([clean]) and not is_clean([held]) and not is_clean([clean, down]) and not is_clean([])
+    assert memory_evidence([clean]) == "pve5: GPU 0 1/49140 MiB, GPU 1 1/49140 MiB, no compute process"
+    assert memory_evidence([held, down]) == "pve5: GPU 0 44877/49140 MiB, 1 compute process; pve7: not read " \
+                                            "(unreachable)"
 
 
 def test_unaccounted_memory_beyond_listed_processes():

@@ -23,7 +23,10 @@ async def test_hypotheses_are_recorded_and_decided_in_the_thread(lab):
     assert first.id in blocks_to_text(summary.blocks)
 
     await lab.mention("status", thread)
-    await wait_text(lab, "GPUs clean", method="chat.update")
+    calls = await wait_text(lab, "GPUs clean", method="chat.update")
+    # the observation quotes the readings the hypothesis will be decided on
+    assert "GPUs clean: pve5: GPU 0 1/49140 MiB, GPU 1 1/49140 MiB, no compute process" in summary_text(
+        calls, summary_ts)
     second = await failed_launch(lab, "kv_pool_oom")  # same failure on clean GPUs
     await lab.mention("triage", thread)
     calls = await wait_text(lab, "refuted by gpuops", method="chat.update")

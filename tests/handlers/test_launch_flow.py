@@ -2,6 +2,7 @@
 
 import os
 
+from bot import views
 from bot.lab.nodes import container_path
 from bot.views import blocks_to_text
 
@@ -70,6 +71,10 @@ async def test_forced_launch_fails_with_its_first_error_line_and_progress_edits(
     assert "/sglang triage" in text
     preflight = blocks_to_text(post_with(calls, "Pre-flight failed").blocks)
     assert "launching anyway (--force)" in preflight
+    assert "(forced past a failed pre-flight)" in text  # the card, and so the history, say it was forced
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert attempt.forced and "(forced past a failed pre-flight)" in blocks_to_text(
+        views.history_message([attempt], "pve5:129").blocks)
 
 
 async def test_force_needs_admin_and_viewers_cannot_launch(lab):
