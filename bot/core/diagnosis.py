@@ -120,16 +120,28 @@ RULES: tuple[Rule, ...] = (
                                   r"cannot import name '\w+Config' from 'transformers'"),
          "startup", "the installed transformers does not know the checkpoint's model_type",
          "upgrade transformers to the version the model card names", 3),
+    # a module missing or without a name SGLang imports (sgl_kernel's and transformers' own cases are named below
+    # and above, more specifically)
     Rule("dependency_version_mismatch", (r"with minimum required version \S+ is not installed",
-                                         r"cannot import name '[^']+' from '(?:flashinfer|outlines|vllm|xgrammar)",
+                                         r"cannot import name '[^']+' from '[\w.]+'",
+                                         r"ModuleNotFoundError: No module named '[\w.]+'",
                                          r"requires .* but you have .* which is incompatible"),
-         "import", "a Python dependency has the wrong version or API",
-         "install the versions the SGLang release pins (pip install 'sglang[all]==<version>')", 2),
+         "import", "a Python dependency is missing, or has another version or API than this SGLang release expects",
+         "install the versions the SGLang release pins (pip install 'sglang[all]==<version>'), or the missing "
+         "package", 2),
+    # a shared library that is not there (its exception line only)
+    Rule("dependency_version_mismatch", (r"(?:ImportError|OSError): lib[\w+.-]+\.so[\d.]*: cannot open shared "
+                                         r"object file",),
+         "import", "a shared library a Python package was built against is missing (an NVIDIA/CUDA library the "
+                   "installed torch or kernel wheel expects)",
+         "install the NVIDIA pip package that ships it for this torch's CUDA (e.g. nvidia-cudnn-cu12), or put its "
+         "lib directory on LD_LIBRARY_PATH", 2),
     Rule("kernel_package_mismatch", (r"sgl_kernel/\S*\.so: undefined symbol", r"undefined symbol: cu\w+",
+                                     r"No module named 'sgl_kernel'",
                                      r"cannot import name '[^']+' from 'sgl_kernel'",
                                      r"Could not run 'sgl_kernel::"),
-         "import", "the compiled sgl_kernel does not match the installed torch/CUDA/driver",
-         "reinstall sgl-kernel built for this torch and CUDA", 3),
+         "import", "the compiled sgl_kernel is missing, or does not match the installed torch/CUDA/driver",
+         "(re)install the sgl-kernel this SGLang release pins, built for this torch and CUDA", 3),
     Rule("kernel_arch_unsupported", (r"CUDA error: invalid device function",),
          "startup", "a kernel has no code for this GPU's architecture (usually built for another compute capability)",
          "use a build for this GPU (or another backend)", 2),
@@ -166,6 +178,8 @@ RULES: tuple[Rule, ...] = (
          "compare `nvidia-smi` on the Proxmox node and in the container (same driver version), and check the "
          "container's /dev/nvidia* passthrough", 2),
     Rule("tp_divisibility_error", (r"assert numerator % denominator == 0",
+                                   # a layer constructor's own assert, e.g. `assert self.total_num_heads % tp_size == 0`
+                                   r"assert [\w.]+ % [\w.]*tp_size == 0",
                                    r"AssertionError: \d+ is not divisible by \d+",
                                    r"(?:in|out)put size is not aligned with the quantized weight shape",
                                    r"Weight (?:in|out)put_size_per_partition = \d+ is not divisible",

@@ -221,15 +221,31 @@ def test_the_loaders_capability_gate_is_a_quantization_this_gpu_cannot_run():
 
 def test_more_first_causes_in_torch_cuda_hub_and_early_sglang_words():
     # one real line per row (label TAB line): torch's rendezvous and NCCL-watchdog timeouts, CUDA error 804,
-    # a kernel without code for this GPU, the Hub's not-found / offline errors, an old transformers, and
-    # early SGLang's spelling of the KV-pool error
+    # a kernel without code for this GPU, the Hub's not-found / offline errors, an old transformers,
+    # early SGLang's spelling of the KV-pool error; a layer's tp assert, missing NVIDIA libraries and modules,
+    # and sgl_kernel missing or built for another torch
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "first-cause-lines.tsv").read_text().splitlines()]
-    assert len(rows) == 9
+    assert len(rows) == 15
     for label, line in rows:
         assert diagnose(line).label == label, line
     # a collective that timed out is often another rank's echo: it is named, with low confidence
     watchdog = diagnose(rows[1][1])
     assert watchdog.confidence == "low" and "first rank that failed" in watchdog.next_step
+
+
+def test_a_missing_module_at_import_is_a_dependency_and_sgl_kernel_its_own_package():
+    rows = dict(reversed(row.split("\t")) for row in
+                (FIXTURES / "other-logs" / "first-cause-lines.tsv").read_text().splitlines())
+    missing = next(line for line, label in rows.items() if "No module named 'mooncake'" in line)
+    kernel = next(line for line, label in rows.items() if "No module named 'sgl_kernel'" in line)
+    # the traceback of an import that failed before any server_args line: placed at import
+    frames = ['Traceback (most recent call last):', '  File "/usr/lib/python3.10/runpy.py", line 196, in '
+              '_run_module_as_main', '    return _run_code(code, main_globals, None,']
+    finding = diagnose("\n".join([*frames, missing]))
+    assert (finding.label, finding.phase) == ("dependency_version_mismatch", "import")
+    assert finding.evidence[-1].line_no == 4 and "mooncake" in finding.evidence[-1].text
+    kernel_finding = diagnose("\n".join([*frames, kernel]))
+    assert kernel_finding.label == "kernel_package_mismatch" and "missing" in kernel_finding.explanation
 
 
 def test_the_model_registrys_skipped_imports_are_not_a_cause():
