@@ -148,7 +148,9 @@ RULES: tuple[Rule, ...] = (
     Rule("kernel_arch_unsupported", (r"no kernel image is available for execution on the device",),
          "startup", "the kernels were not built for this GPU's compute capability",
          "use a build for this GPU (or another backend)", 3),
-    Rule("attention_backend_unsupported", (r"Only SM 1\d\.x(?: and 1\d\.x)? (?:are|is) supported",),
+    Rule("attention_backend_unsupported", (r"Only SM 1\d\.x(?: and 1\d\.x)? (?:are|is) supported",
+                                           # fa3 on Blackwell (or fa3 with MLA on Ampere)
+                                           r"FlashAttention v3 Backend requires SM>=\d+ and SM<=\d+"),
          "startup", "the chosen attention backend does not support this GPU generation",
          "choose another --attention-backend (e.g. flashinfer or triton)", 3),
     Rule("quant_unsupported_on_gpu", (r"type fp8e4nv not supported in this architecture",
