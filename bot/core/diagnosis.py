@@ -395,6 +395,8 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         chosen = min((h for h in causes if h[1].strength == strongest), key=lambda h: h[0])
         rule = chosen[1]
         if rule.strength <= 1 and _cut_inside_traceback(lines, order):
+            if (imported := _import_failure(lines, order, notes)) is not None:
+                return imported
             frames = tuple(sorted({h[1].label for h in causes}))
             return replace(_unknown(lines, order, notes), explanation=(
                 "the log is cut inside a traceback, before its exception line; the frames pass through "
@@ -423,6 +425,8 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
             return Finding("kv_pool_oom", "startup", "low", rule.explanation + " (inferred: the log stops after a "
                            f"weight load that left only {m.group('avail')} GB free)", rule.next_step,
                            (Evidence(index + 1, lines[index].strip()[:400]),), (), notes)
+    if (imported := _import_failure(lines, order, notes)) is not None:
+        return imported
     full_pool = _full_pool_at_the_end(lines, order)
     if full_pool is not None:
         index, usage = full_pool
@@ -471,6 +475,36 @@ def _full_pool_at_the_end(lines: list[str], order: list[int]) -> tuple[int, floa
     if not usages or len(usages) < len(tail) - 1 or min(u for _, u in usages) < 0.9:
         return None
     return max(usages, key=lambda x: x[1])
+
+
+_FRAME_AT = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<where>\S+)')
+_RUNPY = ("_run_module_as_main", "_run_code")
+
+
+def _import_failure(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding | None:
+    """A traceback whose every frame is a module import (``in <module>``, under runpy), before the server
+    read its arguments: SGLang died importing itself, which is a dependency problem whatever the (missing or
+    unmatched) exception line says. Medium when the exception line is there, low when the text is cut."""
+    content = [i for i in order if lines[i].strip()]
+    if any("server_args" in lines[i] or "ServerArgs(" in lines[i] for i in content):
+        return None
+    starts = [n for n, i in enumerate(content) if "Traceback (most recent call last)" in lines[i]]
+    if not starts:
+        return None
+    tail = content[starts[-1]:]
+    frames = [(i, m) for i in tail if (m := _FRAME_AT.search(lines[i]))]
+    imports = [(i, m) for i, m in frames if m.group("where") == "<module>"]
+    if not imports or any(m.group("where") not in ("<module>", *_RUNPY) for _, m in frames):
+        return None
+    rule = RULE_BY_LABEL["dependency_version_mismatch"]
+    exception = next((i for i in tail if _EXCEPTION_LINE.search(lines[i])), None)
+    deepest = imports[-1][0]
+    evidence = tuple(Evidence(i + 1, lines[i].strip()[:400]) for i in (deepest, exception) if i is not None)
+    said = "its exception is quoted" if exception is not None else "the exception line itself is not in this text"
+    return Finding("dependency_version_mismatch", "import", "medium" if exception is not None else "low",
+                   "SGLang failed while importing its own modules (every frame of the traceback is a module import, "
+                   f"before the server read its arguments): a dependency is missing or of another version; {said}",
+                   rule.next_step, evidence, (), notes)
 
 
 def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:

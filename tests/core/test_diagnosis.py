@@ -248,6 +248,22 @@ def test_a_missing_module_at_import_is_a_dependency_and_sgl_kernel_its_own_packa
     assert kernel_finding.label == "kernel_package_mismatch" and "missing" in kernel_finding.explanation
 
 
+def test_a_traceback_of_module_imports_is_a_dependency_failure_even_when_cut():
+    # sglang-764: runpy -> launch_server.py <module> -> server.py <module> -> ... cut before the ImportError
+    case = next(c for c in CASES if c["id"] == "sglang-764")
+    cut = diagnose(case["log_excerpt"])
+    assert (cut.label, cut.phase, cut.confidence) == ("dependency_version_mismatch", "import", "low")
+    assert "manager_multi.py" in cut.evidence[0].text and "not in this text" in cut.explanation
+    # the same frames with an exception line no rule knows (the title of sglang-292, a real one): medium
+    frames = case["log_excerpt"].splitlines()[:-1]
+    whole = diagnose("\n".join([*frames, "AttributeError: 'str' object has no attribute 'eos_token_id'"]))
+    assert (whole.label, whole.confidence) == ("dependency_version_mismatch", "medium")
+    assert whole.evidence[-1].text.startswith("AttributeError")
+    # a traceback that reached the scheduler is not an import failure
+    scheduler = next(c for c in CASES if c["id"] == "sglang-2356")
+    assert diagnose(scheduler["log_excerpt"]).label == "unknown"
+
+
 def test_the_model_registrys_skipped_imports_are_not_a_cause():
     # a healthy startup prints "Ignore import error when loading ..." for modules it skips (real lines)
     notices = (FIXTURES / "other-logs" / "healthy-startup-notices.txt").read_text().splitlines()
