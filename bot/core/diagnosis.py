@@ -60,7 +60,9 @@ RULES: tuple[Rule, ...] = (
     Rule("context_exceeds_kv_pool", (r"Input length \(\d+ tokens\) exceeds the maximum allowed length \(\d+ tokens\)",),
          "request", "--context-length is larger than the KV pool can hold, so long prompts are rejected",
          "lower --context-length to the pool size, or grow the pool", 3),
-    Rule("request_exceeds_context", (r"The input \(\d+ tokens\) is longer than the model's context length",),
+    Rule("request_exceeds_context", (r"The input \(\d+ tokens\) is longer than the model's context length",
+                                     # the OpenAI-compatible API's wording for the same rejection
+                                     r"Requested token count exceeds the model's maximum context length of \d+ tokens"),
          "request", "one request is longer than the configured context (a client error, not an engine fault)",
          "shorten the request or raise --context-length", 3),
     Rule("illegal_memory_access", (r"an illegal memory access was encountered", r"CUDA Error: 700\b",
