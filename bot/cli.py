@@ -7,11 +7,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bot.core import argv as remote
+from bot.core.argv import LogExcerpt
 from bot.core.gpu import SmiSnapshot
 from bot.errors import GpuopsError, UsageError
 
@@ -157,6 +160,22 @@ def _read_input(name: str, what: str) -> bytes:
         raise UsageError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
 
 
+def _read_log(name: str) -> LogExcerpt:
+    """A log to triage: whole, or for a long file its head and tail read by the same script that reads a
+    container's log (so the two answers agree)."""
+    if name != "-":
+        path = Path(name).resolve()
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
+        if size > remote.LOG_HEAD_BYTES + remote.LOG_TAIL_BYTES:
+            read = subprocess.run(remote.log_excerpt(str(path)), capture_output=True, check=False)
+            if read.returncode == 0:
+                return remote.parse_log_excerpt(read.stdout.decode("utf-8", errors="replace"))
+    return remote.parse_log_excerpt(_read_input(name, "log").decode("utf-8", errors="replace"))
+
+
 def cmd_budget(args: argparse.Namespace) -> int:
     from bot.core.budget import BudgetInput, GpuPlan, MeasuredLoad, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags
@@ -257,15 +276,14 @@ def _budget_json(budget: Any) -> dict[str, Any]:
 def cmd_triage(args: argparse.Namespace) -> int:
     import shlex
 
-    from bot.core.diagnosis import LaunchContext, diagnose
+    from bot.core.diagnosis import LaunchContext, diagnose_excerpt
     from bot.core.experiments import label_experiments
     from bot.core.flags import command_flags
 
-    data = _read_input(args.logfile, "log")
     given = shlex.split(args.launch) if args.launch else []
     launch = command_flags(given)
     context = LaunchContext.from_argv(given) if args.launch else None
-    finding = diagnose(data.decode("utf-8", errors="replace"), stalled_minutes=args.stalled_minutes, context=context)
+    finding = diagnose_excerpt(_read_log(args.logfile), stalled_minutes=args.stalled_minutes, context=context)
     experiments = label_experiments(finding.label, launch) if launch else ()
     if args.json:
         print(json.dumps({**asdict(finding), "experiments": [asdict(e) for e in experiments]}, indent=2))

@@ -130,8 +130,10 @@ class Scheduler:
                     attempt.vmid, remote.health_check(python, attempt.port)), timeout_s=30, ok_exit=(0, 1))
                 health = json.loads(out.stdout.strip().splitlines()[-1])
                 state = "answers /health" if "error" not in health else f"does NOT answer: {health['error']}"
-            except (GpuopsError, ValueError, IndexError):
-                state = "could not be checked"
+            except GpuopsError as exc:
+                state = f"could not be checked ({exc.user_message})"
+            except (ValueError, IndexError):
+                state = "could not be checked (no answer from its health probe)"
             lines.append(f"`{attempt.id}` on {attempt.target_label} port {attempt.port} {state}")
         return tuple(lines)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, user_flags
-from bot.core.diagnosis import Finding, LaunchContext, diagnose
+from bot.core.diagnosis import Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
@@ -31,7 +31,6 @@ from bot.status import SmiFailed, Transport, read_node, read_peer_access
 log = logging.getLogger(__name__)
 # findings whose next check is the GPUs' peer access (custom all-reduce, NCCL's P2P transport)
 PEER_ACCESS_LABELS = {"gpu_p2p_unsupported", "nccl_error"}
-MAX_LOG_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     config_path = attempt.model_path.rstrip("/") + "/config.json"
     stat, content, versions_out, disk_out, config_out = await asyncio.gather(
         transport.run(attempt.node, inside(("stat", "-c", "%Y %s", remote.checked_path(log))), ok_exit=(0, 1)),
-        transport.run(attempt.node, inside(("head", "-c", str(MAX_LOG_BYTES), remote.checked_path(log))),
-                      ok_exit=(0, 1)),
+        transport.run(attempt.node, inside(remote.log_excerpt(log)), ok_exit=(0, 1)),
         transport.run(attempt.node, inside(remote.python_package_versions(
             python, ("sglang", "torch", "transformers", "flashinfer-python"))), ok_exit=(0, 1, 127)),
         transport.run(attempt.node, inside(("df", "-Pk", remote.checked_path(log.rsplit("/", 1)[0] or "/"))),
@@ -79,7 +77,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     except json.JSONDecodeError:
         versions = {}
     disk = _disk(disk_out.stdout)
-    text = content.stdout
+    excerpt = remote.parse_log_excerpt(content.stdout)
+    text = excerpt.text
     stale = _stale(attempt, stat.stdout if stat.exit_status == 0 else None, text)
     if stale:
         return TriageReport(attempt, None, stale, 0, gpus, versions, disk, xid, None)
@@ -89,7 +88,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         stalled = max(0.0, (time.time() - mtime) / 60)
     config_text = config_out.stdout if config_out.exit_status == 0 else ""
     context = LaunchContext.from_argv(attempt.argv, _model_types(config_text))
-    finding = diagnose(text, stalled_minutes=stalled, context=context)
+    finding = diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context)
     planned = None
     if finding.label in BUDGETED_LABELS:
         try:

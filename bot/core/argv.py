@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 Argv = tuple[str, ...]
 
@@ -82,6 +83,51 @@ def with_timeout(seconds: int, argv: Argv, kill_after: int = 5) -> Argv:
 
 def read_file(path: str) -> Argv:
     return ("cat", "--", checked_path(path))
+
+
+# A log too long to read whole: its head (start-up, the attempt's own first line) and its tail (where a failure
+# while serving is), with one marker line between them saying what was skipped. A fixed script: the path and
+# sizes arrive as positional parameters.
+LOG_EXCERPT_SCRIPT = (
+    'f="$1"; h="$2"; t="$3"\n'
+    'size=$(stat -c %s -- "$f") || exit 1\n'
+    'if [ "$size" -le $((h + t)) ]; then exec cat -- "$f"; fi\n'
+    'lines=$(wc -l < "$f")\n'
+    'head -c "$h" -- "$f"\n'
+    "printf '\\n[gpuops: skipped %s bytes of a log of %s lines]\\n' \"$((size - h - t))\" \"$lines\"\n"
+    'exec tail -c "$t" -- "$f"\n'
+)
+_EXCERPT_MARK = re.compile(r"^\[gpuops: skipped (?P<bytes>\d+) bytes of a log of (?P<lines>\d+) lines\]$", re.M)
+LOG_HEAD_BYTES = 512 * 1024
+LOG_TAIL_BYTES = 1536 * 1024
+
+
+def log_excerpt(path: str, head_bytes: int = LOG_HEAD_BYTES, tail_bytes: int = LOG_TAIL_BYTES) -> Argv:
+    return ("bash", "-c", LOG_EXCERPT_SCRIPT, "gpuops-log-excerpt", checked_path(path),
+            _check_int(head_bytes, "head_bytes", 1), _check_int(tail_bytes, "tail_bytes", 1))
+
+
+@dataclass(frozen=True)
+class LogExcerpt:
+    """What ``log_excerpt`` printed: the text, and how its line numbers map back to the file's."""
+
+    text: str
+    skipped_bytes: int = 0
+    mark_line: int | None = None  # 1-based line of the marker in ``text``
+    line_shift: int = 0  # added to a line number after the marker to get the file's
+
+    def file_line(self, line_no: int) -> int:
+        return line_no + self.line_shift if self.mark_line is not None and line_no > self.mark_line else line_no
+
+
+def parse_log_excerpt(text: str) -> LogExcerpt:
+    mark = _EXCERPT_MARK.search(text)
+    if mark is None:
+        return LogExcerpt(text)
+    mark_line = text.count("\n", 0, mark.start()) + 1
+    # the tail's first (partial) line is line (total - newlines in the tail + 1) of the file, and mark_line + 1 here
+    tail_newlines = text.count("\n", mark.end() + 1)
+    return LogExcerpt(text, int(mark.group("bytes")), mark_line, int(mark.group("lines")) - tail_newlines - mark_line)
 
 
 def safetensors_sizes(directory: str) -> Argv:

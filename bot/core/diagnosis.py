@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from bot.core.argv import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogExcerpt
 from bot.core.startup_log import (
     BENIGN_NOTICE,
     CAPTURE_BAR,
@@ -364,6 +365,18 @@ def _wrapper_label(tail: str) -> str:
         if rule.strength >= 2 and any(p.search(tail) for p in patterns):
             return rule.label
     return "cuda_graph_capture_error"
+
+
+def diagnose_excerpt(excerpt: LogExcerpt, *, stalled_minutes: float | None = None,
+                     context: LaunchContext | None = None) -> Finding:
+    """``diagnose`` over what ``argv.log_excerpt`` read of a long log: line numbers as in the file, and a
+    note of what was skipped."""
+    finding = diagnose(excerpt.text, stalled_minutes=stalled_minutes, context=context)
+    if excerpt.mark_line is None:
+        return finding
+    return replace(finding, evidence=tuple(replace(e, line_no=excerpt.file_line(e.line_no)) for e in finding.evidence),
+                   notes=(*finding.notes, f"a long log: read its first {LOG_HEAD_BYTES // 1024} KiB and last "
+                          f"{LOG_TAIL_BYTES // 1024} KiB, skipping {excerpt.skipped_bytes:,} bytes between them"))
 
 
 def diagnose(text: str, *, stalled_minutes: float | None = None, context: LaunchContext | None = None) -> Finding:

@@ -227,6 +227,11 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
                              now - 60, (Transition(AttemptStatus.LAUNCHING, now - 60),
                                         Transition(AttemptStatus.FAILED, now - 30, "kv_pool_oom")),
                              error_line="RuntimeError: Not enough memory."))
+    # a server the history says is ready, on a node this inventory does not have (one Redis, another
+    # deployment's record): reported, and the report still made
+    await store.save(Attempt("a-cli-2", "U1", "C1", "pve-gone", 400, None, "/models/m", ("--tp", "1"), 30000,
+                             now - 90, (Transition(AttemptStatus.LAUNCHING, now - 90),
+                                        Transition(AttemptStatus.READY, now - 80, "ready"))))
     await store.redis.aclose()
     env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis_url, "HOME": str(tmp_path)}
     try:
@@ -238,6 +243,8 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     assert health.returncode == 3, health.stderr  # a finding: exit 3, like status
     assert "pve19 GPU 1: Xid 79 once, GPU has fallen off the bus" in health.stdout
     assert "pve19: ECC off on GPU 0, 1; 1 Xid event(s) in 24 h (journalctl)" in health.stdout
+    assert "`a-cli-2` on pve-gone:400 port 30000 could not be checked (node `pve-gone` is not in this inventory)" \
+        in health.stdout
     assert history.returncode == 0, history.stderr
     assert "Attempts on pve19:319 (ct-cli)" in history.stdout
     assert idle.returncode == 0, idle.stderr
@@ -261,3 +268,25 @@ def test_budget_reads_a_local_draft_models_config(tmp_path):
     (draft / "config.json").write_text("{not json")
     broken = gpuops(*args, "--speculative-draft-model-path", str(draft))
     assert broken.returncode == 2 and "cannot read the draft model's config" in broken.stderr
+
+
+def long_serving_log(cases_path, lab_logs, decode_lines):
+    """A server that started (the lab's real startup log), served for a long time (a real decode-batch line
+    of sglang-14972, repeated), then hung (sglang-pr6555's watchdog, a full case): the cause is at the end."""
+    cases = {c["id"]: c for c in (json.loads(x) for x in cases_path.read_text().splitlines() if x)}
+    decode = cases["sglang-14972"]["log_excerpt"].splitlines()[0]
+    return "\n".join([*(lab_logs / "ready.log").read_text().splitlines(), *[decode] * decode_lines,
+                      *cases["sglang-pr6555"]["log_excerpt"].splitlines()]) + "\n"
+
+
+def test_a_long_log_is_read_at_both_ends_with_the_files_own_line_numbers(tmp_path):
+    log = tmp_path / "serving.log"
+    log.write_text(long_serving_log(FIXTURES / "sglang-failures/cases.jsonl", ROOT / "bot/lab/data/logs", 20000))
+    assert log.stat().st_size > 2 * 1024 * 1024  # past what is read whole
+    out = gpuops("triage", str(log), "--json")
+    found = json.loads(out.stdout)
+    assert found["label"] == "watchdog_timeout", out.stdout
+    lines = log.read_text().splitlines()
+    for evidence in found["evidence"]:  # the line numbers are the file's, past the skipped middle
+        assert lines[evidence["line_no"] - 1].strip() == evidence["text"]
+    assert any(n.startswith("a long log: read its first 512 KiB and last 1536 KiB, skipping ") for n in found["notes"])

@@ -163,3 +163,29 @@ async def test_an_unknown_name_or_attempt_is_answered_with_what_triage_takes(lab
     responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c), 20)
     text = next(c for c in responded if c.method == "response_url").params["text"]
     assert "no attempt `a20201231-235959-beef` is recorded" in text
+
+
+async def test_a_server_that_failed_after_a_long_run_is_triaged_from_its_logs_end(lab):
+    """The log of a server that served for hours is megabytes long: the cause at its end is read (the
+    log's head and tail, over SSH), and quoted with the file's own line numbers."""
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES, ROOT
+    from tests.edges.test_cli import long_serving_log
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16 --force", user_id="U0ADMIN")
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    served = long_serving_log(FIXTURES / "sglang-failures/cases.jsonl", ROOT / "bot/lab/data/logs", 20000)
+    with open(attempt.log_path, "a") as log:  # the server kept writing to its own log
+        log.write(served.split("\n", 40)[-1])
+    await lab.slash("/sglang", f"triage {attempt.id}", user_id="U0EVE")
+    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
+    text = blocks_to_text(post_with(calls, "Triage of").blocks)
+    assert f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *watchdog_timeout*" in text
+    lines = Path(attempt.log_path).read_text().split("\n")
+    number = next(i for i, x in enumerate(lines, 1) if "Watchdog timeout (self.watchdog_timeout=300)" in x)
+    assert number > 19000 and f"L{number}: " in text
+    assert "a long log: read its first 512 KiB and last 1536 KiB" in text
