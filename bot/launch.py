@@ -99,7 +99,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     flags = parse_sglang_flags(request.flags)  # raises UsageError naming a bad flag
     port = next((int(request.flags[i + 1]) for i, f in enumerate(request.flags[:-1]) if f == "--port"),
                 container.port if container else 30000)
-    node = inventory.nodes[target.node]
+    node = inventory.node(target.node)
     checks: list[Check] = []
 
     assert target.vmid is not None
@@ -420,7 +420,7 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
                                 ok_exit=(0, 1))
             used = f"SIGTERM, then SIGKILL after {settings.stop_timeout_s:g}s"
             await asyncio.sleep(1.0)
-    node = inventory.nodes[attempt.node]
+    node = inventory.node(attempt.node)
     host = await read_node(transport, attempt.node, node.proc_root)
     left = [p for p in host.processes if p.pid == attempt.pid]
     memory = "; ".join(f"GPU {g.index}: {g.memory_used_mib} MiB used" for g in host.gpus)
@@ -435,7 +435,7 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
 
 async def gpu_holders(transport: Transport, inventory: Inventory, target: Target) -> tuple[list[Holder], SmiSnapshot]:
     """Exactly which PIDs hold GPU memory on a node (or on a container's GPUs)."""
-    node = inventory.nodes[target.node]
+    node = inventory.node(target.node)
     host = await read_node(transport, target.node, node.proc_root)
     holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name) for g in host.gpus for p in host.processes_of(g)]
     if target.kind == "container":
@@ -453,7 +453,7 @@ class FreeResult:
 async def free(transport: Transport, inventory: Inventory, node_name: str, pids: tuple[int, ...],
                settings: LaunchSettings) -> FreeResult:
     """Stop exactly the confirmed PIDs, and only those still holding GPU memory now."""
-    node = inventory.nodes[node_name]
+    node = inventory.node(node_name)
     host = await read_node(transport, node_name, node.proc_root)
     holding = {p.pid for p in host.processes}
     targets = tuple(p for p in pids if p in holding)

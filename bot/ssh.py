@@ -17,7 +17,7 @@ import asyncssh
 
 from bot.core.argv import Argv, to_command, with_timeout
 from bot.core.inventory import Inventory, Node
-from bot.errors import CommandFailed, ConnectError, HostKeyError, RemoteTimeout, TargetError
+from bot.errors import CommandFailed, ConnectError, HostKeyError, RemoteTimeout
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,7 @@ class SshTransport:
             raise ConnectError(f"{name}: cannot connect to {node.host}:{node.port}: {reason}", name) from None
 
     async def connection(self, name: str) -> asyncssh.SSHClientConnection:
-        node = self.inventory.nodes.get(name)
-        if node is None:  # a record (an attempt in Redis) can name a node this inventory no longer has
-            raise TargetError(f"node `{name}` is not in this inventory")
+        node = self.inventory.node(name)
         link = self._link(name)
         async with link.lock:
             if link.conn is None or link.conn.is_closed():

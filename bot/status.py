@@ -114,7 +114,7 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
 async def read_target(transport: Transport, inventory: Inventory, target: Target, limits: Thresholds) -> TargetStatus:
     if target.kind == "local":
         return assess_node(target, await asyncio.to_thread(read_local), limits)
-    node = inventory.nodes[target.node]
+    node = inventory.node(target.node)
     try:
         if target.kind == "node":
             return assess_node(target, await read_node(transport, target.node, node.proc_root), limits)

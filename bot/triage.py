@@ -179,7 +179,7 @@ def _disk(df: str) -> str:
 
 async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt) -> tuple[str, tuple[str, ...]]:
     """The node's GPUs now (who holds them) and the Xid events since the attempt started."""
-    node = inventory.nodes[attempt.node]
+    node = inventory.node(attempt.node)
     hours = max(1, int((time.time() - attempt.created_at) // 3600) + 1)
     host, kernel = await asyncio.gather(
         read_node(transport, attempt.node, node.proc_root),

@@ -119,6 +119,13 @@ class Inventory(BaseModel):
     profiles: dict[str, LaunchProfile] = Field(default_factory=dict)
     schedules: dict[str, ScheduledPost] = Field(default_factory=dict)
 
+    def node(self, name: str) -> Node:
+        """The node ``name``; a record (an attempt in Redis) can name one this inventory no longer has."""
+        found = self.nodes.get(name)
+        if found is None:
+            raise TargetError(f"node `{name}` is not in this inventory")
+        return found
+
     def container_at(self, node: str, vmid: int) -> Container | None:
         return next((c for c in self.containers.values() if c.node == node and c.vmid == vmid), None)
 

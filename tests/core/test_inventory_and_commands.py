@@ -83,3 +83,14 @@ def test_malformed_gpu_command_is_a_usage_error(text, message):
     with pytest.raises(UsageError) as err:
         parse_gpu_command(text)
     assert message in err.value.user_message and "/gpu status" in err.value.user_message
+
+
+def test_a_node_the_inventory_does_not_have_is_a_target_error():
+    from bot.core.inventory import Inventory
+    from bot.errors import TargetError
+
+    inventory = Inventory.model_validate({"nodes": {"pve5": {"host": "127.0.0.1", "known_hosts": "/etc/ssh/kh"}}})
+    assert inventory.node("pve5").host == "127.0.0.1"
+    with pytest.raises(TargetError) as err:
+        inventory.node("pve-gone")
+    assert err.value.user_message == "node `pve-gone` is not in this inventory"
