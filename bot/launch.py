@@ -476,26 +476,54 @@ async def free(transport: Transport, inventory: Inventory, node_name: str, pids:
     return FreeResult(targets, skipped, note)
 
 
+async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -> bool | None:
+    """Whether the attempt's process still runs in its container; None when that cannot be told now
+    (no PID, a node this inventory lacks, a node that does not answer): decide later, never guess."""
+    if attempt.pid is None or attempt.node not in inventory.nodes:
+        return None
+    try:
+        out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.process_alive(attempt.pid)),
+                                  ok_exit=(0, 1))
+    except (RemoteError, CommandFailed):
+        return None
+    return out.exit_status == 0
+
+
+async def _record_gone(store: AttemptStore, attempt: Attempt, status: AttemptStatus, at: float, note: str) -> Attempt:
+    moved = attempt.moved(status, at, note)
+    await store.save(moved)
+    await store.unlock(attempt.node, attempt.vmid, attempt.id)
+    return moved
+
+
 async def reconcile(transport: Transport, inventory: Inventory, store: AttemptStore) -> list[Attempt]:
     """After a restart: launching attempts whose PID lives are followed again; the others are orphaned."""
     resumed = []
     for attempt in await store.with_status("launching", "ready"):
-        if attempt.pid is None or attempt.node not in inventory.nodes:
-            continue
-        try:
-            out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.process_alive(attempt.pid)),
-                                      ok_exit=(0, 1))
-        except (RemoteError, CommandFailed):
-            continue  # node unreachable: decide later, never guess
-        if out.exit_status == 0:
-            if attempt.status is AttemptStatus.LAUNCHING:
-                resumed.append(attempt)
-            continue
-        orphaned = attempt.moved(AttemptStatus.ORPHANED, time.time(), "the bot restarted and the process was gone")
-        await store.save(orphaned)
-        await store.unlock(attempt.node, attempt.vmid, attempt.id)
+        alive = await _alive(transport, inventory, attempt)
+        if alive and attempt.status is AttemptStatus.LAUNCHING:
+            resumed.append(attempt)
+        elif alive is False:
+            await _record_gone(store, attempt, AttemptStatus.ORPHANED, time.time(),
+                               "the bot restarted and the process was gone")
     return resumed
 
 
-__all__ = ["LaunchSettings", "Preflight", "VerdictKind", "follow", "free", "gpu_holders", "preflight", "reconcile",
-           "start", "stop"]
+async def exited_servers(transport: Transport, inventory: Inventory, store: AttemptStore, now: float) -> list[Attempt]:
+    """Servers the history says are ready whose process has gone: each is recorded as failed, once
+    (the caller runs this in one replica's sampling slot)."""
+    gone = []
+    for attempt in await store.with_status("ready"):
+        if await _alive(transport, inventory, attempt) is not False:
+            continue
+        current = await store.get(attempt.id) or attempt
+        if current.status is AttemptStatus.READY:
+            when = time.strftime("%H:%M UTC", time.gmtime(now))
+            gone.append(await _record_gone(store, current, AttemptStatus.FAILED, now,
+                                           f"the server's process (PID {attempt.pid}) exited while serving "
+                                           f"(noticed {when})"))
+    return gone
+
+
+__all__ = ["LaunchSettings", "Preflight", "VerdictKind", "exited_servers", "follow", "free", "gpu_holders",
+           "preflight", "reconcile", "start", "stop"]

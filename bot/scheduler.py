@@ -23,12 +23,13 @@ from bot import views
 from bot.app import Services
 from bot.chart import health_png
 from bot.core import argv as remote
+from bot.core.diagnosis import diagnose_excerpt
 from bot.core.gpu_faults import NodeFaults
 from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError
 from bot.faults import read_faults
-from bot.launch import container_of
+from bot.launch import container_of, exited_servers
 from bot.slack import post_messages, upload_png
 from bot.status import read_status
 from bot.store import HealthStore
@@ -41,6 +42,7 @@ class TickResult:
     sampled: bool = False
     posted: list[str] = field(default_factory=list)
     taken_over: list[str] = field(default_factory=list)
+    exited: list[str] = field(default_factory=list)  # ready servers found gone, announced in their threads
 
 
 class Scheduler:
@@ -60,6 +62,7 @@ class Scheduler:
         if await self.health.claim(f"slot:sample:{slot}", self.services.replica, self.sample_interval_s * 2):
             await self.sample(now)
             result.sampled = True
+            result.exited = await self.watch_servers(now)
         for name, post in self.services.inventory.schedules.items():
             schedule = Schedule(name, post.channel, post.at, post.timezone, post.targets)
             occurrence = due_occurrence(schedule, now, self.grace_h)
@@ -84,6 +87,29 @@ class Scheduler:
                                    limits=self.services.limits, deadline_s=self.services.settings.status_deadline_s)
         samples, down = samples_from(report.statuses, now)
         await self.health.add_samples(samples, down, now)
+
+    async def watch_servers(self, now: float) -> list[str]:
+        """Ready servers whose process has gone since the last sample: recorded as failed and announced in
+        their launch's thread (and channel), with the first cause their own log shows."""
+        announced = []
+        for attempt in await exited_servers(self.services.transport, self.services.inventory,
+                                            self.services.attempts, now):
+            finding = None
+            if attempt.log_path:
+                try:
+                    out = await self.services.transport.run(attempt.node, remote.pct_exec(
+                        attempt.vmid, remote.log_excerpt(attempt.log_path)), ok_exit=(0,))
+                    finding = diagnose_excerpt(remote.parse_log_excerpt(out.stdout))
+                except GpuopsError as exc:
+                    log.warning("reading the log of exited server %s: %s", attempt.id, exc.user_message)
+            if self.client is not None:
+                try:
+                    await post_messages(self.client, attempt.channel, [views.server_exited_message(attempt, finding)],
+                                        pace=self.services.pace, thread_ts=attempt.thread_ts, broadcast=True)
+                except Exception:  # the failure is recorded in the history either way
+                    log.exception("announcing exited server %s failed", attempt.id)
+            announced.append(attempt.id)
+        return announced
 
     async def report(self, targets_spec: str, name: str, now: float) -> HealthReport:
         targets = resolve_targets(targets_spec, self.services.inventory, self.services.settings.local_gpus)

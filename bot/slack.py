@@ -83,16 +83,18 @@ async def post_messages(
     pace: ChannelPace,
     respond: Any = None,
     thread_ts: str | None = None,
+    broadcast: bool = False,
 ) -> list[str]:
     """Post in order; returns the ``ts`` of each. When the bot is not in the channel, fall
-    back to the command's response_url so the answer is never lost."""
+    back to the command's response_url so the answer is never lost. ``broadcast``: a thread reply
+    that is also shown in the channel."""
     posted: list[str] = []
     for message in messages:
         await pace.wait(channel)
         try:
             answer = await client.chat_postMessage(
                 channel=channel, text=message.text, blocks=message.blocks, thread_ts=thread_ts,
-                unfurl_links=False, unfurl_media=False,
+                unfurl_links=False, unfurl_media=False, reply_broadcast=(broadcast and thread_ts is not None) or None,
             )
             posted.append(str(answer["ts"]))
         except SlackApiError as exc:

@@ -27,6 +27,7 @@ from slack_sdk.models.blocks import (
 
 from bot.core.attempts import Attempt, Check
 from bot.core.budget import Budget, planned_format_conflict
+from bot.core.diagnosis import Finding
 from bot.core.health import HealthReport
 from bot.core.incident import Incident
 from bot.core.inventory import Inventory
@@ -315,6 +316,27 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=escape_mrkdwn(
         f"PID {attempt.pid} · log {attempt.log_path} · changes: {attempt.changes_text}")[:2900])]))
     return SlackMessage(f"Launch {attempt.id}: {status} ({progress.label})", [b.to_dict() for b in blocks])
+
+
+def server_exited_message(attempt: Attempt, finding: Finding | None) -> SlackMessage:
+    """A ready server whose process has gone, noticed by the sampler: what its own log says first."""
+    lines = [f":x: *Server `{attempt.id}`* on {escape_mrkdwn(attempt.target_label)} *exited while serving*",
+             escape_mrkdwn(attempt.transitions[-1].note if attempt.transitions else "")]
+    evidence: list[str] = []
+    if finding is None:
+        lines.append("Its log could not be read now; `/sglang triage " + attempt.id + "` tries again.")
+    else:
+        lines.append(f"First cause in its log: *{finding.label}* ({finding.confidence} confidence, {finding.phase}): "
+                     + escape_mrkdwn(finding.explanation))
+        lines += [f"_{escape_mrkdwn(n)}_" for n in finding.notes]
+        evidence = [f"L{e.line_no}: {e.text}" for e in finding.evidence]
+        lines.append("`/sglang triage " + attempt.id + "` adds the GPUs, versions and Xid events, and the next "
+                     "experiment.")
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
+    if evidence:
+        blocks += monospace_sections(evidence)
+    return SlackMessage(f"Server {attempt.id} on {attempt.target_label} exited while serving",
+                        [b.to_dict() for b in blocks])
 
 
 def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:

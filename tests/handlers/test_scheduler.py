@@ -123,3 +123,45 @@ async def test_a_dead_replicas_launch_tracking_is_taken_over(replicas):
         await asyncio.sleep(0.05)
     assert holder == two.services.replica
     assert await two.take_over() == []  # followed once
+
+
+async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_thread(replicas):
+    """The sampler notices a ready server's process is gone: the attempt is recorded as failed and its
+    thread (and channel) told what its own log shows first, once across replicas."""
+    import signal
+
+    from tests.conftest import ROOT
+    from tests.edges.test_cli import long_serving_log
+    from tests.handlers.test_launch_flow import SEED, model, wait_text
+
+    lab, one, two, clock = replicas
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16", user_id="U0ALICE")
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert attempt.status.value == "ready" and attempt.pid
+    served = long_serving_log(FIXTURES / "sglang-failures/cases.jsonl", ROOT / "bot/lab/data/logs", 50)
+    with open(attempt.log_path, "a") as log:  # it served, then hung until the watchdog ended it
+        log.write(served.split("\n", 40)[-1])
+    os.killpg(attempt.pid, signal.SIGKILL)  # the stand-in this test's lab started, by its process group
+    for _ in range(100):
+        try:
+            os.kill(attempt.pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    clock.now = at("2026-12-03 06:10")
+    first, second = await one.tick(), await two.tick()  # the same sampling slot: one of them samples
+    assert sorted(first.exited + second.exited) == [attempt.id]
+    stored = await lab.services.attempts.get(attempt.id)
+    assert stored.status.value == "failed"
+    assert f"(PID {attempt.pid}) exited while serving" in stored.transitions[-1].note
+    posts = [c for c in lab.standin.of("chat.postMessage") if "exited while serving" in str(c.params.get("text"))]
+    assert len(posts) == 1 and posts[0].params["thread_ts"] == attempt.thread_ts
+    assert posts[0].params.get("reply_broadcast") in (True, "true", "1")  # the channel sees it too
+    text = blocks_to_text(posts[0].blocks)
+    assert "First cause in its log: *watchdog_timeout*" in text and "Watchdog timeout (self.watchdog_timeout=300)" \
+        in text and f"/sglang triage {attempt.id}" in text
+    clock.now = at("2026-12-03 06:50")  # the next slot: already recorded, nothing more
+    assert (await one.tick()).exited == [] and (await two.tick()).exited == []
