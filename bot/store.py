@@ -34,13 +34,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
-from bot.core.attempts import Attempt
+from bot.core.attempts import ACTIVE, Attempt
 from bot.core.health import GpuSample, Unreachable
 from bot.core.incident import Incident
 from bot.errors import StoreError
 
 PREFIX = "gpuops:"
 AUDIT_STREAM = PREFIX + "audit"
+ACTIVE_SET = PREFIX + "attempts:active"
 AUDIT_MAXLEN = 100_000
 STATUS_TTL_S = 8 * 24 * 3600
 
@@ -223,6 +224,11 @@ class AttemptStore:
             pipe.set(f"{PREFIX}attempt:{attempt.id}", json.dumps(attempt.to_dict()))
             pipe.zadd(key, {attempt.id: attempt.created_at})
             pipe.zadd(f"{PREFIX}attempts", {attempt.id: attempt.created_at})
+            # the attempts still running (however many came after them), for the watch and the health post
+            if attempt.status in ACTIVE:
+                pipe.sadd(ACTIVE_SET, attempt.id)
+            else:
+                pipe.srem(ACTIVE_SET, attempt.id)
             await pipe.execute()
         except RedisError as exc:
             raise StoreError(f"attempt {attempt.id} not saved: {type(exc).__name__}") from None
@@ -242,7 +248,14 @@ class AttemptStore:
         return found[0] if found else None
 
     async def with_status(self, *statuses: str, count: int = 200) -> list[Attempt]:
-        return [a for a in await self.recent(count=count) if a.status.value in statuses]
+        """Attempts in these states: the recent ones, and for running states every one still running,
+        however old (a server launched weeks and hundreds of attempts ago is still watched)."""
+        found = {a.id: a for a in await self.recent(count=count)}
+        if set(statuses) & {s.value for s in ACTIVE}:
+            for attempt_id in await self.redis.smembers(ACTIVE_SET):
+                if str(attempt_id) not in found and (attempt := await self.get(str(attempt_id))) is not None:
+                    found[attempt.id] = attempt
+        return sorted((a for a in found.values() if a.status.value in statuses), key=lambda a: -a.created_at)
 
     async def lock(self, node: str, vmid: int, holder: str, ttl_s: int) -> str | None:
         """Take the container's launch lock; returns None on success, else the current holder."""

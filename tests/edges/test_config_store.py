@@ -154,3 +154,27 @@ async def test_two_replicas_share_one_posting_pace_per_channel(store, redis_url)
         await alone.wait("C0PACE")
     assert 2 * spacing * 0.9 <= time.monotonic() - started < 2 * spacing + 3 * 2.5
     await gone.close()
+
+
+async def test_a_server_still_running_is_found_however_many_attempts_came_after_it(store):
+    from bot.core.attempts import Attempt, AttemptStatus
+    from bot.store import AttemptStore
+
+    attempts = AttemptStore(store.redis)
+
+    def attempt(n, vmid, *moves):
+        a = Attempt(f"a20261202-12{n // 100:02d}{n % 100:02d}-abcd", "U1", "C1", "pve5", vmid, None, "/m",
+                    ("--tp", "2"), 30000, float(n))
+        for i, status in enumerate(moves):
+            a = a.moved(status, float(n) + i)
+        return a
+
+    launched = (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY)
+    server = attempt(0, 129, *launched)
+    await attempts.save(server)
+    for n in range(1, 251):  # 250 later attempts on other containers, all finished
+        await attempts.save(attempt(n, 130, AttemptStatus.PLANNED, AttemptStatus.FAILED))
+    assert server.id not in {a.id for a in await attempts.recent(count=200)}
+    assert [a.id for a in await attempts.with_status("ready")] == [server.id]
+    await attempts.save(server.moved(AttemptStatus.STOPPED, 500.0))
+    assert await attempts.with_status("ready") == []
