@@ -29,6 +29,7 @@ from bot.core.health import HealthReport, Schedule, build_report, due_occurrence
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError
 from bot.faults import read_faults
+from bot.incidents import container_changed
 from bot.launch import container_of, exited_servers
 from bot.slack import post_messages, upload_png
 from bot.status import read_status
@@ -108,6 +109,7 @@ class Scheduler:
                                         pace=self.services.pace, thread_ts=attempt.thread_ts, broadcast=True)
                 except Exception:  # the failure is recorded in the history either way
                     log.exception("announcing exited server %s failed", attempt.id)
+                await container_changed(self.services, self.client, attempt.node, attempt.vmid)
             announced.append(attempt.id)
         return announced
 

@@ -307,8 +307,27 @@ class IncidentStore:
         return Incident.from_dict(json.loads(raw)) if raw else None
 
     async def save(self, incident: Incident) -> None:
-        await self.redis.set(f"{PREFIX}incident:{incident.channel}:{incident.thread_ts}",
-                             json.dumps(incident.to_dict()), ex=self.TTL_S)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(f"{PREFIX}incident:{incident.channel}:{incident.thread_ts}", json.dumps(incident.to_dict()),
+                 ex=self.TTL_S)
+        if incident.node is not None:  # the threads following a container, for its attempts' results
+            key = f"{PREFIX}incidents:{incident.node}:{incident.vmid}"
+            pipe.sadd(key, f"{incident.channel}|{incident.thread_ts}")
+            pipe.expire(key, self.TTL_S)
+        await pipe.execute()
+
+    async def following(self, node: str, vmid: int) -> list[Incident]:
+        """The incident threads linked to this container (expired ones are dropped from the index)."""
+        key = f"{PREFIX}incidents:{node}:{vmid}"
+        found = []
+        for member in sorted(await self.redis.smembers(key)):
+            channel, _, thread = str(member).partition("|")
+            incident = await self.get(channel, thread)
+            if incident is None:
+                await self.redis.srem(key, member)
+            else:
+                found.append(incident)
+        return found
 
 
 class HealthStore:

@@ -15,6 +15,7 @@ from bot import views
 from bot.app import Services
 from bot.core.inventory import Target
 from bot.errors import GpuopsError
+from bot.incidents import container_changed
 from bot.launch import LaunchRequest, free, stop
 from handlers.common import authorize
 
@@ -44,6 +45,8 @@ def register(app: AsyncApp, services: Services) -> None:
         except GpuopsError as exc:
             text = f":warning: {exc.user_message}"
         await respond(text=text, replace_original=True)
+        if pending["action"] == "stop" and (stopped := await services.attempts.get(pending["attempt"])):
+            await container_changed(services, client, stopped.node, stopped.vmid)
         await services.store.audit(action=action, user=user, channel=channel, requested_by=pending.get("user", ""),
                                    result=text[:500])
 

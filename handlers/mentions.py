@@ -19,6 +19,7 @@ from bot.core.incident import Incident, Observation, parse_mention, triage_hypot
 from bot.core.inventory import Target, resolve_targets
 from bot.core.status import is_clean, memory_evidence
 from bot.errors import GpuopsError, UsageError
+from bot.incidents import refresh_summary, synced
 from bot.status import read_status
 from handlers.common import authorize
 
@@ -61,18 +62,6 @@ async def _attempts(services: Services, incident: Incident) -> list[Attempt]:
     if incident.node is None or incident.vmid is None:
         return []
     return await services.attempts.recent(incident.node, incident.vmid, 20)
-
-
-def _sync(incident: Incident, attempts: list[Attempt]) -> Incident:
-    """Finished attempts become observations (which may decide hypotheses)."""
-    for attempt in sorted(attempts, key=lambda a: a.created_at):
-        if attempt.id in incident.attempts or attempt.status.value in ("planned", "launching"):
-            continue
-        at = attempt.transitions[-1].at if attempt.transitions else attempt.created_at
-        incident = incident.observe(Observation(at, "attempt", f"{attempt.id} {attempt.status.value}",
-                                                attempt=attempt.id, outcome=attempt.status.value,
-                                                label=attempt.observed.get("triage"), changes=attempt.changes))
-    return incident
 
 
 async def handle(services: Services, client: Any, incident: Incident, verb: str, rest: str, hid: str,
@@ -134,9 +123,7 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
     else:
         await reply(views.MENTION_HELP)
-    incident = _sync(incident, await _attempts(services, incident))
-    await services.incidents.save(incident)
-    return incident
+    return await synced(services, incident)
 
 
 def _targets(services: Services, incident: Incident, rest: str) -> list[Target]:
@@ -155,17 +142,3 @@ class _ThreadRespond:
 
     async def __call__(self, text: str = "", blocks: Any = None, **_: Any) -> None:
         await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread, text=text, blocks=blocks)
-
-
-async def refresh_summary(services: Services, client: Any, incident: Incident) -> None:
-    """One summary message in the thread, edited in place."""
-    from dataclasses import replace
-
-    message = views.incident_summary(incident, await _attempts(services, incident))
-    if incident.summary_ts:
-        await client.chat_update(channel=incident.channel, ts=incident.summary_ts, text=message.text,
-                                 blocks=message.blocks)
-        return
-    answer = await client.chat_postMessage(channel=incident.channel, thread_ts=incident.thread_ts,
-                                           text=message.text, blocks=message.blocks)
-    await services.incidents.save(replace(incident, summary_ts=str(answer["ts"])))

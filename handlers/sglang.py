@@ -29,6 +29,7 @@ from bot.core.flags import with_flag
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
 from bot.errors import GpuopsError, TargetError, UsageError
+from bot.incidents import container_changed
 from bot.launch import (
     HISTORY_FOR_WEIGHTS,
     LaunchRequest,
@@ -215,6 +216,7 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
                                                                else ""))
             await client.chat_postMessage(channel=stored.channel, thread_ts=stored.thread_ts or stored.message_ts,
                                           text="\n".join(detail))
+            await container_changed(services, client, stored.node, stored.vmid)
 
     return await follow(services.transport, services.inventory, services.attempts, attempt, notify, services.launch,
                         services.replica, services.stopping)

@@ -8,9 +8,11 @@ memory" is refuted when a snapshot shows clean GPUs and the same failure repeats
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bot.core.attempts import Attempt
 from bot.core.experiments import made_budget_change, made_experiment
 
 # how triage words the hypothesis it proposes, and how it is recognised again
@@ -176,3 +178,16 @@ def parse_mention(text: str) -> Mention:
         hid, _, why = rest.strip().partition(" ")
         return Mention(verb, why.strip(), hid.strip())
     return Mention(verb, rest.strip())
+
+
+def with_attempts(incident: Incident, attempts: Sequence[Attempt]) -> Incident:
+    """Finished attempts on the incident's container become observations (which may decide hypotheses),
+    each once, oldest first."""
+    for attempt in sorted(attempts, key=lambda a: a.created_at):
+        if attempt.id in incident.attempts or attempt.status.value in ("planned", "launching"):
+            continue
+        at = attempt.transitions[-1].at if attempt.transitions else attempt.created_at
+        incident = incident.observe(Observation(at, "attempt", f"{attempt.id} {attempt.status.value}",
+                                                attempt=attempt.id, outcome=attempt.status.value,
+                                                label=attempt.observed.get("triage"), changes=attempt.changes))
+    return incident

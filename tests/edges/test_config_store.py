@@ -178,3 +178,19 @@ async def test_a_server_still_running_is_found_however_many_attempts_came_after_
     assert [a.id for a in await attempts.with_status("ready")] == [server.id]
     await attempts.save(server.moved(AttemptStatus.STOPPED, 500.0))
     assert await attempts.with_status("ready") == []
+
+
+async def test_the_threads_following_a_container_are_found_and_lapsed_ones_dropped(store):
+    from bot.core.incident import Incident
+    from bot.store import IncidentStore
+
+    incidents = IncidentStore(store.redis)
+    await incidents.save(Incident("C1", "111.1", node="pve5", vmid=129))
+    await incidents.save(Incident("C2", "222.2", node="pve5", vmid=129))
+    await incidents.save(Incident("C1", "333.3", node="pve5", vmid=130))
+    await incidents.save(Incident("C1", "444.4"))  # not linked to a container yet
+    assert [(i.channel, i.thread_ts) for i in await incidents.following("pve5", 129)] == [("C1", "111.1"),
+                                                                                        ("C2", "222.2")]
+    await store.redis.delete("gpuops:incident:C2:222.2")  # its 30 days ran out
+    assert [i.thread_ts for i in await incidents.following("pve5", 129)] == ["111.1"]
+    assert await store.redis.smembers("gpuops:incidents:pve5:129") == {"C1|111.1"}
