@@ -21,6 +21,7 @@ from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, Check, changes_between
 from bot.core.budget import VerdictKind
+from bot.core.diagnosis import Finding, diagnose_excerpt
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import NodeFaults, launch_gpu_health
@@ -525,5 +526,34 @@ async def exited_servers(transport: Transport, inventory: Inventory, store: Atte
     return gone
 
 
-__all__ = ["LaunchSettings", "Preflight", "VerdictKind", "exited_servers", "follow", "free", "gpu_holders",
-           "preflight", "reconcile", "start", "stop"]
+@dataclass(frozen=True)
+class ExitReport:
+    attempt: Attempt  # with its first error line, as the log shows it
+    finding: Finding | None  # None when the log could not be read
+    progress: Progress  # how far its log says it got, for its launch card
+
+
+async def exit_report(transport: Transport, store: AttemptStore, attempt: Attempt) -> ExitReport:
+    """What the log of a server that exited while serving says: its first cause (the log read at both
+    ends), and the first error line recorded on the attempt for its card and the history."""
+    if not attempt.log_path:
+        return ExitReport(attempt, None, Progress())
+    try:
+        out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.log_excerpt(attempt.log_path)),
+                                  ok_exit=(0,))
+    except GpuopsError as exc:
+        log.warning("reading the log of exited server %s: %s", attempt.id, exc.user_message)
+        return ExitReport(attempt, None, Progress())
+    excerpt = remote.parse_log_excerpt(out.stdout)
+    finding = diagnose_excerpt(excerpt)
+    progress = advance(Progress(), excerpt.text.splitlines())
+    named = finding.evidence[0].text if finding.label != "unknown" and finding.evidence else None
+    error = named or progress.error_line
+    if error and error != attempt.error_line:
+        attempt = replace(attempt, error_line=error[:500])
+        await store.save(attempt)
+    return ExitReport(attempt, finding, progress)
+
+
+__all__ = ["ExitReport", "LaunchSettings", "Preflight", "VerdictKind", "exit_report", "exited_servers", "follow",
+           "free", "gpu_holders", "preflight", "reconcile", "start", "stop"]

@@ -23,14 +23,13 @@ from bot import views
 from bot.app import Services
 from bot.chart import health_png
 from bot.core import argv as remote
-from bot.core.diagnosis import diagnose_excerpt
 from bot.core.gpu_faults import NodeFaults
 from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError
 from bot.faults import read_faults
 from bot.incidents import container_changed
-from bot.launch import container_of, exited_servers
+from bot.launch import container_of, exit_report, exited_servers
 from bot.slack import post_messages, upload_png
 from bot.status import read_status
 from bot.store import HealthStore
@@ -93,20 +92,19 @@ class Scheduler:
         """Ready servers whose process has gone since the last sample: recorded as failed and announced in
         their launch's thread (and channel), with the first cause their own log shows."""
         announced = []
-        for attempt in await exited_servers(self.services.transport, self.services.inventory,
-                                            self.services.attempts, now):
-            finding = None
-            if attempt.log_path:
-                try:
-                    out = await self.services.transport.run(attempt.node, remote.pct_exec(
-                        attempt.vmid, remote.log_excerpt(attempt.log_path)), ok_exit=(0,))
-                    finding = diagnose_excerpt(remote.parse_log_excerpt(out.stdout))
-                except GpuopsError as exc:
-                    log.warning("reading the log of exited server %s: %s", attempt.id, exc.user_message)
+        for gone in await exited_servers(self.services.transport, self.services.inventory,
+                                         self.services.attempts, now):
+            report = await exit_report(self.services.transport, self.services.attempts, gone)
+            attempt = report.attempt
             if self.client is not None:
                 try:
-                    await post_messages(self.client, attempt.channel, [views.server_exited_message(attempt, finding)],
+                    await post_messages(self.client, attempt.channel,
+                                        [views.server_exited_message(attempt, report.finding)],
                                         pace=self.services.pace, thread_ts=attempt.thread_ts, broadcast=True)
+                    if attempt.message_ts:  # its launch card no longer says "ready"
+                        card = views.progress_message(attempt, report.progress)
+                        await self.client.chat_update(channel=attempt.channel, ts=attempt.message_ts, text=card.text,
+                                                      blocks=card.blocks)
                 except Exception:  # the failure is recorded in the history either way
                     log.exception("announcing exited server %s failed", attempt.id)
                 await container_changed(self.services, self.client, attempt.node, attempt.vmid)

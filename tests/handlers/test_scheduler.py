@@ -163,5 +163,10 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
     text = blocks_to_text(posts[0].blocks)
     assert "First cause in its log: *watchdog_timeout*" in text and "Watchdog timeout (self.watchdog_timeout=300)" \
         in text and f"/sglang triage {attempt.id}" in text
+    # its launch card no longer says ready, and the history carries the line that proves the cause
+    card = [c for c in lab.standin.of("chat.update") if c.params.get("ts") == attempt.message_ts][-1]
+    assert "*failed*" in blocks_to_text(card.blocks) and "first error: `" in blocks_to_text(card.blocks)
+    stored = await lab.services.attempts.get(attempt.id)
+    assert stored.error_line and stored.error_line in text  # the first line the announcement quoted
     clock.now = at("2026-12-03 06:50")  # the next slot: already recorded, nothing more
     assert (await one.tick()).exited == [] and (await two.tick()).exited == []
