@@ -44,6 +44,38 @@ RELEASES_BY_MONTH = [
 ]
 
 
+_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:GB|GiB|MB|MiB|tokens)?\s*$", re.I)
+
+
+def _number(value: Any) -> Any:
+    """A number the corpus may write as text ("76.3", "76.3 GB", "12345"); anything else unchanged."""
+    if isinstance(value, str) and (m := _NUMBER.match(value)):
+        return float(m.group(1)) if "." in m.group(1) else int(m.group(1))
+    return value
+
+
+def normalized_case(case: dict[str, Any]) -> dict[str, Any]:
+    """A case as the bench reads it, whatever spelling its collector used: numbers written as text,
+    a tp written with a note ("8 (EP)"), missing or non-dict ``logged`` / ``other_flags``."""
+    c = dict(case)
+    for key in ("gpu_mem_mib", "mem_fraction_static", "context_length"):
+        c[key] = _number(c.get(key))
+        if not isinstance(c[key], int | float) or isinstance(c[key], bool):
+            c[key] = None
+    tp = c.get("tp")
+    if isinstance(tp, str):
+        lead = re.match(r"\s*(\d+)", tp)
+        tp = int(lead.group(1)) if lead else None
+    c["tp"] = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 else None
+    logged, other = c.get("logged"), c.get("other_flags")
+    c["logged"] = {k: _number(v) for k, v in logged.items()} if isinstance(logged, dict) else {}
+    c["other_flags"] = {k: _number(v) for k, v in other.items()} if isinstance(other, dict) else {}
+    for key in ("model", "gpu_name", "sglang_version", "dtype_or_quant", "completeness"):
+        if c.get(key) is not None and not isinstance(c[key], str):
+            c[key] = str(c[key])
+    return c
+
+
 def case_version(text: str | None) -> str:
     text = text or ""
     current = re.search(r"v?(\d+\.\d+\.\d+)(?:\.post\d+)? was current", text)
@@ -224,14 +256,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     configs = load_configs(Path(args.configs))
-    cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
+    cases = []
+    for number, row in enumerate(Path(args.cases).read_text().splitlines(), 1):
+        if row.strip():
+            try:
+                cases.append(normalized_case(json.loads(row)))
+            except (json.JSONDecodeError, AttributeError) as exc:
+                print(f"skip line {number}: not a JSON case ({exc})")
     kv_ok = kv_n = w_ok = w_n = v_ok = v_n = 0
     draft_ok = draft_n = 0  # the draft model's own load, where the log shows it
     repeat_ok = repeat_n = 0  # KV tokens when the weights are measured (a repeat launch of the same load)
     repeat_misses: list[str] = []
     skipped: list[str] = []
     for case in cases:
-        cid = case["id"]
+        cid = str(case.get("id", "?"))
         config = configs.get(case.get("model") or "")
         logged = case.get("logged") or {}
         if config is None:
@@ -241,15 +279,20 @@ def main(argv: list[str]) -> int:
         complete = str(case.get("completeness") or "").startswith("full")
         weights_only = False
         try:
-            budget = predict(case, config)
-        except ValueError as exc:
-            pre_missing = logged.get("pre_load_avail_mem_gb") is None
-            if expected_weights(logged) is None or not pre_missing:
-                skipped.append(f"{cid} ({'no pre-load free memory logged' if pre_missing else exc})")
-                print(f"skip {cid}: {exc}")
-                continue
-            # no GPU memory anywhere in the case, but the weights it logged do not depend on it
-            budget, weights_only = predict(case, config, nominal_gpu=True), True
+            try:
+                budget = predict(case, config)
+            except ValueError as exc:
+                pre_missing = logged.get("pre_load_avail_mem_gb") is None
+                if expected_weights(logged) is None or not pre_missing:
+                    skipped.append(f"{cid} ({'no pre-load free memory logged' if pre_missing else exc})")
+                    print(f"skip {cid}: {exc}")
+                    continue
+                # no GPU memory anywhere in the case, but the weights it logged do not depend on it
+                budget, weights_only = predict(case, config, nominal_gpu=True), True
+        except Exception as exc:  # named and counted, never the end of the run
+            skipped.append(f"{cid} (could not be predicted: {type(exc).__name__}: {exc})")
+            print(f"ERROR {cid}: {type(exc).__name__}: {exc}")
+            continue
         parts = [f"{cid} v{budget.version} {budget.era}" + (" (GPU not named: weights only)" if weights_only else "")]
         want_w = expected_weights(logged)
         if want_w is not None:  # weights are logged before any failure: scored on every case that shows them
@@ -273,8 +316,12 @@ def main(argv: list[str]) -> int:
             err = (budget.kv_tokens - want_t) / want_t
             kv_ok += abs(err) <= 0.02
             parts.append(f"kv {budget.kv_tokens:,}/{want_t:,} ({err:+.1%})")
-            if want_w is not None:
-                again = predict(case, config, measured_gib=want_w)
+            try:
+                again = predict(case, config, measured_gib=want_w) if want_w is not None else None
+            except Exception as exc:
+                print(f"ERROR {cid} (repeat launch): {type(exc).__name__}: {exc}")
+                again = None
+            if want_w is not None and again is not None:
                 repeat_n += 1
                 repeat_err = (again.kv_tokens - want_t) / want_t
                 repeat_ok += abs(repeat_err) <= 0.02

@@ -16,7 +16,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.core.diagnosis import LaunchContext, diagnose  # noqa: E402
+from bot.core.diagnosis import Finding, LaunchContext, diagnose  # noqa: E402
+
+
+def as_text(value: object, joiner: str = "\n") -> str:
+    """A log excerpt or command as the corpus may give it: text, a list of lines, or nothing."""
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return joiner.join(str(v) for v in value)
+    return str(value)
 
 
 def main(argv: list[str]) -> int:
@@ -24,16 +33,33 @@ def main(argv: list[str]) -> int:
     parser.add_argument("cases")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
+    cases = []
+    for number, line in enumerate(Path(args.cases).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                case = json.loads(line)
+            except json.JSONDecodeError as exc:
+                print(f"skip line {number}: not JSON ({exc})")
+                continue
+            if isinstance(case, dict):
+                cases.append(case)
     top = top_n = partial = partial_n = echo_ok = echo_n = phase_ok = phase_n = 0
     started = time.perf_counter()
     for case in cases:
-        quality = case.get("quality")
+        cid = str(case.get("id", "?"))
+        quality = str(case.get("quality") or "partial")  # a case that does not say is scored with the partial ones
         if quality == "prose":
-            print(f"skip {case['id']}: prose only (no log lines)")
+            print(f"skip {cid}: prose only (no log lines)")
             continue
-        context = LaunchContext.from_argv([case.get("launch_command") or ""])
-        finding = diagnose(case.get("log_excerpt") or "", context=context)
+        if not case.get("label"):
+            print(f"skip {cid}: no label to score against")
+            continue
+        try:
+            context = LaunchContext.from_argv([as_text(case.get("launch_command"), " ")])
+            finding = diagnose(as_text(case.get("log_excerpt")), context=context)
+        except Exception as exc:  # scored as a miss, and named, never the end of the run
+            print(f"ERROR {cid}: {type(exc).__name__}: {exc}")
+            finding = Finding("unknown", "unknown", "low", f"error: {exc}", "", ())
         right = finding.label == case["label"]
         mark = "ok  " if right else "MISS"
         if quality in ("full", "error_line"):
@@ -51,7 +77,7 @@ def main(argv: list[str]) -> int:
             echo_ok += finding.label not in secondary
             if finding.label in secondary:
                 mark = "ECHO"
-        print(f"{mark} {case['id']:<22} {quality:<10} want {case['label']:<30} got {finding.label} "
+        print(f"{mark} {cid:<22} {quality:<10} want {case['label']:<30} got {finding.label} "
               f"({finding.confidence}, {finding.phase})")
         if args.verbose and not right:
             for ev in finding.evidence:

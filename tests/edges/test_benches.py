@@ -1,0 +1,48 @@
+"""The accuracy benches read any file in the corpus formats, as collectors spell them: the held-out
+sets are scored by these same scripts, so a case spelled differently must not change a score or end
+the run."""
+
+import json
+import re
+import subprocess
+import sys
+
+from tests.conftest import FIXTURES, ROOT
+
+
+def bench(script, *args):
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), *map(str, args)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_triage_bench_scores_log_lines_given_as_a_list_the_same(tmp_path):
+    cases = [json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text().splitlines() if x]
+    as_lists = tmp_path / "cases.jsonl"
+    as_lists.write_text("\n".join(json.dumps({**c, "log_excerpt": (c.get("log_excerpt") or "").split("\n")})
+                                  for c in cases) + "\n{not json\n")
+    original = bench("triage_accuracy.py", FIXTURES / "sglang-failures/cases.jsonl").splitlines()[-1]
+    listed = bench("triage_accuracy.py", as_lists)
+    assert re.fullmatch(r"triage: top-1 \d+/\d+ \(full\+error_line\), partial \d+/\d+, echoes avoided \d+/\d+",
+                        original)
+    assert listed.splitlines()[-1] == original and "skip line" in listed
+
+
+def test_budget_bench_reads_numbers_written_as_text_the_same(tmp_path):
+    cases = [json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if x]
+
+    def as_text(case):
+        logged = {k: (f"{v} GB" if k.endswith("_gb") else str(v)) if isinstance(v, int | float)
+                  and not isinstance(v, bool) else v for k, v in (case.get("logged") or {}).items()}
+        return {**case, "logged": logged, "tp": f"{case['tp']} (as reported)" if case.get("tp") else case.get("tp")}
+
+    texts = tmp_path / "cases.jsonl"
+    texts.write_text("\n".join(json.dumps(as_text(c)) for c in cases) + "\n")
+    configs = FIXTURES / "model-configs"
+    original = bench("budget_accuracy.py", FIXTURES / "sglang-startup/cases.jsonl", "--configs", configs)
+    spelled = bench("budget_accuracy.py", texts, "--configs", configs)
+    summary = original.splitlines()[-1]
+    assert re.fullmatch(r"budget: kv_tokens within 2%: \d+/\d+, weights within 3%: \d+/\d+, verdicts: \d+/\d+",
+                        summary)
+    assert spelled.splitlines()[-1] == summary and "ERROR" not in spelled
