@@ -196,10 +196,14 @@ def main(argv: list[str]) -> int:
     passed = 0
     started = time.perf_counter()
     for entry in entries:
-        problems = check_sample(entry, (root / entry["file"]).read_bytes())
+        try:
+            problems = check_sample(entry, (root / entry["file"]).read_bytes())
+        except Exception as exc:  # a sample the checks cannot follow fails, named; the run goes on
+            problems = [f"could not be checked: {type(exc).__name__}: {exc}"]
         passed += not problems
         status = "ok  " if not problems else "FAIL"
-        print(f"{status} {entry['format']:<8} {entry['id']}" + ("" if not problems else "  " + "; ".join(problems[:4])))
+        print(f"{status} {str(entry.get('format')):<8} {entry.get('id')}"
+              + ("" if not problems else "  " + "; ".join(problems[:4])))
     elapsed_ms = (time.perf_counter() - started) * 1000
     print(f"parsed {len(entries)} samples in {elapsed_ms:.0f} ms")
     print(f"smi corpus: {passed}/{len(entries)} passed")
