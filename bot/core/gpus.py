@@ -2,7 +2,8 @@
 
 Values are those printed in the corpus outputs (tests/fixtures/nvidia-smi), except:
 - the RTX A6000, whose 49140 MiB is the ECC-off figure of the seed host (46068 MiB with ECC on);
-- the H20, H100 PCIe, H800, A100 80GB PCIe, B200, L4 and RTX 6000 Ada, read from public
+- the H20, H100 PCIe, H800, A100 80GB PCIe, B200, L4, RTX 6000 Ada, A800 80GB, L40, A40, L20, A10 and
+  the V100s, read from public
   `nvidia-smi --query-gpu=name,memory.total --format=csv` outputs (each seen in several independent
   copies with the same figure; see tests/fixtures/SOURCES.md).
 A live `/gpu status` read always wins over this table.
@@ -34,6 +35,13 @@ KNOWN_GPU_MIB: dict[str, int] = {
     "RTX 6000 Ada Generation": 49140,
     "H200": 143771,
     "RTX PRO 6000 Blackwell Max-Q Workstation Edition": 97887,
+    "A800-SXM4-80GB": 81920,
+    "L40": 46068,
+    "A40": 46068,
+    "L20": 46068,
+    "A10": 23028,
+    "Tesla V100-SXM2-32GB": 32768,
+    "Tesla V100-PCIE-16GB": 16384,
 }
 
 

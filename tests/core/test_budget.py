@@ -754,6 +754,10 @@ def test_gpu_names_match_whole_words_only():
     assert gpu_total_mib("A100") is None  # 40 GB or 80 GB: ambiguous
     assert gpu_total_mib("H100") is None  # the SXM and PCIe have 81559 MiB, the NVL 95830
     assert gpu_total_mib("H100 PCIe") == 81559 and gpu_total_mib("NVIDIA H100 80GB HBM3") == 81559
+    assert gpu_total_mib("A10") == 23028 and gpu_total_mib("NVIDIA A10G") == 23028  # the A10 is not the A10G
+    assert gpu_total_mib("L40") == 46068 and gpu_total_mib("NVIDIA L20") == 46068
+    assert gpu_total_mib("NVIDIA A800-SXM4-80GB") == 81920
+    assert gpu_total_mib("V100") is None  # 16 GB or 32 GB
 
 
 def test_gated_deltanet_projections_are_quantized_with_the_checkpoint():
