@@ -78,7 +78,9 @@ def load_inventory(path: Path) -> Inventory:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read inventory: {exc.strerror}") from None
+        hint = (" (give --inventory or GPUOPS_INVENTORY; inventory.example.yml shows the format, and `./dev lab` "
+                "runs an embedded lab without one)") if isinstance(exc, FileNotFoundError) else ""
+        raise ConfigError(f"{path}: cannot read inventory: {exc.strerror}{hint}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

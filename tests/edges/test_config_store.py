@@ -34,6 +34,7 @@ def test_missing_inventory_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_inventory(tmp_path / "nope.yml")
     assert "cannot read inventory" in err.value.user_message
+    assert "give --inventory or GPUOPS_INVENTORY; inventory.example.yml shows the format" in err.value.user_message
 
 
 def test_settings_from_environment_keep_secrets_secret(monkeypatch):
