@@ -151,6 +151,7 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
         await post_messages(client, request.channel, [message], respond=respond, pace=services.pace)
         await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
                                    target=request.target.label, attempt=refused.id, result="refused by pre-flight")
+        await container_changed(services, client, refused.node, refused.vmid)
         return refused
     attempt = await start(services.transport, services.inventory, attempts, pre, services.launch, time.time())
     check_message = views.preflight_message(title, pre.checks, budget, pre.blocked, request.force and pre.blocked)
