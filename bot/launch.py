@@ -22,7 +22,7 @@ from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, Check, changes_between
 from bot.core.budget import VerdictKind
 from bot.core.diagnosis import Finding, diagnose_excerpt
-from bot.core.flags import parse_sglang_flags
+from bot.core.flags import parse_sglang_flags, secret_value
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import NodeFaults, launch_gpu_health
 from bot.core.inventory import Container, Inventory, Target
@@ -371,10 +371,15 @@ async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, sta
     return current
 
 
+def health_probe(attempt: Attempt, python: str) -> remote.Argv:
+    """The health check of an attempt's server, run in its container, with the server's own API key."""
+    return remote.pct_exec(attempt.vmid, remote.health_check(python, attempt.port,
+                                                             secret_value(attempt.argv, "--api-key")))
+
+
 async def _finish_ready(transport: Transport, store: AttemptStore, attempt: Attempt, progress: Progress, python: str,
                         notify: Notify) -> Attempt:
-    result = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.health_check(python, attempt.port)),
-                                 timeout_s=60, ok_exit=(0, 1))
+    result = await transport.run(attempt.node, health_probe(attempt, python), timeout_s=60, ok_exit=(0, 1))
     try:
         health = json.loads(result.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
@@ -556,4 +561,4 @@ async def exit_report(transport: Transport, store: AttemptStore, attempt: Attemp
 
 
 __all__ = ["ExitReport", "LaunchSettings", "Preflight", "VerdictKind", "exit_report", "exited_servers", "follow",
-           "free", "gpu_holders", "preflight", "reconcile", "start", "stop"]
+           "free", "gpu_holders", "health_probe", "preflight", "reconcile", "start", "stop"]

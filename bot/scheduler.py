@@ -22,14 +22,13 @@ from typing import Any
 from bot import views
 from bot.app import Services
 from bot.chart import health_png
-from bot.core import argv as remote
 from bot.core.gpu_faults import NodeFaults
 from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError
 from bot.faults import read_faults
 from bot.incidents import container_changed
-from bot.launch import container_of, exit_report, exited_servers
+from bot.launch import container_of, exit_report, exited_servers, health_probe
 from bot.slack import post_messages, upload_png
 from bot.status import read_status
 from bot.store import HealthStore
@@ -152,8 +151,8 @@ class Scheduler:
             container = container_of(self.services.inventory, _target(attempt))
             python = container.python if container else "python3"
             try:
-                out = await self.services.transport.run(attempt.node, remote.pct_exec(
-                    attempt.vmid, remote.health_check(python, attempt.port)), timeout_s=30, ok_exit=(0, 1))
+                out = await self.services.transport.run(attempt.node, health_probe(attempt, python), timeout_s=30,
+                                                        ok_exit=(0, 1))
                 health = json.loads(out.stdout.strip().splitlines()[-1])
                 state = "answers /health" if "error" not in health else f"does NOT answer: {health['error']}"
             except GpuopsError as exc:

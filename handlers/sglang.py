@@ -25,7 +25,7 @@ from bot.core.commands import (
     SglangTriageRequest,
     parse_sglang_command,
 )
-from bot.core.flags import with_flag
+from bot.core.flags import redacted, with_flag
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
 from bot.errors import GpuopsError, TargetError, UsageError
@@ -161,7 +161,7 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
         attempt = replace(attempt, message_ts=posted[1], thread_ts=posted[1])
         await attempts.save(attempt)
     await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
-                               target=request.target.label, attempt=attempt.id, argv=list(attempt.argv),
+                               target=request.target.label, attempt=attempt.id, argv=list(redacted(attempt.argv)),
                                forced=str(attempt.forced), result=f"started PID {attempt.pid}")
     services.spawn(track(services, client, attempt))
     return attempt

@@ -260,10 +260,13 @@ def port_holders(python: str, ports: Sequence[int]) -> Argv:
 HEALTH_SCRIPT = (
     "import json, sys, urllib.request\n"
     "base = 'http://127.0.0.1:%d' % int(sys.argv[1])\n"
+    "headers = {'Content-Type': 'application/json'}\n"
+    "if len(sys.argv) > 2:\n"
+    "    headers['Authorization'] = 'Bearer ' + sys.argv[2]\n"
     "out = {}\n"
     "def get(path, body=None):\n"
     "    data = None if body is None else json.dumps(body).encode()\n"
-    "    req = urllib.request.Request(base + path, data=data, headers={'Content-Type': 'application/json'})\n"
+    "    req = urllib.request.Request(base + path, data=data, headers=headers)\n"
     "    with urllib.request.urlopen(req, timeout=30) as r:\n"
     "        return r.status, r.read().decode(errors='replace')\n"
     "try:\n"
@@ -279,5 +282,14 @@ HEALTH_SCRIPT = (
 )
 
 
-def health_check(python: str, port: int) -> Argv:
-    return (python, "-c", HEALTH_SCRIPT, _check_int(port, "port", 1))
+def health_check(python: str, port: int, api_key: str | None = None) -> Argv:
+    """The server's /health, /v1/models and one generation; with the server's own ``--api-key`` when it
+    has one (passed as an argument: the server's own command line already holds it on that host)."""
+    key = () if api_key is None else (_single_line(api_key),)
+    return (python, "-c", HEALTH_SCRIPT, _check_int(port, "port", 1), *key)
+
+
+def _single_line(text: str) -> str:
+    if not text or "\n" in text or "\0" in text:
+        raise ValueError("not a single-line value")
+    return text

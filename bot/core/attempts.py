@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from bot.core.budget import MeasuredLoad
-from bot.core.flags import parse_sglang_flags
+from bot.core.flags import parse_sglang_flags, redacted
 from bot.errors import UsageError
 
 
@@ -141,7 +141,7 @@ def changes_between(previous: tuple[str, ...] | None, current: tuple[str, ...]) 
     """Human lines: what the new attempt changed relative to the previous one."""
     if previous is None:
         return ("first attempt on this container",)
-    before, after = flag_pairs(previous), flag_pairs(current)
+    before, after = flag_pairs(redacted(previous)), flag_pairs(redacted(current))  # shown: no secret value
     lines = []
     for name in sorted(set(before) | set(after)):
         if name not in before:

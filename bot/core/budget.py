@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from bot.core.flags import LaunchFlags
+from bot.core.flags import LaunchFlags, redacted
 from bot.core.gpus import gpu_compute_capability
 from bot.core.model import (
     DTYPE_BYTES,
@@ -867,7 +867,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     if error is None and fp8_moe is not None:
         error = FP8_MOE_TEXT  # after the load and the pools: the first forward compiles the kernel
     kind = VerdictKind.FAILS if error else VerdictKind.DEGRADED if degraded else VerdictKind.FITS
-    not_modelled = tuple(flags.unknown)
+    not_modelled = redacted(flags.unknown)  # shown to people: a secret value never is
     return Budget(
         version=version, era=era, mem_fraction_static=mfs, mfs_auto=mfs_auto, pre_gib=pre, weights_gib=weights,
         draft_weights_gib=draft_weights, draft_load_gib=draft_weights + draft_shared, slack_gib=slack, rest_gib=rest,

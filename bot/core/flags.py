@@ -267,7 +267,8 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
         try:
             value = parser(text) if parser is not None else text
         except ValueError as exc:
-            raise UsageError(f"`{name} {text[:40]}`: {exc}") from None
+            shown = REDACTED if (_resolve(name) or name) in SECRET_FLAGS else text[:40]
+            raise UsageError(f"`{name} {shown}`: {exc}") from None
         if target:
             values[target] = value
         else:
@@ -310,6 +311,44 @@ def without_flags(argv: Sequence[str], *flags: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+# flags whose value is a secret: never shown (history, cards, threads, audit, errors), only passed on
+SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
+REDACTED = "<redacted>"
+
+
+def _secret_positions(argv: Sequence[str]) -> list[tuple[int, bool]]:
+    """(index, inline) of each secret value in ``argv``: ``--api-key=v`` is inline, ``--api-key v`` is not."""
+    found = []
+    for i, token in enumerate(argv):
+        name, eq, _ = token.partition("=")
+        if token.startswith("--") and (_resolve(name) or name) in SECRET_FLAGS:
+            if eq:
+                found.append((i, True))
+            elif i + 1 < len(argv):
+                found.append((i + 1, False))
+    return found
+
+
+def redacted(argv: Sequence[str]) -> tuple[str, ...]:
+    """``argv`` with every secret flag's value replaced by ``<redacted>`` (for anything shown or stored
+    as a record of what was run)."""
+    out = list(argv)
+    for i, inline in _secret_positions(argv):
+        out[i] = f"{out[i].partition('=')[0]}={REDACTED}" if inline else REDACTED
+    return tuple(out)
+
+
+def secret_value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value given for ``flag`` (one of SECRET_FLAGS, any spelling), to pass on, never to show."""
+    value = None
+    for i, inline in _secret_positions(argv):
+        token = argv[i]
+        name = argv[i].partition("=")[0] if inline else argv[i - 1].partition("=")[0]
+        if (_resolve(name) or name) == flag:
+            value = token.partition("=")[2] if inline else token
+    return value
+
+
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
-__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "command_flags", "parse_sglang_flags", "field",
-           "with_flag", "without_flags"]
+__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "command_flags",
+           "parse_sglang_flags", "field", "redacted", "secret_value", "with_flag", "without_flags"]

@@ -108,10 +108,23 @@ class Terminated(Exception):
     """Raised from the SIGTERM handler (setting an Event there can deadlock the main thread)."""
 
 
-def serve(port: int, model: str) -> ThreadingHTTPServer:
+def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
             pass
+
+        def _refused(self) -> bool:
+            """SGLang's --api-key: every path but /health and /metrics needs `Authorization: Bearer <key>`."""
+            if api_key is None or self.path.startswith(("/health", "/metrics")) \
+                    or self.headers.get("Authorization") == "Bearer " + api_key:
+                return False
+            data = json.dumps({"error": "Unauthorized"}).encode()
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return True
 
         def _json(self, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
@@ -122,6 +135,8 @@ def serve(port: int, model: str) -> ThreadingHTTPServer:
             self.wfile.write(data)
 
         def do_GET(self) -> None:  # noqa: N802
+            if self._refused():
+                return
             if self.path == "/health":
                 self._json({})
             elif self.path == "/v1/models":
@@ -132,6 +147,8 @@ def serve(port: int, model: str) -> ThreadingHTTPServer:
         def do_POST(self) -> None:  # noqa: N802
             length = int(self.headers.get("Content-Length", 0))
             self.rfile.read(length)
+            if self._refused():
+                return
             if self.path == "/v1/completions":
                 self._json({"choices": [{"text": " OK.", "index": 0, "finish_reason": "stop"}]})
             else:
@@ -147,6 +164,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--tp-size", "--tp", type=int, default=1, dest="tp")
+    parser.add_argument("--api-key")
     args, extra = parser.parse_known_args(argv)
     extra = [*extra, "--tp-size", str(args.tp)]
     state_dir = Path(os.environ["FAKE_PVE_STATE"])
@@ -179,7 +197,7 @@ def main(argv: list[str]) -> int:
             if "Load weight end" in line and "TP0" in line:
                 holder.hold(gpus, hold_mib, "python3 -m sglang.launch_server")
             if "fired up" in line:
-                serve(args.port, args.model_path.rstrip("/").rsplit("/", 1)[-1])
+                serve(args.port, args.model_path.rstrip("/").rsplit("/", 1)[-1], args.api_key)
                 print(line, flush=True)
                 while True:
                     time.sleep(3600)

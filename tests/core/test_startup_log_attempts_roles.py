@@ -49,6 +49,29 @@ def test_changes_between_attempts():
     assert flag_pairs(("--enable-torch-compile", "--tp=2")) == {"--enable-torch-compile": "(on)", "--tp": "2"}
 
 
+def test_a_secret_flag_value_is_never_shown_but_is_passed_on():
+    from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
+    from bot.core.flags import parse_sglang_flags, redacted, secret_value
+    from bot.errors import UsageError
+    from tests.core.test_budget import spec
+
+    launch = ("--model-path", "/m", "--tp", "2", "--api-key", "sk-lab-123", "--admin-api-key=adm-456")
+    assert redacted(launch) == ("--model-path", "/m", "--tp", "2", "--api-key", "<redacted>",
+                                "--admin-api-key=<redacted>")
+    assert secret_value(launch, "--api-key") == "sk-lab-123" and secret_value(("--tp", "2"), "--api-key") is None
+    assert secret_value(("--api-k", "abbrev"), "--api-key") == "abbrev"  # argparse's unique prefix
+    changed = changes_between(launch[:4], launch)
+    assert changed == ("+ --admin-api-key <redacted>", "+ --api-key <redacted>")
+    assert "sk-lab-123" not in repr(changes_between(launch, launch[:4]))
+    with pytest.raises(UsageError) as err:  # a bad value is named without being shown
+        parse_sglang_flags(["--api-key", "sk-lab-123\nmore"])
+    assert "sk-lab-123" not in err.value.user_message and "<redacted>" in err.value.user_message
+    flags = parse_sglang_flags(list(launch[2:]))
+    budget = compute_budget(BudgetInput(spec("Qwen__Qwen3-8B"), flags, GpuPlan("NVIDIA A10", 23028, 2),
+                                        parse_version("0.5.9")))
+    assert "adm-456" not in " ".join(budget.not_modelled) and "--admin-api-key=<redacted>" in budget.not_modelled
+
+
 def test_attempt_transitions_and_round_trip():
     a = Attempt("a20261202-120000-abcd", "U1", "C1", "pve5", 129, "sglang-a6000", "/m", ("--tp", "2"), 30000, 1.0)
     a = a.moved(AttemptStatus.PLANNED, 1.0).moved(AttemptStatus.LAUNCHING, 2.0, "PID 7")

@@ -196,3 +196,24 @@ async def test_preflight_warns_when_the_launch_gpus_lack_peer_access(lab):
                                              "--disable-custom-all-reduce")
     text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
     assert "GPU peer access" not in text
+
+
+async def test_a_launch_with_an_api_key_is_probed_with_it_and_never_shows_it(lab):
+    """The server's --api-key guards /v1 (as SGLang's middleware does): the health probe passes it, and
+    no message, history line or audit record shows it."""
+    secret = "sk-lab-" + os.urandom(6).hex()
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               f"--mamba-ssm-dtype bfloat16 --api-key {secret} --force", user_id="U0ADMIN")
+    calls = await wait_text(lab, "*ready*")
+    card = blocks_to_text([c for c in calls if c.method == "chat.update"][-1].blocks)
+    assert "healthy: /health 200, models ['Qwen3.6-27B'], generated ' OK.'" in card  # /v1 answered with the key
+    assert "+ --api-key <redacted>" in card or "first attempt" in card
+    await lab.slash("/sglang", "history sglang-a6000")
+    await wait_text(lab, "Attempts on", method="chat.postMessage")
+    everything = " ".join(str(c.params) + str(c.blocks) for c in lab.standin.calls)
+    assert secret not in everything
+    audit = await lab.services.store.audit_entries()
+    assert audit and secret not in str(audit)
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert secret in attempt.argv  # kept to pass on (a relaunch, the probe), never shown
