@@ -264,11 +264,14 @@ def _checkpoint_bytes(directory: Path) -> int | None:
 
 
 def _budget_json(budget: Any) -> dict[str, Any]:
+    from bot.core.flags import redacted
+
     data = {k: v for k, v in asdict(budget).items() if k not in ("lines", "remedies", "version")}
     data["version"] = str(budget.version)
     data["verdict"] = budget.verdict.value
     data["lines"] = [asdict(line) for line in budget.lines]
-    data["remedies"] = [{"change": r.change, "effect": r.effect, "argv": r.flags.to_argv() if r.flags else None}
+    data["remedies"] = [{"change": r.change, "effect": r.effect,
+                         "argv": list(redacted(r.flags.to_argv())) if r.flags else None}
                         for r in budget.remedies]
     return data
 
