@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from bot.core.argv import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogExcerpt
+from bot.core.flags import scrub_secrets
 from bot.core.startup_log import (
     BENIGN_NOTICE,
     CAPTURE_BAR,
@@ -313,7 +314,10 @@ _TINY_AVAIL = re.compile(r"Load weight end\..*avail mem=(?P<avail>[\d.]+) GB, me
 @dataclass(frozen=True)
 class Evidence:
     line_no: int  # 1-based, in the file as given
-    text: str
+    text: str  # as shown to people: secret values (an --api-key in the printed ServerArgs) are redacted
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", scrub_secrets(self.text))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ flags are listed, never silently dropped.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -316,6 +317,22 @@ SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
 REDACTED = "<redacted>"
 
 
+# how secrets appear in a server's own log: SGLang prints its ServerArgs (``api_key='...'``), a command line may
+# be echoed, and an HTTP client may log its Authorization header
+_SECRET_IN_TEXT = re.compile(r"\b((?:admin_)?api_key=)('[^']*'|\"[^\"]*\")"
+                             r"|(--(?:admin-)?api-key[= ])(\S+)"
+                             r"|(Bearer )([\w.~+/=-]+)")
+
+
+def scrub_secrets(text: str) -> str:
+    """``text`` (a log line about to be shown) with secret values replaced by ``<redacted>``."""
+    def hide(m: re.Match[str]) -> str:
+        lead = m.group(1) or m.group(3) or m.group(5)
+        return f"{lead}{REDACTED}"
+
+    return _SECRET_IN_TEXT.sub(hide, text)
+
+
 def _secret_positions(argv: Sequence[str]) -> list[tuple[int, bool]]:
     """(index, inline) of each secret value in ``argv``: ``--api-key=v`` is inline, ``--api-key v`` is not."""
     found = []
@@ -351,4 +368,4 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
 __all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "command_flags",
-           "parse_sglang_flags", "field", "redacted", "secret_value", "with_flag", "without_flags"]
+           "parse_sglang_flags", "field", "redacted", "scrub_secrets", "secret_value", "with_flag", "without_flags"]

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
+from bot.core.flags import scrub_secrets
+
 
 class Stage(IntEnum):
     STARTING = 0
@@ -106,7 +108,7 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
         p = replace(p, lines_read=number)
         benign = "WARNING" in line or BENIGN_NOTICE in line
         if p.error_line is None and _ERROR.search(line) and not benign:
-            p = replace(p, error_line=line.strip()[:500], error_line_no=number)
+            p = replace(p, error_line=scrub_secrets(line.strip())[:500], error_line_no=number)
         if _READY.search(line):
             p = replace(p, stage=Stage.READY)
             continue

@@ -72,6 +72,24 @@ def test_a_secret_flag_value_is_never_shown_but_is_passed_on():
     assert "adm-456" not in " ".join(budget.not_modelled) and "--admin-api-key=<redacted>" in budget.not_modelled
 
 
+def test_a_secret_the_servers_own_log_prints_is_redacted_in_what_is_quoted():
+    from bot.core.diagnosis import diagnose
+    from bot.core.flags import scrub_secrets
+
+    # SGLang prints its ServerArgs at start (this fragment is from a public log, with api_key=None), so a
+    # launch with --api-key puts the key in its own log; whatever quotes that line must not show it
+    fragment = ("export_metrics_to_file_dir=None, api_key=None, admin_api_key=None, "
+                "served_model_name='qwen/qwen2.5-0.5b-instruct', weight_version='default'")
+    line = "server_args=ServerArgs(" + fragment.replace("api_key=None, admin", "api_key='sk-lab-789', admin") + ")"
+    assert "sk-lab-789" not in scrub_secrets(line) and "api_key=<redacted>, admin_api_key=None" in scrub_secrets(line)
+    assert scrub_secrets("curl -H 'Authorization: Bearer sk-lab-789' --api-key=sk-lab-789") == \
+        "curl -H 'Authorization: Bearer <redacted>' --api-key=<redacted>"
+    finding = diagnose(line)  # a log cut right after its ServerArgs: the last lines are what it quotes
+    assert finding.evidence and all("sk-lab-789" not in e.text for e in finding.evidence)
+    progress = advance(Progress(), [line.replace("server_args", "ValueError: bad server_args")])
+    assert progress.error_line and "sk-lab-789" not in progress.error_line
+
+
 def test_attempt_transitions_and_round_trip():
     a = Attempt("a20261202-120000-abcd", "U1", "C1", "pve5", 129, "sglang-a6000", "/m", ("--tp", "2"), 30000, 1.0)
     a = a.moved(AttemptStatus.PLANNED, 1.0).moved(AttemptStatus.LAUNCHING, 2.0, "PID 7")
