@@ -22,6 +22,7 @@ from typing import Any
 from bot import views
 from bot.app import Services
 from bot.chart import health_png
+from bot.core.attempts import Attempt
 from bot.core.gpu_faults import NodeFaults
 from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
 from bot.core.inventory import Target, resolve_targets
@@ -42,6 +43,7 @@ class TickResult:
     posted: list[str] = field(default_factory=list)
     taken_over: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)  # ready servers found gone, announced in their threads
+    unanswering: list[str] = field(default_factory=list)  # ready servers alive but failing their probe, announced
 
 
 class Scheduler:
@@ -62,6 +64,7 @@ class Scheduler:
             await self.sample(now)
             result.sampled = True
             result.exited = await self.watch_servers(now)
+            result.unanswering = await self.watch_answers(now)
         for name, post in self.services.inventory.schedules.items():
             schedule = Schedule(name, post.channel, post.at, post.timezone, post.targets)
             occurrence = due_occurrence(schedule, now, self.grace_h)
@@ -144,23 +147,49 @@ class Scheduler:
 
         return tuple(await asyncio.gather(*(one(n) for n in nodes)))
 
+    async def probe(self, attempt: Attempt) -> tuple[dict[str, Any] | None, str]:
+        """The server's health probe: (its answer, or None when it could not be run, and why)."""
+        container = container_of(self.services.inventory, _target(attempt))
+        python = container.python if container else "python3"
+        try:
+            out = await self.services.transport.run(attempt.node, health_probe(attempt, python), timeout_s=45,
+                                                    ok_exit=(0, 1))
+            return json.loads(out.stdout.strip().splitlines()[-1]), ""
+        except GpuopsError as exc:
+            return None, exc.user_message
+        except (ValueError, IndexError):
+            return None, "no answer from its health probe"
+
     async def servers(self) -> tuple[str, ...]:
         """SGLang servers the history says are ready, and whether they answer now."""
         lines = []
         for attempt in await self.services.attempts.with_status("ready"):
-            container = container_of(self.services.inventory, _target(attempt))
-            python = container.python if container else "python3"
-            try:
-                out = await self.services.transport.run(attempt.node, health_probe(attempt, python), timeout_s=30,
-                                                        ok_exit=(0, 1))
-                health = json.loads(out.stdout.strip().splitlines()[-1])
-                state = "answers /health" if "error" not in health else f"does NOT answer: {health['error']}"
-            except GpuopsError as exc:
-                state = f"could not be checked ({exc.user_message})"
-            except (ValueError, IndexError):
-                state = "could not be checked (no answer from its health probe)"
+            health, why = await self.probe(attempt)
+            state = (f"could not be checked ({why})" if health is None else "answers /health"
+                     if "error" not in health else f"does NOT answer: {health['error']}")
             lines.append(f"`{attempt.id}` on {attempt.target_label} port {attempt.port} {state}")
         return tuple(lines)
+
+    async def watch_answers(self, now: float) -> list[str]:
+        """Ready servers whose process lives but that fail their health probe on two samples in a row: each
+        is announced once in its launch's thread (and channel), while it stays that way."""
+        announced = []
+        for attempt in await self.services.attempts.with_status("ready"):
+            health, _ = await self.probe(attempt)
+            if health is None:
+                continue  # the node did not answer: decide on a later sample, never guess
+            misses = await self.services.attempts.unanswered(attempt.id, "error" in health,
+                                                             3 * self.sample_interval_s)
+            if misses != 2 or self.client is None:
+                continue
+            message = views.server_unanswering_message(attempt, str(health.get("error", "")), now)
+            try:
+                await post_messages(self.client, attempt.channel, [message], pace=self.services.pace,
+                                    thread_ts=attempt.thread_ts, broadcast=True)
+            except Exception:
+                log.exception("announcing unanswering server %s failed", attempt.id)
+            announced.append(attempt.id)
+        return announced
 
     async def post(self, channel: str, targets_spec: str, name: str, now: float) -> HealthReport:
         report = await self.report(targets_spec, name, now)

@@ -257,6 +257,19 @@ class AttemptStore:
                     found[attempt.id] = attempt
         return sorted((a for a in found.values() if a.status.value in statuses), key=lambda a: -a.created_at)
 
+    async def unanswered(self, attempt_id: str, missed: bool, ttl_s: int) -> int:
+        """Count a server's failed health probes in a row (0 after one it answers); the count lapses after
+        ``ttl_s`` without a probe."""
+        key = f"{PREFIX}unanswered:{attempt_id}"
+        if not missed:
+            await self.redis.delete(key)
+            return 0
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.incr(key)
+        pipe.expire(key, ttl_s)
+        count, _ = await pipe.execute()
+        return int(count)
+
     async def lock(self, node: str, vmid: int, holder: str, ttl_s: int) -> str | None:
         """Take the container's launch lock; returns None on success, else the current holder."""
         key = f"{PREFIX}lock:launch:{node}:{vmid}"

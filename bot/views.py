@@ -339,6 +339,18 @@ def server_exited_message(attempt: Attempt, finding: Finding | None) -> SlackMes
                         [b.to_dict() for b in blocks])
 
 
+def server_unanswering_message(attempt: Attempt, error: str, now: float) -> SlackMessage:
+    """A ready server whose process lives but fails its health probe twice in a row."""
+    since = time.strftime("%H:%M UTC", time.gmtime(now))
+    lines = [f":warning: *Server `{attempt.id}`* on {escape_mrkdwn(attempt.target_label)} *is not answering* "
+             f"(its process, PID {attempt.pid}, still runs; two health probes in a row failed, the last at {since})",
+             f"Last probe: `{escape_mrkdwn(error[:300])}`",
+             f"`/sglang triage {attempt.id}` reads its log (a hang is placed where it stopped); "
+             f"`/sglang stop {attempt.id}` stops it by its process group, after a confirmation."]
+    return SlackMessage(f"Server {attempt.id} on {attempt.target_label} is not answering",
+                        [SectionBlock(text=MarkdownTextObject(text="\n".join(lines))).to_dict()])
+
+
 def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
     if not attempts:
         text = f"No attempts recorded yet on {where}: a launch records one (`/sglang launch`)."

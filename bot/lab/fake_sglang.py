@@ -3,7 +3,8 @@
 It replays a real SGLang log from bot/lab/data/logs (see SOURCE.md), chosen by scenario,
 while holding fake GPU memory under its own PID in the node's scenario file (so nvidia-smi,
 `/gpu status` and `/gpu free` see it), and once "ready" answers /health, /v1/models and
-/v1/completions on its port. SIGTERM releases the memory and exits, like the real server.
+/v1/completions on its port. SIGTERM releases the memory and exits, like the real server; SIGUSR1 makes it
+live on without answering (a hung server).
 
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
@@ -108,6 +109,9 @@ class Terminated(Exception):
     """Raised from the SIGTERM handler (setting an Event there can deadlock the main thread)."""
 
 
+UNHEALTHY = threading.Event()  # SIGUSR1: the server lives but stops answering (SGLang's /health then says 503)
+
+
 def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
@@ -136,6 +140,9 @@ def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPSer
 
         def do_GET(self) -> None:  # noqa: N802
             if self._refused():
+                return
+            if UNHEALTHY.is_set():
+                self.send_error(503)
                 return
             if self.path == "/health":
                 self._json({})
@@ -181,6 +188,7 @@ def main(argv: list[str]) -> int:
         raise Terminated
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: UNHEALTHY.set())
     log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
                 "torch_compile_error": "torch_compile_error.log", "p2p_unsupported": "p2p_unsupported.log",
                 "port_in_use": "port_in_use.log", "hang": "ready.log"}[outcome]

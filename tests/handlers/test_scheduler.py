@@ -170,3 +170,29 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
     assert stored.error_line and stored.error_line in text  # the first line the announcement quoted
     clock.now = at("2026-12-03 06:50")  # the next slot: already recorded, nothing more
     assert (await one.tick()).exited == [] and (await two.tick()).exited == []
+
+
+async def test_a_ready_server_that_lives_but_stops_answering_is_announced_once(replicas):
+    import signal
+
+    from tests.handlers.test_launch_flow import SEED, model, wait_text
+
+    lab, one, two, clock = replicas
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16", user_id="U0ALICE")
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    clock.now = at("2026-12-03 07:10")
+    assert (await one.tick()).unanswering == []  # it answers
+    os.kill(attempt.pid, signal.SIGUSR1)  # the stand-in this test's lab started: it lives, but answers 503
+    results = []
+    for slot in ("07:40", "08:10", "08:40"):  # one sample per slot, on whichever replica claims it
+        clock.now = at(f"2026-12-03 {slot}")
+        results.append((await one.tick()).unanswering + (await two.tick()).unanswering)
+    assert results == [[], [attempt.id], []]  # announced on the second miss in a row, and only then
+    posts = [c for c in lab.standin.of("chat.postMessage") if "is not answering" in str(c.params.get("text"))]
+    assert len(posts) == 1 and posts[0].params["thread_ts"] == attempt.thread_ts
+    text = blocks_to_text(posts[0].blocks)
+    assert f"PID {attempt.pid}, still runs" in text and "503" in text and f"/sglang stop {attempt.id}" in text
+    assert (await lab.services.attempts.get(attempt.id)).status.value == "ready"  # alive: not called failed
