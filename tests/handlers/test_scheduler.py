@@ -125,6 +125,17 @@ async def test_a_dead_replicas_launch_tracking_is_taken_over(replicas):
     assert await two.take_over() == []  # followed once
 
 
+async def ready_server(lab):
+    """A launch of the seed model with the remedy that fits, come up ready in the lab."""
+    from tests.handlers.test_launch_flow import SEED, model, wait_text
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16", user_id="U0ALICE")
+    await wait_text(lab, "*ready*")
+    return (await lab.services.attempts.recent("pve5", 129, 1))[0]
+
+
 async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_thread(replicas):
     """The sampler notices a ready server's process is gone: the attempt is recorded as failed and its
     thread (and channel) told what its own log shows first, once across replicas."""
@@ -132,14 +143,9 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
 
     from tests.conftest import ROOT
     from tests.edges.test_cli import long_serving_log
-    from tests.handlers.test_launch_flow import SEED, model, wait_text
 
     lab, one, two, clock = replicas
-    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
-                               "--mamba-ssm-dtype bfloat16", user_id="U0ALICE")
-    await wait_text(lab, "*ready*")
-    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    attempt = await ready_server(lab)
     assert attempt.status.value == "ready" and attempt.pid
     served = long_serving_log(FIXTURES / "sglang-failures/cases.jsonl", ROOT / "bot/lab/data/logs", 50)
     with open(attempt.log_path, "a") as log:  # it served, then hung until the watchdog ended it
@@ -175,14 +181,8 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
 async def test_a_ready_server_that_lives_but_stops_answering_is_announced_once(replicas):
     import signal
 
-    from tests.handlers.test_launch_flow import SEED, model, wait_text
-
     lab, one, two, clock = replicas
-    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
-                               "--mamba-ssm-dtype bfloat16", user_id="U0ALICE")
-    await wait_text(lab, "*ready*")
-    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    attempt = await ready_server(lab)
     clock.now = at("2026-12-03 07:10")
     assert (await one.tick()).unanswering == []  # it answers
     os.kill(attempt.pid, signal.SIGUSR1)  # the stand-in this test's lab started: it lives, but answers 503
