@@ -1,0 +1,52 @@
+"""How long a triage of a long log takes: read at both ends (what /sglang triage and gpuops triage do)
+against the whole file, side by side in one run.
+
+    python bench/long_log.py [LINES]
+
+The log is a server that started, served for LINES decode batches and then hung (real lines from
+tests/fixtures: the lab's startup log, sglang-14972's decode-batch line, sglang-pr6555's watchdog).
+Prints the median of 3 runs of each, the ratio, and that both name the same cause.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bot.core import argv as remote  # noqa: E402
+from bot.core.diagnosis import diagnose, diagnose_excerpt  # noqa: E402
+from tests.edges.test_cli import long_serving_log  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    lines = int(argv[0]) if argv else 100_000
+    text = long_serving_log(ROOT / "tests/fixtures/sglang-failures/cases.jsonl", ROOT / "bot/lab/data/logs", lines)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "serving.log"
+        log.write_text(text)
+        ends, whole = [], []
+        for _ in range(3):
+            started = time.perf_counter()
+            read = subprocess.run(remote.log_excerpt(str(log)), capture_output=True, check=True)
+            by_ends = diagnose_excerpt(remote.parse_log_excerpt(read.stdout.decode("utf-8", errors="replace")))
+            ends.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            by_whole = diagnose(log.read_text())
+            whole.append(time.perf_counter() - started)
+    print(f"log: {len(text) / 1e6:.1f} MB, {text.count(chr(10)):,} lines")
+    print(f"both ends (512 KiB + 1.5 MiB): median {statistics.median(ends):.2f} s -> {by_ends.label}")
+    print(f"whole file:                    median {statistics.median(whole):.2f} s -> {by_whole.label}")
+    print(f"long log: whole/ends = {statistics.median(whole) / statistics.median(ends):.1f}x, "
+          f"same cause: {by_ends.label == by_whole.label}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
