@@ -482,17 +482,22 @@ async def free(transport: Transport, inventory: Inventory, node_name: str, pids:
     return FreeResult(targets, skipped, note)
 
 
-async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -> bool | None:
-    """Whether the attempt's process still runs in its container; None when that cannot be told now
-    (no PID, a node this inventory lacks, a node that does not answer): decide later, never guess."""
+async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -> tuple[bool | None, str]:
+    """Whether the attempt's process still runs in its container, and if not why; None when that cannot
+    be told now (no PID, a node this inventory lacks, a node that does not answer): decide later, never
+    guess. A container that is not running holds no server any more."""
     if attempt.pid is None or attempt.node not in inventory.nodes:
-        return None
+        return None, ""
     try:
         out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.process_alive(attempt.pid)),
                                   ok_exit=(0, 1))
-    except (RemoteError, CommandFailed):
-        return None
-    return out.exit_status == 0
+    except CommandFailed as exc:
+        if f"CT {attempt.vmid} not running" in exc.stderr_tail:  # pct's own words for a stopped container
+            return False, f"its container {attempt.vmid} is not running"
+        return None, ""
+    except RemoteError:
+        return None, ""
+    return out.exit_status == 0, f"the server's process (PID {attempt.pid}) exited"
 
 
 async def _record_gone(store: AttemptStore, attempt: Attempt, status: AttemptStatus, at: float, note: str) -> Attempt:
@@ -506,7 +511,7 @@ async def reconcile(transport: Transport, inventory: Inventory, store: AttemptSt
     """After a restart: launching attempts whose PID lives are followed again; the others are orphaned."""
     resumed = []
     for attempt in await store.with_status("launching", "ready"):
-        alive = await _alive(transport, inventory, attempt)
+        alive, _ = await _alive(transport, inventory, attempt)
         if alive and attempt.status is AttemptStatus.LAUNCHING:
             resumed.append(attempt)
         elif alive is False:
@@ -520,14 +525,14 @@ async def exited_servers(transport: Transport, inventory: Inventory, store: Atte
     (the caller runs this in one replica's sampling slot)."""
     gone = []
     for attempt in await store.with_status("ready"):
-        if await _alive(transport, inventory, attempt) is not False:
+        alive, why = await _alive(transport, inventory, attempt)
+        if alive is not False:
             continue
         current = await store.get(attempt.id) or attempt
         if current.status is AttemptStatus.READY:
             when = time.strftime("%H:%M UTC", time.gmtime(now))
             gone.append(await _record_gone(store, current, AttemptStatus.FAILED, now,
-                                           f"the server's process (PID {attempt.pid}) exited while serving "
-                                           f"(noticed {when})"))
+                                           f"{why} while serving (noticed {when})"))
     return gone
 
 

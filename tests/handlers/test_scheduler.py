@@ -196,3 +196,18 @@ async def test_a_ready_server_that_lives_but_stops_answering_is_announced_once(r
     text = blocks_to_text(posts[0].blocks)
     assert f"PID {attempt.pid}, still runs" in text and "503" in text and f"/sglang stop {attempt.id}" in text
     assert (await lab.services.attempts.get(attempt.id)).status.value == "ready"  # alive: not called failed
+
+
+async def test_a_ready_server_whose_container_stopped_is_announced_as_gone(replicas):
+    lab, one, two, clock = replicas
+    attempt = await ready_server(lab)
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["status"] = "stopped"  # `pct exec` now answers "CT 129 not running"
+    lab.nodes["pve5"].write_state(state)
+    clock.now = at("2026-12-03 09:10")
+    assert sorted((await one.tick()).exited + (await two.tick()).exited) == [attempt.id]
+    stored = await lab.services.attempts.get(attempt.id)
+    assert stored.status.value == "failed" and "its container 129 is not running while serving" in \
+        stored.transitions[-1].note
+    post = [c for c in lab.standin.of("chat.postMessage") if "exited while serving" in str(c.params.get("text"))][-1]
+    assert "Its log could not be read now" in blocks_to_text(post.blocks)
