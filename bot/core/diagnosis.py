@@ -114,7 +114,9 @@ RULES: tuple[Rule, ...] = (
          "download the model first and launch from the local path", 2),
     Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
                                       r"Unsupported architectures?:", r"model with architecture \S+ is not supported",
-                                      r"No attention attribute in layer"),
+                                      r"No attention attribute in layer",
+                                      # the model config's check of --quantization / the checkpoint's format
+                                      r"Unknown quantization method: \S+"),
          "startup", "this SGLang build has no implementation of the model class or format",
          "upgrade SGLang to a version that lists the architecture", 3),
     Rule("transformers_too_old", (r"CONFIG_MAPPING\[config_dict\[\"model_type\"\]\]",

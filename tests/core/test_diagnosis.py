@@ -224,9 +224,9 @@ def test_more_first_causes_in_torch_cuda_hub_and_early_sglang_words():
     # a kernel without code for this GPU, the Hub's not-found / offline errors, an old transformers,
     # early SGLang's spelling of the KV-pool error; a layer's tp assert, missing NVIDIA libraries and modules,
     # sgl_kernel missing or built for another torch, fa3 on a GPU it does not support, and a request the
-    # OpenAI-compatible API rejects as longer than the context
+    # OpenAI-compatible API rejects as longer than the context; a quantization method the build does not know
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "first-cause-lines.tsv").read_text().splitlines()]
-    assert len(rows) == 17
+    assert len(rows) == 18
     for label, line in rows:
         assert diagnose(line).label == label, line
     # a collective that timed out is often another rank's echo: it is named, with low confidence
