@@ -9,28 +9,37 @@ when a followed launch finishes, and when the sampler finds a ready server gone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from bot import views
 from bot.app import Services
+from bot.core.attempts import Attempt
 from bot.core.incident import Incident, with_attempts
 
 log = logging.getLogger(__name__)
 
 
-async def synced(services: Services, incident: Incident) -> Incident:
+async def container_attempts(services: Services, incident: Incident) -> list[Attempt]:
+    """The recent attempts on the container the thread follows (none before it is linked to one)."""
+    if incident.node is None or incident.vmid is None:
+        return []
+    return await services.attempts.recent(incident.node, incident.vmid, 20)
+
+
+async def synced(services: Services, incident: Incident, attempts: Sequence[Attempt] | None = None) -> Incident:
     """The incident with its container's finished attempts observed, saved."""
-    if incident.node is not None and incident.vmid is not None:
-        incident = with_attempts(incident, await services.attempts.recent(incident.node, incident.vmid, 20))
+    attempts = await container_attempts(services, incident) if attempts is None else attempts
+    incident = with_attempts(incident, attempts)
     await services.incidents.save(incident)
     return incident
 
 
-async def refresh_summary(services: Services, client: Any, incident: Incident) -> None:
+async def refresh_summary(services: Services, client: Any, incident: Incident,
+                          attempts: Sequence[Attempt] | None = None) -> None:
     """One summary message in the thread, edited in place."""
-    attempts = await services.attempts.recent(incident.node, incident.vmid, 20) \
-        if incident.node is not None and incident.vmid is not None else []
+    attempts = await container_attempts(services, incident) if attempts is None else attempts
     message = views.incident_summary(incident, attempts)
     if incident.summary_ts:
         await client.chat_update(channel=incident.channel, ts=incident.summary_ts, text=message.text,
@@ -42,10 +51,15 @@ async def refresh_summary(services: Services, client: Any, incident: Incident) -
 
 
 async def container_changed(services: Services, client: Any, node: str, vmid: int) -> None:
-    """An attempt on this container finished: bring every thread following it up to date. A failure here
-    never costs the caller its own work (the next mention in the thread catches up)."""
+    """An attempt on this container finished: bring every thread following it up to date (its attempts
+    read once for all of them). A failure here never costs the caller its own work (the next mention in
+    the thread catches up)."""
     try:
-        for incident in await services.incidents.following(node, vmid):
-            await refresh_summary(services, client, await synced(services, incident))
+        following = await services.incidents.following(node, vmid)
+        if not following:
+            return
+        attempts = await services.attempts.recent(node, vmid, 20)
+        for incident in following:
+            await refresh_summary(services, client, await synced(services, incident, attempts), attempts)
     except Exception:
         log.exception("updating the incident threads of %s:%s failed", node, vmid)

@@ -14,12 +14,12 @@ from slack_bolt.async_app import AsyncApp
 
 from bot import views
 from bot.app import Services
-from bot.core.attempts import Attempt, is_attempt_id
+from bot.core.attempts import is_attempt_id
 from bot.core.incident import Incident, Observation, parse_mention, triage_hypothesis
 from bot.core.inventory import Target, resolve_targets
 from bot.core.status import is_clean, memory_evidence
 from bot.errors import GpuopsError, UsageError
-from bot.incidents import refresh_summary, synced
+from bot.incidents import container_attempts, refresh_summary, synced
 from bot.status import read_status
 from handlers.common import authorize
 
@@ -56,12 +56,6 @@ async def _link_container(services: Services, incident: Incident, thread: str) -
 
             return replace(incident, node=attempt.node, vmid=attempt.vmid)
     return incident
-
-
-async def _attempts(services: Services, incident: Incident) -> list[Attempt]:
-    if incident.node is None or incident.vmid is None:
-        return []
-    return await services.attempts.recent(incident.node, incident.vmid, 20)
 
 
 async def handle(services: Services, client: Any, incident: Incident, verb: str, rest: str, hid: str,
@@ -111,13 +105,13 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
             target = Target("container", incident.node, incident.vmid)
         await triage(services, client, _ThreadRespond(client, channel, thread), rest or None, target, user, channel,
                      thread_ts=thread)
-        attempts = await _attempts(services, incident)
+        attempts = await container_attempts(services, incident)
         latest = attempts[0] if attempts else None
         label = latest.observed.get("triage") if latest else None
         if latest and label and not any(h.author == "gpuops" and label in h.text for h in incident.hypotheses):
             incident, _ = incident.add_hypothesis(triage_hypothesis(label, latest.id), "gpuops", now)
     elif verb == "history":
-        attempts = await _attempts(services, incident)
+        attempts = await container_attempts(services, incident)
         where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"
         message = views.history_message(attempts, where)
         await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)

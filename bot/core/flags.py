@@ -44,10 +44,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _int(text: str) -> int:
-    return _whole(text)
-
-
 def _ratio(text: str) -> float:
     value = _number(text)
     if value <= 0:
@@ -81,7 +77,7 @@ MODELLED: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--context-length": ("context_length", _positive),
     "--max-running-requests": ("max_running_requests", _positive),
     "--max-total-tokens": ("max_total_tokens", _positive),
-    "--chunked-prefill-size": ("chunked_prefill_size", _int),
+    "--chunked-prefill-size": ("chunked_prefill_size", _whole),
     "--cuda-graph-max-bs": ("cuda_graph_max_bs", _positive),
     "--disable-cuda-graph": ("disable_cuda_graph", SWITCH),
     "--enable-torch-compile": ("enable_torch_compile", SWITCH),
@@ -121,10 +117,10 @@ PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
     "--tool-call-parser": _text, "--chat-template": _text, "--attention-backend": _text,
     "--linear-attn-backend": _text, "--sampling-backend": _text, "--log-level": _text,
     "--disable-custom-all-reduce": SWITCH, "--enable-metrics": SWITCH, "--api-key": _text,
-    "--random-seed": _int, "--max-prefill-tokens": _positive, "--schedule-policy": _text,
+    "--random-seed": _whole, "--max-prefill-tokens": _positive, "--schedule-policy": _text,
     "--is-embedding": SWITCH, "--revision": _text, "--load-format": _text, "--download-dir": _text,
     "--speculative-draft-model-quantization": _text, "--watchdog-timeout": _ratio,
-    "--nnodes": _positive, "--node-rank": _int, "--dist-init-addr": _text, "--enable-mixed-chunk": SWITCH,
+    "--nnodes": _positive, "--node-rank": _whole, "--dist-init-addr": _text, "--enable-mixed-chunk": SWITCH,
     "--skip-server-warmup": SWITCH, "--mm-attention-backend": _text, "--grammar-backend": _text,
 }
 
@@ -333,16 +329,18 @@ def scrub_secrets(text: str) -> str:
     return _SECRET_IN_TEXT.sub(hide, text)
 
 
-def _secret_positions(argv: Sequence[str]) -> list[tuple[int, bool]]:
-    """(index, inline) of each secret value in ``argv``: ``--api-key=v`` is inline, ``--api-key v`` is not."""
+def _secret_positions(argv: Sequence[str]) -> list[tuple[int, bool, str]]:
+    """(index, inline, flag) of each secret value in ``argv``: ``--api-key=v`` is inline, ``--api-key v``
+    is not; ``flag`` is the canonical name of any spelling."""
     found = []
     for i, token in enumerate(argv):
         name, eq, _ = token.partition("=")
-        if token.startswith("--") and (_resolve(name) or name) in SECRET_FLAGS:
+        flag = _resolve(name) or name
+        if token.startswith("--") and flag in SECRET_FLAGS:
             if eq:
-                found.append((i, True))
+                found.append((i, True, flag))
             elif i + 1 < len(argv):
-                found.append((i + 1, False))
+                found.append((i + 1, False, flag))
     return found
 
 
@@ -350,20 +348,16 @@ def redacted(argv: Sequence[str]) -> tuple[str, ...]:
     """``argv`` with every secret flag's value replaced by ``<redacted>`` (for anything shown or stored
     as a record of what was run)."""
     out = list(argv)
-    for i, inline in _secret_positions(argv):
+    for i, inline, _ in _secret_positions(argv):
         out[i] = f"{out[i].partition('=')[0]}={REDACTED}" if inline else REDACTED
     return tuple(out)
 
 
 def secret_value(argv: Sequence[str], flag: str) -> str | None:
     """The last value given for ``flag`` (one of SECRET_FLAGS, any spelling), to pass on, never to show."""
-    value = None
-    for i, inline in _secret_positions(argv):
-        token = argv[i]
-        name = argv[i].partition("=")[0] if inline else argv[i - 1].partition("=")[0]
-        if (_resolve(name) or name) == flag:
-            value = token.partition("=")[2] if inline else token
-    return value
+    values = [argv[i].partition("=")[2] if inline else argv[i] for i, inline, name in _secret_positions(argv)
+              if name == flag]
+    return values[-1] if values else None
 
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
