@@ -229,7 +229,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     head_dim = int(_get(text, "head_dim", default=hidden // heads))
     dtype = str(_get(text, "torch_dtype", "dtype", default=None) or _get(config, "torch_dtype", "dtype",
                                                                         default="bfloat16"))
-    tied = bool(_get(text, "tie_word_embeddings", default=_get(config, "tie_word_embeddings", default=False)))
+    tied = _tied_embeddings(config, text, str(text.get("model_type", model_type)))
     vocab = int(_need(text, "vocab_size", where))
     kinds = _layer_kinds(text, layers, architecture)
     linear = None
@@ -320,6 +320,18 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     )
 
 
+# model types whose transformers config class defaults tie_word_embeddings to True (a config that
+# leaves the key out ties: Gemma3TextConfig's tie_word_embeddings=True); other classes default False
+TIED_BY_DEFAULT = ("gemma",)
+
+
+def _tied_embeddings(config: dict[str, Any], text: dict[str, Any], model_type: str) -> bool:
+    stated = _get(text, "tie_word_embeddings", default=_get(config, "tie_word_embeddings", default=None))
+    if stated is None:
+        return model_type.startswith(TIED_BY_DEFAULT)
+    return bool(stated)
+
+
 def _vision_params(vision: dict[str, Any], text_hidden: int) -> tuple[int, int]:
     """A ViT tower's parameters split over tp, and those of a projector every rank holds whole.
 
@@ -329,15 +341,18 @@ def _vision_params(vision: dict[str, Any], text_hidden: int) -> tuple[int, int]:
     (Kimi-VL, Kimi-K2.5) learned 2-D position table and patch-merging projector, which SGLang builds
     from ReplicatedLinear."""
     layers = int(_get(vision, "depth", "num_hidden_layers", "vt_num_hidden_layers", default=0) or 0)
-    h = int(_get(vision, "hidden_size", "vt_hidden_size", default=0) or 0)
+    h = int(_get(vision, "embed_dim", "hidden_size", "vt_hidden_size", default=0) or 0)
     if not layers or not h:
         return 0, 0
-    inter = int(_get(vision, "intermediate_size", "vt_intermediate_size", default=4 * h) or 0)
+    ratio = vision.get("mlp_ratio")
+    inter = int(_get(vision, "intermediate_size", "vt_intermediate_size", default=0) or (ratio or 4) * h)
     gated = str(vision.get("model_type", "")).startswith(("gemma4", "qwen2_5_vl"))
     params = layers * (4 * h * h + (3 if gated else 2) * h * inter)
     if vision.get("position_embedding_size"):
         return params + 2 * int(vision["position_embedding_size"]) * h + h * text_hidden, 0
-    out = int(_get(vision, "out_hidden_size", "text_hidden_size", default=text_hidden) or text_hidden)
+    # Qwen2-VL names the ViT width embed_dim and the merger's output width hidden_size
+    out_keys = ("out_hidden_size", "text_hidden_size") + (("hidden_size",) if "embed_dim" in vision else ())
+    out = int(_get(vision, *out_keys, default=text_hidden) or text_hidden)
     kernel = vision.get("merge_kernel_size")
     if isinstance(kernel, list) and len(kernel) == 2:  # MoonViT
         merge = h * int(kernel[0]) * int(kernel[1])
@@ -833,6 +848,17 @@ def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = 
     """Bytes one GPU holds: each part over the GPUs that share it (:func:`part_divisor`)."""
     parts = _part_bytes(spec, quant or spec.quant, experts_unquantized)
     return sum(size / part_divisor(part, tp, attn_tp) for part, size in parts)
+
+
+def checkpoint_bytes(spec: ModelSpec, with_mtp: bool | None = None) -> float:
+    """What the checkpoint's safetensors hold, by the geometry: every part once (a tied lm_head is
+    not stored twice) plus the MTP layers the config names. ``with_mtp=False`` for a checkpoint
+    whose weight map has none although its config names them (a pruned or re-saved one)."""
+    whole = weight_bytes_per_gpu(spec, 1)
+    if spec.mtp_layers and with_mtp is not False:
+        mtp = mtp_draft_size(spec, spec.mtp_layers, spec.quant)
+        whole += mtp.sharded + mtp.whole  # its embeddings and lm_head are the target's, not stored again
+    return whole
 
 
 def uneven_bytes(spec: ModelSpec, tp: int, quant: Quantization | None = None, attn_tp: int | None = None) -> float:

@@ -1,0 +1,52 @@
+"""The engine's weights from a config alone, against real checkpoints' safetensors totals
+(tests/fixtures/checkpoints, sources in SOURCES.md). The held-out budget cases are predicted from
+configs alone, so a misread geometry would show here first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.core.model import _vision_params, checkpoint_bytes, read_config
+
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
+CASES = [json.loads(line) for line in (CHECKPOINTS / "index.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["dir"] for c in CASES])
+def test_a_checkpoint_is_sized_from_its_config_within_one_percent(case: dict) -> None:
+    spec = read_config(json.loads((CHECKPOINTS / case["dir"] / "config.json").read_text()), case["dir"])
+    predicted = checkpoint_bytes(spec, case.get("mtp_in_checkpoint"))
+    assert abs(predicted - case["total_size"]) / case["total_size"] <= 0.01, (predicted, case["total_size"])
+
+
+def _medgemma() -> dict:
+    return json.loads((CHECKPOINTS / "Ibtasam-98__medgemma-27b-it" / "config.json").read_text())
+
+
+def test_a_gemma_config_that_leaves_tying_out_ties_as_its_config_class_does() -> None:
+    config = _medgemma()
+    assert "tie_word_embeddings" not in config and "tie_word_embeddings" not in config["text_config"]
+    assert read_config(config).tied_embeddings
+    config["text_config"]["tie_word_embeddings"] = False  # a config that says so is believed
+    untied = read_config(config)
+    assert not untied.tied_embeddings
+    # the untied reading stores a second 262,208 x 5,376 table: 2.63 GiB more at 2 bytes
+    assert checkpoint_bytes(untied) - checkpoint_bytes(read_config(_medgemma())) == 262_208 * 5_376 * 2
+
+
+def test_a_llama_config_that_leaves_tying_out_does_not_tie() -> None:
+    config = json.loads((CHECKPOINTS / "tbressers__WizardLM-2-8x22B" / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    assert not read_config(config).tied_embeddings
+
+
+def test_qwen2_vl_names_its_vit_width_embed_dim_and_its_output_width_hidden_size() -> None:
+    vision = json.loads((CHECKPOINTS / "BrianYAU-NTEC__olmOCR" / "config.json").read_text())["vision_config"]
+    # 32 blocks of qkv + proj (4 x 1280^2) and fc1/fc2 at mlp_ratio 4 (2 x 1280 x 5120); the merger
+    # joins 2 x 2 patches (5120 wide) and projects 5120 -> 5120 -> 3584
+    blocks = 32 * (4 * 1280 * 1280 + 2 * 1280 * 5120)
+    merger = 5120 * 5120 + 5120 * 3584
+    assert _vision_params(vision, 3584) == (blocks + merger, 0) == (673_710_080, 0)
