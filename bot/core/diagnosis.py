@@ -102,6 +102,11 @@ RULES: tuple[Rule, ...] = (
     Rule("watchdog_timeout", (r"Watchdog timeout \(self\.watchdog_timeout=", r"Pyspy failed to dump PID"),
          "runtime", "a forward step hung longer than --watchdog-timeout",
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
+    # the Hub's HTTP client timing out or giving up; huggingface_hub also logs it as a warning while it
+    # retries, so it is context: an exception that names another cause wins
+    Rule("hf_download_error", (r"HTTPSConnectionPool\(host='(?:cdn-lfs\.)?huggingface\.co', port=443\)",),
+         "startup", "downloading the model or tokenizer from the Hub failed",
+         "download the model first and launch from the local path", 1),
     Rule("hf_download_error", (r"429 Too Many Requests", r"Unable to load vocabulary from file",
                                r"We couldn't connect to 'https://huggingface\.co'",
                                r"is not a local folder and is not a valid model identifier listed on",
@@ -215,7 +220,7 @@ RULES: tuple[Rule, ...] = (
          "startup", "the failure is in the speculative (EAGLE/MTP) draft or verify path",
          "launch once without --speculative-algorithm to confirm, then check the draft model", 1),
     # the compiler's own exception names torch.compile; an exception it wraps (an OOM) still wins
-    Rule("torch_compile_error", (r"torch\._dynamo\.exc\.BackendCompilerFailed",
+    Rule("torch_compile_error", (r"torch\._dynamo\.exc\.[A-Z]\w+",  # BackendCompilerFailed, Unsupported, ...
                                  r"torch\._inductor\.exc\.(?:InductorError|CppCompileError)"),
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 2),
     # traceback frames only: healthy compiles print UserWarnings from the same files

@@ -224,14 +224,25 @@ def test_more_first_causes_in_torch_cuda_hub_and_early_sglang_words():
     # a kernel without code for this GPU, the Hub's not-found / offline errors, an old transformers,
     # early SGLang's spelling of the KV-pool error; a layer's tp assert, missing NVIDIA libraries and modules,
     # sgl_kernel missing or built for another torch, fa3 on a GPU it does not support, and a request the
-    # OpenAI-compatible API rejects as longer than the context; a quantization method the build does not know
+    # OpenAI-compatible API rejects as longer than the context; a quantization method the build does not know;
+    # dynamo's own exception line; the Hub's CDN timing out or refusing more retries
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "first-cause-lines.tsv").read_text().splitlines()]
-    assert len(rows) == 18
+    assert len(rows) == 21
     for label, line in rows:
         assert diagnose(line).label == label, line
     # a collective that timed out is often another rank's echo: it is named, with low confidence
     watchdog = diagnose(rows[1][1])
     assert watchdog.confidence == "low" and "first rank that failed" in watchdog.next_step
+
+
+def test_a_hub_timeout_is_context_that_a_later_exception_outranks():
+    rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "first-cause-lines.tsv").read_text().splitlines()]
+    timeout = next(line for label, line in rows if "Read timed out" in line)
+    alone = diagnose(timeout)
+    assert (alone.label, alone.confidence) == ("hf_download_error", "low")
+    # huggingface_hub retries after such a timeout; when the load then fails on its own, that failure is the cause
+    first = diagnose("\n".join([timeout, rows[0][1]]))
+    assert first.label == "dist_init_timeout" and "hf_download_error" in first.also_seen
 
 
 def test_a_missing_module_at_import_is_a_dependency_and_sgl_kernel_its_own_package():
