@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     local_gpus: bool = False  # the bot runs on a GPU machine: `local` target read through NVML
     orphaned_memory_mib: int = 256
     hot_c: int = 85
+    # a ready server whose 8-token health-probe generation takes longer than this on two samples in a row
+    # is announced in its launch thread (an idle healthy server answers in well under a second)
+    slow_answer_s: float = Field(10.0, gt=0)
 
     def thresholds(self) -> Thresholds:
         return Thresholds(orphaned_memory_mib=self.orphaned_memory_mib, hot_c=self.hot_c)

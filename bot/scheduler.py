@@ -44,16 +44,18 @@ class TickResult:
     taken_over: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)  # ready servers found gone, announced in their threads
     unanswering: list[str] = field(default_factory=list)  # ready servers alive but failing their probe, announced
+    slow: list[str] = field(default_factory=list)  # ready servers answering, but slower than slow_answer_s, announced
 
 
 class Scheduler:
     def __init__(self, services: Services, client: Any, clock: Callable[[], float] = time.time,
-                 sample_interval_s: int = 300, grace_h: float = 6.0) -> None:
+                 sample_interval_s: int = 300, grace_h: float = 6.0, slow_answer_s: float | None = None) -> None:
         self.services = services
         self.client = client
         self.clock = clock
         self.sample_interval_s = sample_interval_s
         self.grace_h = grace_h
+        self.slow_answer_s = services.settings.slow_answer_s if slow_answer_s is None else slow_answer_s
         self.health = HealthStore(services.store.redis)
 
     async def tick(self) -> TickResult:
@@ -64,7 +66,7 @@ class Scheduler:
             await self.sample(now)
             result.sampled = True
             result.exited = await self.watch_servers(now)
-            result.unanswering = await self.watch_answers(now)
+            result.unanswering, result.slow = await self.watch_answers(now)
         for name, post in self.services.inventory.schedules.items():
             schedule = Schedule(name, post.channel, post.at, post.timezone, post.targets)
             occurrence = due_occurrence(schedule, now, self.grace_h)
@@ -165,31 +167,49 @@ class Scheduler:
         lines = []
         for attempt in await self.services.attempts.with_status("ready"):
             health, why = await self.probe(attempt)
-            state = (f"could not be checked ({why})" if health is None else "answers /health"
-                     if "error" not in health else f"does NOT answer: {health['error']}")
+            seconds = None if health is None else _generation_s(health)
+            if health is None:
+                state = f"could not be checked ({why})"
+            elif "error" in health:
+                state = f"does NOT answer: {health['error']}"
+            elif seconds is not None and seconds > self.slow_answer_s:
+                state = f"answers, but SLOWLY: 8 tokens took {seconds:.1f} s (over {self.slow_answer_s:g} s)"
+            else:
+                state = "answers /health" + (f" (8 tokens in {seconds:.1f} s)" if seconds is not None else "")
             lines.append(f"`{attempt.id}` on {attempt.target_label} port {attempt.port} {state}")
         return tuple(lines)
 
-    async def watch_answers(self, now: float) -> list[str]:
-        """Ready servers whose process lives but that fail their health probe on two samples in a row: each
-        is announced once in its launch's thread (and channel), while it stays that way."""
-        announced = []
+    async def watch_answers(self, now: float) -> tuple[list[str], list[str]]:
+        """Ready servers whose process lives but that fail their health probe, or answer it slower than
+        ``slow_answer_s``, on two samples in a row: each is announced once in its launch's thread (and
+        channel), while it stays that way. Returns (not answering, slow)."""
+        unanswering: list[str] = []
+        slow: list[str] = []
+        ttl = 3 * self.sample_interval_s
         for attempt in await self.services.attempts.with_status("ready"):
             health, _ = await self.probe(attempt)
             if health is None:
                 continue  # the node did not answer: decide on a later sample, never guess
-            misses = await self.services.attempts.unanswered(attempt.id, "error" in health,
-                                                             3 * self.sample_interval_s)
-            if misses != 2 or self.client is None:
+            seconds = _generation_s(health)
+            misses = await self.services.attempts.streak("unanswered", attempt.id, "error" in health, ttl)
+            slows = await self.services.attempts.streak("slow", attempt.id, seconds is not None
+                                                        and seconds > self.slow_answer_s, ttl)
+            if self.client is None:
                 continue
-            message = views.server_unanswering_message(attempt, str(health.get("error", "")), now)
+            if misses == 2:
+                message, announced = views.server_unanswering_message(attempt, str(health.get("error", "")), now), \
+                    unanswering
+            elif slows == 2 and seconds is not None:
+                message, announced = views.server_slow_message(attempt, seconds, self.slow_answer_s, now), slow
+            else:
+                continue
             try:
                 await post_messages(self.client, attempt.channel, [message], pace=self.services.pace,
                                     thread_ts=attempt.thread_ts, broadcast=True)
             except Exception:
-                log.exception("announcing unanswering server %s failed", attempt.id)
+                log.exception("announcing server %s failed", attempt.id)
             announced.append(attempt.id)
-        return announced
+        return unanswering, slow
 
     async def post(self, channel: str, targets_spec: str, name: str, now: float) -> HealthReport:
         report = await self.report(targets_spec, name, now)
@@ -221,6 +241,12 @@ class Scheduler:
                 log.exception("scheduler tick failed")
             with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.services.stopping.wait(), every_s)
+
+
+def _generation_s(health: dict[str, Any]) -> float | None:
+    """How long the probe's 8-token generation took, when it answered (older probes did not time it)."""
+    seconds = health.get("generation_s")
+    return float(seconds) if "error" not in health and isinstance(seconds, (int, float)) else None
 
 
 def _target(attempt: Any) -> Any:

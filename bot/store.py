@@ -257,11 +257,11 @@ class AttemptStore:
                     found[attempt.id] = attempt
         return sorted((a for a in found.values() if a.status.value in statuses), key=lambda a: -a.created_at)
 
-    async def unanswered(self, attempt_id: str, missed: bool, ttl_s: int) -> int:
-        """Count a server's failed health probes in a row (0 after one it answers); the count lapses after
-        ``ttl_s`` without a probe."""
-        key = f"{PREFIX}unanswered:{attempt_id}"
-        if not missed:
+    async def streak(self, kind: str, attempt_id: str, hit: bool, ttl_s: int) -> int:
+        """Count a server's health probes in a row that showed ``kind`` ("unanswered", "slow"): 0 after one
+        that did not; the count lapses after ``ttl_s`` without a probe."""
+        key = f"{PREFIX}{kind}:{attempt_id}"
+        if not hit:
             await self.redis.delete(key)
             return 0
         pipe = self.redis.pipeline(transaction=True)

@@ -351,6 +351,19 @@ def server_unanswering_message(attempt: Attempt, error: str, now: float) -> Slac
                         [SectionBlock(text=MarkdownTextObject(text="\n".join(lines))).to_dict()])
 
 
+def server_slow_message(attempt: Attempt, seconds: float, threshold_s: float, now: float) -> SlackMessage:
+    """A ready server that answers its health probe, but slower than the threshold twice in a row."""
+    since = time.strftime("%H:%M UTC", time.gmtime(now))
+    lines = [f":hourglass: *Server `{attempt.id}`* on {escape_mrkdwn(attempt.target_label)} *answers slowly*: "
+             f"its 8-token health probe took over {threshold_s:g} s on two samples in a row "
+             f"({seconds:.1f} s at {since}; an idle healthy server answers in well under a second)",
+             f"`/gpu status {attempt.target_label}` shows its GPUs (utilization, memory, who holds them); "
+             f"its log's `#queue-req` and `token usage` lines say whether requests are queueing "
+             f"(`/sglang triage {attempt.id}` reads it)."]
+    return SlackMessage(f"Server {attempt.id} on {attempt.target_label} answers slowly",
+                        [SectionBlock(text=MarkdownTextObject(text="\n".join(lines))).to_dict()])
+
+
 def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
     if not attempts:
         text = f"No attempts recorded yet on {where}: a launch records one (`/sglang launch`)."

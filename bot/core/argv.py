@@ -258,7 +258,7 @@ def port_holders(python: str, ports: Sequence[int]) -> Argv:
 
 
 HEALTH_SCRIPT = (
-    "import json, sys, urllib.request\n"
+    "import json, sys, time, urllib.request\n"
     "base = 'http://127.0.0.1:%d' % int(sys.argv[1])\n"
     "headers = {'Content-Type': 'application/json'}\n"
     "if len(sys.argv) > 2:\n"
@@ -274,7 +274,9 @@ HEALTH_SCRIPT = (
     "    models = json.loads(get('/v1/models')[1])\n"
     "    out['models'] = [m.get('id') for m in models.get('data', [])]\n"
     "    name = out['models'][0] if out['models'] else 'default'\n"
+    "    began = time.monotonic()\n"
     "    gen = json.loads(get('/v1/completions', {'model': name, 'prompt': 'Say OK.', 'max_tokens': 8})[1])\n"
+    "    out['generation_s'] = round(time.monotonic() - began, 3)\n"
     "    out['generation'] = gen['choices'][0]['text']\n"
     "except Exception as exc:\n"
     "    out['error'] = type(exc).__name__ + ': ' + str(exc)[:300]\n"
@@ -283,7 +285,8 @@ HEALTH_SCRIPT = (
 
 
 def health_check(python: str, port: int, api_key: str | None = None) -> Argv:
-    """The server's /health, /v1/models and one generation; with the server's own ``--api-key`` when it
+    """The server's /health, /v1/models and one 8-token generation (timed: ``generation_s``); with the
+    server's own ``--api-key`` when it
     has one (passed as an argument: the server's own command line already holds it on that host)."""
     key = () if api_key is None else (_single_line(api_key),)
     return (python, "-c", HEALTH_SCRIPT, _check_int(port, "port", 1), *key)

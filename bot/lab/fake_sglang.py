@@ -4,7 +4,7 @@ It replays a real SGLang log from bot/lab/data/logs (see SOURCE.md), chosen by s
 while holding fake GPU memory under its own PID in the node's scenario file (so nvidia-smi,
 `/gpu status` and `/gpu free` see it), and once "ready" answers /health, /v1/models and
 /v1/completions on its port. SIGTERM releases the memory and exits, like the real server; SIGUSR1 makes it
-live on without answering (a hung server).
+live on without answering (a hung server); SIGUSR2 makes each generation slow (a server under load).
 
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
@@ -110,6 +110,7 @@ class Terminated(Exception):
 
 
 UNHEALTHY = threading.Event()  # SIGUSR1: the server lives but stops answering (SGLang's /health then says 503)
+SLOW = threading.Event()  # SIGUSR2: it answers, but each generation takes GPUOPS_LAB_SLOW_S seconds (default 1)
 
 
 def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPServer:
@@ -157,6 +158,8 @@ def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPSer
             if self._refused():
                 return
             if self.path == "/v1/completions":
+                if SLOW.is_set():
+                    time.sleep(float(os.environ.get("GPUOPS_LAB_SLOW_S", "1")))
                 self._json({"choices": [{"text": " OK.", "index": 0, "finish_reason": "stop"}]})
             else:
                 self.send_error(404)
@@ -189,6 +192,7 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGUSR1, lambda signum, frame: UNHEALTHY.set())
+    signal.signal(signal.SIGUSR2, lambda signum, frame: SLOW.set())
     log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
                 "torch_compile_error": "torch_compile_error.log", "p2p_unsupported": "p2p_unsupported.log",
                 "port_in_use": "port_in_use.log", "hang": "ready.log"}[outcome]

@@ -211,3 +211,34 @@ async def test_a_ready_server_whose_container_stopped_is_announced_as_gone(repli
         stored.transitions[-1].note
     post = [c for c in lab.standin.of("chat.postMessage") if "exited while serving" in str(c.params.get("text"))][-1]
     assert "Its log could not be read now" in blocks_to_text(post.blocks)
+
+
+async def test_a_ready_server_that_answers_slowly_is_announced_once(replicas):
+    import signal
+
+    lab, one, two, clock = replicas
+    one.slow_answer_s = two.slow_answer_s = 0.5
+    attempt = await ready_server(lab)
+    clock.now = at("2026-12-03 07:10")
+    first = await one.tick()
+    assert first.slow == [] and first.unanswering == []  # it answers, fast
+    os.kill(attempt.pid, signal.SIGUSR2)  # the stand-in this test's lab started: each generation now takes 1 s
+    results = []
+    for slot in ("07:40", "08:10", "08:40"):  # one sample per slot, on whichever replica claims it
+        clock.now = at(f"2026-12-03 {slot}")
+        a, b = await one.tick(), await two.tick()
+        assert a.unanswering + b.unanswering == []  # it does answer
+        results.append(a.slow + b.slow)
+    assert results == [[], [attempt.id], []]  # announced on the second slow answer in a row, and only then
+    posts = [c for c in lab.standin.of("chat.postMessage") if "answers slowly" in str(c.params.get("text"))]
+    assert len(posts) == 1 and posts[0].params["thread_ts"] == attempt.thread_ts
+    assert posts[0].params.get("reply_broadcast") in (True, "true", "1")
+    text = blocks_to_text(posts[0].blocks)
+    assert "took over 0.5 s on two samples in a row" in text and f"/gpu status {attempt.target_label}" in text
+    seconds = float(re.search(r"\((\d+\.\d) s at \d\d:\d\d UTC", text).group(1))
+    assert 1.0 <= seconds < 30  # the stand-in's 1 s, as the probe timed it
+    # the daily post's server line says it too, with the time the probe measured
+    report = await one.report("all", "t", clock.now)
+    line = next(f for f in report.findings if attempt.id in f)
+    assert "answers, but SLOWLY: 8 tokens took" in line and "(over 0.5 s)" in line
+    assert (await lab.services.attempts.get(attempt.id)).status.value == "ready"  # slow is not failed
