@@ -28,6 +28,8 @@ TOLERANCE = 0.01
 def predict(directory: Path, case: dict[str, Any]) -> tuple[float, int]:
     """(predicted bytes, real bytes) for one index line."""
     config = json.loads((directory / str(case["dir"]) / "config.json").read_text())
+    if case.get("quantization_config"):  # one of several builds in the folder (bits and group from its file name)
+        config["quantization_config"] = {**config.get("quantization_config", {}), **case["quantization_config"]}
     spec = read_config(config, str(case["dir"]))
     return checkpoint_bytes(spec, case.get("mtp_in_checkpoint")), int(case["total_size"])
 
@@ -50,7 +52,9 @@ def main(argv: list[str]) -> int:
         error = (predicted - real) / real
         ok = abs(error) <= TOLERANCE
         passed += ok
-        print(f"{case['dir']:<48} predicted {predicted / GIB:8.2f} GiB  checkpoint {real / GIB:8.2f} GiB  "
+        quant = case.get("quantization_config")
+        name = str(case["dir"]) + (f" {quant['bits']}-bit g{quant['group_size']}" if quant else "")
+        print(f"{name:<62} predicted {predicted / GIB:8.2f} GiB  checkpoint {real / GIB:8.2f} GiB  "
               f"{error:+7.2%}{'' if ok else '  MISS'}")
     if errors:
         print(f"unreadable {len(errors)}: " + "; ".join(errors))

@@ -15,9 +15,17 @@ CHECKPOINTS = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints
 CASES = [json.loads(line) for line in (CHECKPOINTS / "index.jsonl").read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["dir"] for c in CASES])
+def _name(case: dict) -> str:
+    quant = case.get("quantization_config")
+    return case["dir"] + (f" {quant['bits']}-bit g{quant['group_size']}" if quant else "")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_name(c) for c in CASES])
 def test_a_checkpoint_is_sized_from_its_config_within_one_percent(case: dict) -> None:
-    spec = read_config(json.loads((CHECKPOINTS / case["dir"] / "config.json").read_text()), case["dir"])
+    config = json.loads((CHECKPOINTS / case["dir"] / "config.json").read_text())
+    if case.get("quantization_config"):  # one of several builds in the folder (bits and group from its file name)
+        config["quantization_config"] = {**config.get("quantization_config", {}), **case["quantization_config"]}
+    spec = read_config(config, case["dir"])
     predicted = checkpoint_bytes(spec, case.get("mtp_in_checkpoint"))
     assert abs(predicted - case["total_size"]) / case["total_size"] <= 0.01, (predicted, case["total_size"])
 
@@ -50,3 +58,4 @@ def test_qwen2_vl_names_its_vit_width_embed_dim_and_its_output_width_hidden_size
     blocks = 32 * (4 * 1280 * 1280 + 2 * 1280 * 5120)
     merger = 5120 * 5120 + 5120 * 3584
     assert _vision_params(vision, 3584) == (blocks + merger, 0) == (673_710_080, 0)
+
