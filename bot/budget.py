@@ -16,7 +16,7 @@ from bot.core.attempts import Attempt, earlier_load
 from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
 from bot.core.flags import parse_sglang_flags
 from bot.core.inventory import Inventory, Target
-from bot.core.model import ModelConfigError, read_config
+from bot.core.model import CheckpointIndex, ModelConfigError, read_config, read_index
 from bot.errors import CommandFailed, UsageError
 from bot.status import Transport, read_gpus
 
@@ -84,10 +84,8 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         model = read_config(json.loads(config_out.stdout), name=model_path.rstrip("/").rsplit("/", 1)[-1])
     except (json.JSONDecodeError, ModelConfigError) as exc:
         raise UsageError(f"`{config_path}` is not a usable config.json: {exc}") from None
-    weights_total = None  # None: estimated from config.json
-    if index_out.exit_status == 0:
-        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError, ValueError):
-            weights_total = int(json.loads(index_out.stdout)["metadata"]["total_size"])
+    index = read_index(index_out.stdout, model) if index_out.exit_status == 0 else CheckpointIndex(None, None)
+    weights_total = index.total_size  # None: estimated from config.json
     if weights_total is None and sizes_out.exit_status == 0 and sizes_out.stdout.strip():
         weights_total = sum(int(x) for x in sizes_out.stdout.split() if x.isdigit())
     try:
@@ -105,7 +103,8 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     sglang = versions.get("sglang")
     measured = earlier_load(history, model_path, flags.weight_layout, sglang)
     budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total,
-                                        measured_load=measured, draft_config=draft))
+                                        measured_load=measured, draft_config=draft,
+                                        mtp_in_checkpoint=index.mtp_tensors))
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
     title = f"{model.name} on {target.label}: {len(used)}x {name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)

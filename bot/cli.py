@@ -16,6 +16,7 @@ from typing import Any
 from bot.core import argv as remote
 from bot.core.argv import LogExcerpt
 from bot.core.gpu import SmiSnapshot
+from bot.core.model import CheckpointIndex, ModelSpec, read_index
 from bot.errors import GpuopsError, UsageError
 
 
@@ -189,7 +190,6 @@ def cmd_budget(args: argparse.Namespace) -> int:
         config = json.loads(config_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"cannot read model config {config_path}: {exc}") from None
-    total_size = _checkpoint_bytes(config_path.parent)
     total = args.total_mib or gpu_total_mib(args.gpu)
     try:
         free = tuple(int(x) for x in args.free_mib.split(",")) if args.free_mib else ()
@@ -213,14 +213,16 @@ def cmd_budget(args: argparse.Namespace) -> int:
         model = read_config(config, name=config_path.parent.name)
     except ModelConfigError as exc:
         raise UsageError(f"cannot budget {config_path}: {exc}") from None
+    index = _checkpoint(config_path.parent, model)
     measured = None
     if args.weights_gib is not None:
         if args.weights_gib <= 0:
             raise UsageError("--weights-gib is the positive GiB per GPU an earlier load logged")
         measured = MeasuredLoad(args.weights_gib, flags.weight_layout, "--weights-gib (an earlier load)")
-    budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), total_size,
+    budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), index.total_size,
                                         measured_load=measured,
-                                        draft_config=_draft_config(flags.speculative_draft_model_path)))
+                                        draft_config=_draft_config(flags.speculative_draft_model_path),
+                                        mtp_in_checkpoint=index.mtp_tensors))
     title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}" + (f" pp={flags.pp}" if flags.pp > 1 else "")
     if args.json:
         print(json.dumps(_budget_json(budget), indent=2))
@@ -252,15 +254,19 @@ def _draft_config(draft_path: str | None) -> dict[str, Any] | None:
     return config
 
 
-def _checkpoint_bytes(directory: Path) -> int | None:
-    """The checkpoint's size as /sglang budget reads it: the safetensors index's total_size, else the sum of
-    the ``*.safetensors`` files beside config.json; None (estimate from the config) when neither is there."""
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        with contextlib.suppress(OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-            return int(json.loads(index.read_text())["metadata"]["total_size"])
+def _checkpoint(directory: Path, model: ModelSpec) -> CheckpointIndex:
+    """The checkpoint as /sglang budget reads it: the safetensors index's total_size (and whether it holds the
+    config's MTP layers), else the sum of the ``*.safetensors`` files beside config.json; a None size (estimate
+    from the config) when neither is there."""
+    path = directory / "model.safetensors.index.json"
+    index = CheckpointIndex(None, None)
+    if path.is_file():
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            index = read_index(path.read_text(), model)
+    if index.total_size is not None:
+        return index
     sizes = [f.stat().st_size for f in directory.glob("*.safetensors") if f.is_file()]
-    return sum(sizes) or None
+    return CheckpointIndex(sum(sizes) or None, index.mtp_tensors)
 
 
 def _budget_json(budget: Any) -> dict[str, Any]:

@@ -163,6 +163,7 @@ class BudgetInput:
     quant: Quantization | None = None  # overrides the config's (e.g. an AWQ build of a base config)
     draft_config: dict[str, Any] | None = None  # the --speculative-draft-model-path's config.json, when read
     measured_load: MeasuredLoad | None = None  # what an earlier load of this checkpoint logged
+    mtp_in_checkpoint: bool | None = None  # its index holds the MTP layers its config names (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -705,6 +706,13 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                 degraded.append(("support", "the checkpoint's config states no MTP layer (num_nextn_predict_layers 0): "
                                  "NEXTN/MTP without --speculative-draft-model-path has no draft head to load; give "
                                  "an EAGLE draft model's path"))
+            elif inp.mtp_in_checkpoint is False:
+                note = " (sized from the config, but the checkpoint holds no MTP tensor)"
+                degraded.append(("support", f"the config names {model.mtp_layers} MTP layer(s) but the checkpoint's "
+                                 "index holds no MTP tensor (quantized or pruned without them): NEXTN/MTP would draft "
+                                 "from uninitialized weights, accepting next to nothing; launch without "
+                                 "--speculative-algorithm, or give --speculative-draft-model-path a checkpoint that "
+                                 "has them"))
         elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
             draft_layers = small.layers
             draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB

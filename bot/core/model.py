@@ -8,6 +8,7 @@ geometry, then turned into bytes per GPU for a dtype or quantization and a TP si
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
@@ -848,6 +849,42 @@ def weight_bytes_per_gpu(spec: ModelSpec, tp: int, quant: Quantization | None = 
     """Bytes one GPU holds: each part over the GPUs that share it (:func:`part_divisor`)."""
     parts = _part_bytes(spec, quant or spec.quant, experts_unquantized)
     return sum(size / part_divisor(part, tp, attn_tp) for part, size in parts)
+
+
+@dataclass(frozen=True)
+class CheckpointIndex:
+    """What a checkpoint's ``model.safetensors.index.json`` says beyond its config."""
+
+    total_size: int | None  # the bytes of every tensor it holds
+    mtp_tensors: bool | None  # whether it holds the MTP layers the config names (None: it cannot tell)
+
+
+# where a text model's decoder layers live in a weight map (Llama-style, multimodal wrappers either way round);
+# a vision tower's `encoder.layers.N` is not matched
+_TEXT_LAYER = re.compile(r"^(?:model\.)?(?:language_model\.)?(?:model\.)?layers\.(\d+)\.")
+
+
+def read_index(text: str, spec: ModelSpec) -> CheckpointIndex:
+    """Read a safetensors index. MTP tensors are Qwen3.5's ``mtp.*``, MiMo's ``model.mtp_layers.*`` or DeepSeek's
+    NextN layer stored as one more decoder layer (``model.layers.{num_hidden_layers}.*``). A checkpoint quantized
+    or pruned without them still has a config naming them; an engine then drafts from uninitialized memory."""
+    try:
+        index = json.loads(text)
+        stated = int(index["metadata"]["total_size"])
+    except (ValueError, KeyError, TypeError):
+        return CheckpointIndex(None, None)
+    total = stated if stated > 0 else None  # some re-saves state 0: no size, the estimate stands
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not spec.mtp_layers or not isinstance(weight_map, dict) or not weight_map:
+        return CheckpointIndex(total, None)
+    for key in weight_map:
+        name = str(key)
+        if name.startswith("mtp.") or ".mtp." in name or "mtp_layers." in name:
+            return CheckpointIndex(total, True)
+        layer = _TEXT_LAYER.match(name)
+        if layer and int(layer.group(1)) >= spec.layers:
+            return CheckpointIndex(total, True)
+    return CheckpointIndex(total, False)
 
 
 def checkpoint_bytes(spec: ModelSpec, with_mtp: bool | None = None) -> float:

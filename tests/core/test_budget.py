@@ -1088,3 +1088,22 @@ def test_nextn_on_a_checkpoint_whose_config_states_no_mtp_layer_is_flagged():
     eagle = run(kimi, [*nextn, "--speculative-draft-model-path", "/models/kimi-eagle"], total_mib=143771, count=8)
     assert not any("states no MTP layer" in r for r in eagle.reasons)
     assert not any("states no MTP layer" in r for r in run(r1, nextn, total_mib=143771, count=8).reasons)
+
+
+def test_nextn_on_a_checkpoint_saved_without_its_mtp_layers_is_flagged_before_the_load():
+    # the seed launch (NEXTN, 3 steps, 4 draft tokens) on a Qwen3.6 checkpoint whose index holds no mtp.* tensor:
+    # the config still names one MTP layer, so nothing but the index shows the draft head is missing
+    gpus = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139))
+    flags = parse_sglang_flags([*SEED, "--mem-fraction-static", "0.88", "--context-length", "32768"])
+    model = spec("Qwen__Qwen3.6-27B")
+    missing = compute_budget(BudgetInput(model, flags, gpus, parse_version("current"), mtp_in_checkpoint=False))
+    reason = next(r for r in missing.reasons if "holds no MTP tensor" in r)
+    assert "names 1 MTP layer(s)" in reason and "launch without --speculative-algorithm" in reason
+    assert missing.verdict is not VerdictKind.FITS
+    present = compute_budget(BudgetInput(model, flags, gpus, parse_version("current"), mtp_in_checkpoint=True))
+    unknown = compute_budget(BudgetInput(model, flags, gpus, parse_version("current")))
+    assert not any("holds no MTP tensor" in r for r in present.reasons + unknown.reasons)
+    # without speculative decoding the missing head does not matter
+    plain = parse_sglang_flags(["--tp", "2", "--mem-fraction-static", "0.88", "--context-length", "32768"])
+    assert not any("MTP" in r for r in compute_budget(BudgetInput(model, plain, gpus, parse_version("current"),
+                                                                   mtp_in_checkpoint=False)).reasons)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.model import _vision_params, checkpoint_bytes, read_config
+from bot.core.model import CheckpointIndex, _vision_params, checkpoint_bytes, read_config, read_index
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
 CASES = [json.loads(line) for line in (CHECKPOINTS / "index.jsonl").read_text().splitlines() if line.strip()]
@@ -59,3 +59,38 @@ def test_qwen2_vl_names_its_vit_width_embed_dim_and_its_output_width_hidden_size
     merger = 5120 * 5120 + 5120 * 3584
     assert _vision_params(vision, 3584) == (blocks + merger, 0) == (673_710_080, 0)
 
+
+MAPS = [json.loads(line) for line in (CHECKPOINTS / "weight-maps.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("case", MAPS, ids=[c["checkpoint"].split(" ")[0] for c in MAPS])
+def test_an_index_says_whether_it_holds_the_mtp_layers_its_config_names(case: dict) -> None:
+    spec = read_config(json.loads((CHECKPOINTS.parent / case["config"]).read_text()))
+    assert (spec.layers, spec.mtp_layers) == (case["num_hidden_layers"], case["mtp_layers"])
+    stated = case.get("total_size_stated", case["total_size"])
+    text = json.dumps({"metadata": {"total_size": stated}, "weight_map": {k: "x.safetensors" for k in case["keys"]}})
+    index = read_index(text, spec)
+    assert index.mtp_tensors is case["mtp_tensors"]
+    assert index.total_size == case["total_size"]  # a stated 0 is no size: the estimate stands
+
+
+def test_deepseeks_nextn_layer_is_one_more_decoder_layer_and_a_vision_towers_layers_are_not_text_layers() -> None:
+    r1 = read_config(json.loads((CHECKPOINTS.parent / "model-configs/deepseek-ai__DeepSeek-R1/config.json")
+                                .read_text()))
+    assert (r1.layers, r1.mtp_layers) == (61, 1)
+
+    def index(*keys: str) -> str:
+        return json.dumps({"metadata": {"total_size": 1}, "weight_map": dict.fromkeys(keys, "x.safetensors")})
+
+    # DeepseekV3ForCausalLMNextN loads `model.layers.61.*` (eh_proj, enorm, hnorm, shared_head) as its MTP layer
+    assert read_index(index("model.layers.60.mlp.gate.weight", "model.layers.61.eh_proj.weight"), r1).mtp_tensors
+    assert read_index(index("model.layers.60.mlp.gate.weight", "lm_head.weight"), r1).mtp_tensors is False
+    # a vision encoder deeper than the text stack does not count as MTP layers
+    tower = index("model.layers.60.mlp.gate.weight", "vision_tower.vision_model.encoder.layers.63.mlp.fc1.weight",
+                  "model.visual.blocks.70.attn.qkv.weight")
+    assert read_index(tower, r1).mtp_tensors is False
+    # a config without MTP layers asks nothing of the index; an index without a weight map cannot tell
+    llama = read_config(json.loads((CHECKPOINTS / "tbressers__WizardLM-2-8x22B" / "config.json").read_text()))
+    assert read_index(index("model.layers.0.mlp.gate.weight"), llama).mtp_tensors is None
+    assert read_index(json.dumps({"metadata": {"total_size": 5}}), r1) == CheckpointIndex(5, None)
+    assert read_index("not json", r1) == CheckpointIndex(None, None)

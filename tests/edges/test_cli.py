@@ -290,3 +290,23 @@ def test_a_long_log_is_read_at_both_ends_with_the_files_own_line_numbers(tmp_pat
     for evidence in found["evidence"]:  # the line numbers are the file's, past the skipped middle
         assert lines[evidence["line_no"] - 1].strip() == evidence["text"]
     assert any(n.startswith("a long log: read its first 512 KiB and last 1536 KiB, skipping ") for n in found["notes"])
+
+
+def test_budget_of_a_checkpoint_saved_without_its_mtp_layers_warns_before_a_nextn_launch(tmp_path):
+    # Qwen3.6-27B's config (one MTP layer) beside an index whose weight map, like the REAP re-save's, has no mtp.*
+    (tmp_path / "config.json").write_text((FIXTURES / "model-configs/Qwen__Qwen3.6-27B/config.json").read_text())
+    keys = ["lm_head.weight", "model.language_model.embed_tokens.weight", "model.language_model.norm.weight"]
+    weight_map = dict.fromkeys(keys, "model.safetensors")
+    index = {"metadata": {"total_size": 55_000_000_000}, "weight_map": weight_map}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    seed = ["--tp", "2", "--mem-fraction-static", "0.88", "--context-length", "32768", "--speculative-algorithm",
+            "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
+            "4"]
+    out = gpuops("budget", "--model", str(tmp_path), "--gpu", "RTX A6000", "--gpus", "2", "--", *seed)
+    assert out.returncode == 3, out.stdout + out.stderr  # degraded
+    assert "holds no MTP tensor" in " ".join(out.stdout.split())
+    # the same index with the head's tensors (Qwen3.5's names) says nothing of it
+    weight_map["mtp.fc.weight"] = "model-mtp.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    out = gpuops("budget", "--model", str(tmp_path), "--gpu", "RTX A6000", "--gpus", "2", "--", *seed)
+    assert "holds no MTP tensor" not in " ".join(out.stdout.split())

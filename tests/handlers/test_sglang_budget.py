@@ -65,3 +65,19 @@ async def test_budget_reads_the_draft_models_config_inside_the_container(lab):
         assert "standalone draft, from its config" in text  # read over SSH from the container, not estimated
     finally:
         shutil.rmtree(draft)
+
+
+async def test_budget_reads_the_checkpoints_index_and_flags_a_missing_mtp_head(lab):
+    import json
+    from pathlib import Path
+
+    model = Path(container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B"))
+    # an index like a re-save's that kept the trunk and dropped the MTP layers its config still names
+    keys = ["lm_head.weight", "model.language_model.embed_tokens.weight", "model.language_model.norm.weight"]
+    index = {"metadata": {"total_size": 55_600_000_000}, "weight_map": dict.fromkeys(keys, "model.safetensors")}
+    (model / "model.safetensors.index.json").write_text(json.dumps(index))
+    await lab.slash("/sglang", f"budget sglang-a6000 {model} {SEED_FLAGS} --mem-fraction-static 0.88")
+    calls = await lab.standin.wait_for(lambda c: any(x.method == "files.completeUploadExternal" for x in c), 30)
+    text = " ".join(blocks_to_text(next(c for c in calls if c.method == "chat.postMessage").blocks).split())
+    assert "checkpoint size 51.78 GiB / tp 2" in text  # the index's total, read in the container
+    assert "holds no MTP tensor" in text and "launch without --speculative-algorithm" in text
