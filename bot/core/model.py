@@ -255,7 +255,8 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
             index_n_heads=int(_get(text, "index_n_heads", default=32) or 32),
         )
     moe = _moe(text, layers)
-    intermediate = int(_get(text, "intermediate_size", default=0))
+    # Llama 4 names its dense layers' MLP width intermediate_size_mlp (intermediate_size is the experts')
+    intermediate = int(_get(text, "intermediate_size_mlp", "intermediate_size", default=0))
     vision = config.get("vision_config") or {}
     vision_params, vision_projector = _vision_params(vision, hidden)
     quant = _quantization(config, text, kinds)
@@ -438,9 +439,16 @@ def _moe(text: dict[str, Any], layers: int) -> Moe | None:
         shared = int(text["n_shared_experts"]) * inter
     dense = set(range(int(_get(text, "first_k_dense_replace", default=0) or 0)))
     dense.update(int(i) for i in (text.get("mlp_only_layers") or []))
-    step = int(_get(text, "decoder_sparse_step", default=1) or 1)
+    step = int(_get(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1)
     if step > 1:
         dense.update(i for i in range(layers) if (i + 1) % step != 0)
+    if "interleave_moe_layer_step" in text or str(text.get("model_type", "")).startswith("llama4"):
+        # Llama 4: every MoE layer also runs one shared expert as wide as its experts (Llama4TextMoe's
+        # shared_expert, which no config key names); an explicit moe_layers list names the MoE layers
+        shared = shared or inter
+        if isinstance(text.get("moe_layers"), list):
+            moe_layers = {int(i) for i in text["moe_layers"]}
+            dense = {i for i in range(layers) if i not in moe_layers}
     return Moe(int(experts), inter, shared, frozenset(dense), dense_and_moe=bool(text.get("enable_moe_block")))
 
 

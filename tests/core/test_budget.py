@@ -195,6 +195,34 @@ def test_moe_expert_parameters_by_hand():
     assert 234e9 < sum(p.params for p in weight_parts(moe)) < 236e9  # the model's name says 235B
 
 
+def test_llama4_moe_layers_carry_a_shared_expert_and_interleave_with_dense_ones():
+    # Llama-4-Scout's text config as a public vLLM report quotes it (moe_layers 0..47, intermediate_size 8192 for
+    # the experts, intermediate_size_mlp 16384 for dense layers); 40 heads, 8 KV heads, vocab 202048, 16 experts
+    text = {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "interleave_moe_layer_step": 1, "moe_layers": list(range(48)), "num_local_experts": 16,
+            "num_experts_per_tok": 1, "vocab_size": 202048, "attention_chunk_size": 8192, "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16"}
+    scout = read_config({"architectures": ["Llama4ForCausalLM"], **text})
+    parts = {p.name: p.params for p in weight_parts(scout)}
+    # every MoE layer runs 16 routed experts and one shared expert (Llama4TextMoe.shared_expert), each
+    # 3 x 5120 x 8192; the shared one is a dense part of the layer, split over tp like an MLP
+    assert parts["experts"] == 48 * 16 * 3 * 5120 * 8192
+    assert parts["mlp"] == 48 * 3 * 5120 * 8192
+    attention = 48 * (5120 * 5120 * 2 + 5120 * 1024 * 2)  # q and o (40 x 128), k and v (8 x 128)
+    whole = 2 * 202048 * 5120 + attention + parts["experts"] + parts["mlp"] + 48 * (5120 * 16 + 2 * 5120) + 5120
+    assert sum(parts.values()) == whole and 107.7e9 < whole < 107.8e9  # + a 0.9B vision tower: "109B total"
+    # Maverick's step 2: layers 1, 3, ... are MoE (128 experts), the others dense MLPs 16384 wide
+    stepped = {k: v for k, v in text.items() if k != "moe_layers"}
+    maverick = read_config({"architectures": ["Llama4ForCausalLM"], **stepped, "num_local_experts": 128,
+                            "interleave_moe_layer_step": 2})
+    assert maverick.moe is not None and maverick.moe.dense_layers == frozenset(range(0, 48, 2))
+    parts = {p.name: p.params for p in weight_parts(maverick)}
+    assert parts["experts"] == 24 * 128 * 3 * 5120 * 8192
+    assert parts["mlp"] == 24 * 3 * 5120 * 16384 + 24 * 3 * 5120 * 8192  # dense layers + shared experts
+    assert 400e9 < sum(parts.values()) < 401.5e9  # "400B total" with its vision tower
+
+
 def test_multimodal_wrapper_reads_the_nested_text_config():
     vl = spec("Qwen__Qwen3-VL-32B-Instruct")
     assert (vl.layers, vl.kv_heads, vl.head_dim, vl.multimodal) == (64, 8, 128, True)
