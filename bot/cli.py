@@ -87,14 +87,14 @@ def cmd_smi_parse(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from bot.core.inventory import resolve_targets
     from bot.core.report import target_view
-    from bot.status import read_status
+    from bot.status import read_status, with_launches
     from bot.views import status_text
 
     async def work(services: Any) -> int:
         targets = resolve_targets(args.target, services.inventory, services.settings.local_gpus)
         report = await read_status(services.transport, services.inventory, targets,
                                    limits=services.limits, deadline_s=services.settings.status_deadline_s)
-        print(status_text(report))
+        print(status_text(await with_launches(report, services.attempts)))
         # exit 3 when any target needs attention: scripts and cron can act on it
         return 0 if all(target_view(s).state == "ok" for s in report.statuses) else 3
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiError, SmiErrorKind, SmiSnapshot
-from bot.core.status import attribute, vmids_from_cgroups
+from bot.core.status import attribute, groups_from_status, vmids_from_cgroups
 
 _lock = threading.Lock()
 T = TypeVar("T")
@@ -95,14 +95,17 @@ def _read(proc_root: Path) -> SmiSnapshot:
         gpu, found = _read_device(index, handle, proc_root)
         gpus.append(gpu)
         processes.extend(found)
-    cgroups = []
+    owners = []  # the lines read_cgroups prints on a node: each process's cgroup and NSpgid
     for proc in processes:
-        try:
-            for line in (proc_root / str(proc.pid) / "cgroup").read_text().splitlines():
-                cgroups.append(f"{proc_root}/{proc.pid}/cgroup:{line}")
-        except OSError:
-            continue
-    attributed = attribute(tuple(processes), vmids_from_cgroups("\n".join(cgroups)))
+        for name in ("cgroup", "status"):
+            try:
+                for line in (proc_root / str(proc.pid) / name).read_text().splitlines():
+                    if name == "cgroup" or line.startswith("NSpgid:"):
+                        owners.append(f"{proc_root}/{proc.pid}/{name}:{line}")
+            except OSError:
+                continue
+    text = "\n".join(owners)
+    attributed = attribute(tuple(processes), vmids_from_cgroups(text), groups_from_status(text))
     return SmiSnapshot("nvml", tuple(gpus), driver, cuda, process_listing=(
         ProcessListing.LISTED if processes else ProcessListing.NONE_FOUND), processes=attributed)
 

@@ -7,11 +7,13 @@ reported as unreachable at the deadline; it never delays the others.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core import argv as remote
+from bot.core.attempts import ACTIVE
 from bot.core.gpu import SmiSnapshot
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
@@ -23,6 +25,7 @@ from bot.core.status import (
     assess_container,
     assess_node,
     attribute,
+    groups_from_status,
     unreachable,
     unreadable,
     vmids_from_cgroups,
@@ -30,6 +33,9 @@ from bot.core.status import (
 from bot.errors import CommandFailed, GpuopsError, ParseError, RemoteError
 from bot.nvml import read_local
 from bot.ssh import CommandResult
+from bot.store import AttemptStore
+
+log = logging.getLogger(__name__)
 
 
 class Transport(Protocol):
@@ -42,6 +48,8 @@ class Transport(Protocol):
 class StatusReport:
     statuses: tuple[TargetStatus, ...]
     elapsed_s: float
+    # the recorded launches whose process groups hold GPU memory: (node, vmid, group) -> what to call them
+    launches: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
 
 class SmiFailed(GpuopsError):
@@ -107,7 +115,7 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
     pids = [p.pid for p in processes if p.pid is not None]
     if pids:
         cgroups = await transport.run(node, remote.read_cgroups(pids, proc_root), ok_exit=(0, 1, 2))
-        processes = attribute(processes, vmids_from_cgroups(cgroups.stdout))
+        processes = attribute(processes, vmids_from_cgroups(cgroups.stdout), groups_from_status(cgroups.stdout))
     return replace(gpus, processes=processes, process_listing=listing)
 
 
@@ -171,3 +179,16 @@ def report_record(report: StatusReport) -> dict[str, str]:
         "result": ",".join(f"{s.target.label}={s.state.value}" for s in report.statuses),
         "elapsed_s": f"{report.elapsed_s:.2f}",
     }
+
+
+async def with_launches(report: StatusReport, attempts: AttemptStore) -> StatusReport:
+    """The report, with the recorded launches still running, so that each GPU process in one of their process
+    groups is shown as that launch's. The history unreadable: the GPUs are still shown, unnamed."""
+    try:
+        running = await attempts.with_status(*(s.value for s in ACTIVE))
+    except GpuopsError as exc:
+        log.warning("GPU processes not matched to launches: %s", exc.user_message)
+        return report
+    return replace(report, launches={(a.node, a.vmid, a.pid): f"{a.id} ({a.status.value}, port {a.port})"
+                                     for a in running if a.pid})
+

@@ -129,7 +129,7 @@ def status_messages(report: StatusReport) -> list[SlackMessage]:
     for i, status in enumerate(report.statuses):
         if i:
             blocks.append(DividerBlock())
-        blocks += target_blocks(target_view(status))
+        blocks += target_blocks(target_view(status, report.launches))
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=status_summary(report))]))
     dicts = [b.to_dict() for b in blocks]  # raises SlackObjectFormationError past Slack's limits
     pages = [dicts[i:i + BLOCKS_PER_MESSAGE] for i in range(0, len(dicts), BLOCKS_PER_MESSAGE)]
@@ -142,7 +142,8 @@ def status_messages(report: StatusReport) -> list[SlackMessage]:
 
 def status_text(report: StatusReport) -> str:
     """The terminal rendering of the same answer."""
-    return render("gpu_status.txt.j2", views=[target_view(s) for s in report.statuses], footer=status_summary(report))
+    return render("gpu_status.txt.j2", views=[target_view(s, report.launches) for s in report.statuses],
+                  footer=status_summary(report))
 
 
 def help_text(inventory: Inventory) -> str:

@@ -15,7 +15,7 @@ from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError
 from bot.launch import gpu_holders
 from bot.slack import post_messages
-from bot.status import read_status, report_record
+from bot.status import read_status, report_record, with_launches
 from handlers.common import authorize
 
 
@@ -50,6 +50,7 @@ def register(app: AsyncApp, services: Services) -> None:
             return
         report = await read_status(services.transport, services.inventory, targets,
                                    limits=services.limits, deadline_s=services.settings.status_deadline_s)
+        report = await with_launches(report, services.attempts)
         await post_messages(client, command["channel_id"], views.status_messages(report), respond=respond,
                             pace=services.pace)
         try:

@@ -20,7 +20,7 @@ from bot.core.inventory import Target, resolve_targets
 from bot.core.status import is_clean, memory_evidence
 from bot.errors import GpuopsError, UsageError
 from bot.incidents import container_attempts, refresh_summary, synced
-from bot.status import read_status
+from bot.status import read_status, with_launches
 from handlers.common import authorize
 
 
@@ -86,6 +86,7 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         targets = _targets(services, incident, rest)
         report = await read_status(services.transport, services.inventory, targets, limits=services.limits,
                                    deadline_s=services.settings.status_deadline_s)
+        report = await with_launches(report, services.attempts)
         for message in views.status_messages(report):
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
         clean = is_clean(report.statuses)

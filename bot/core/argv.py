@@ -71,9 +71,12 @@ def pct_exec(vmid: int, argv: Argv) -> Argv:
 
 
 def read_cgroups(pids: Iterable[int], proc_root: str = "/proc") -> Argv:
-    """Print ``<proc_root>/<pid>/cgroup:<line>`` for each PID (missing PIDs are skipped)."""
-    paths = [f"{proc_root.rstrip('/')}/{_check_int(pid, 'pid', 1)}/cgroup" for pid in sorted(set(pids))]
-    return ("grep", "-H", "-s", "", *paths)
+    """Print ``<proc_root>/<pid>/cgroup:<line>`` for each PID, and its ``status`` file's ``NSpgid:`` line (its
+    process group in each PID namespace it is in, the container's last); missing PIDs are skipped."""
+    root = proc_root.rstrip("/")
+    checked = [_check_int(pid, "pid", 1) for pid in sorted(set(pids))]
+    paths = [f"{root}/{pid}/cgroup" for pid in checked] + [f"{root}/{pid}/status" for pid in checked]
+    return ("grep", "-H", "-s", "-E", "^([0-9]+:|NSpgid:)", *paths)
 
 
 def with_timeout(seconds: int, argv: Argv, kill_after: int = 5) -> Argv:

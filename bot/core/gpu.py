@@ -32,6 +32,7 @@ class GpuProcess:
     ci: str | None = None
     used_raw: str | None = None  # literal memory cell when it is not a number
     vmid: int | None = None  # LXC container that owns the PID (attributed on the host)
+    group: int | None = None  # its process group inside its own PID namespace (NSpgid): a launch's PID there
 
 
 @dataclass(frozen=True)

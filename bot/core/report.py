@@ -5,12 +5,14 @@ Slack (Block Kit) and the terminal render the same :class:`TargetView`, so both 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bot.core.gpu import Gpu, ProcessListing
+from bot.core.gpu import Gpu, GpuProcess, ProcessListing
 from bot.core.status import GpuRow, ProcessView, TargetState, TargetStatus
 
 BAR_WIDTH = 10
+Launch = tuple[str, int, int]  # a recorded launch by (node, container, its process group there)
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,24 @@ GPU_HEADER = f"{'GPU':>3}  {'NAME':<20} {'MEMORY':<33} {'UTIL':>5} {'TEMP':>6}  
 PROCESS_HEADER = f"{'GPU':>3}  {'PID':>8}  {'CT':>5}  {'MiB':>7}  PROCESS"
 
 
-def process_lines(rows: tuple[GpuRow, ...]) -> list[str]:
+def process_lines(rows: tuple[GpuRow, ...], node: str = "", launches: Mapping[Launch, str] | None = None) -> list[str]:
+    """One line per GPU process; one in a recorded launch's process group (its PID inside the container
+    is the launch's, as ``setsid`` made it) is named after that launch."""
     lines = []
     for row in rows:
         for p in row.processes:
             used = str(p.used_mib) if p.used_mib is not None else (p.used_raw or "n/a")
             ct = str(p.vmid) if p.vmid is not None else "host"
-            lines.append(f"{row.gpu.index:>3}  {p.pid if p.pid is not None else '?':>8}  {ct:>5}  {used:>7}  {p.name}")
+            line = f"{row.gpu.index:>3}  {p.pid if p.pid is not None else '?':>8}  {ct:>5}  {used:>7}  {p.name}"
+            launch = _launch_of(p, node, launches or {})
+            lines.append(f"{line}  <- {launch}" if launch else line)
     return lines
+
+
+def _launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, str]) -> str | None:
+    if process.vmid is None or process.group is None:
+        return None
+    return launches.get((node, process.vmid, process.group))
 
 
 def _process_title(status: TargetStatus, count: int) -> str:
@@ -82,7 +94,7 @@ def _process_title(status: TargetStatus, count: int) -> str:
     return f"compute processes: {count or 'none'}"
 
 
-def target_view(status: TargetStatus) -> TargetView:
+def target_view(status: TargetStatus, launches: Mapping[Launch, str] | None = None) -> TargetView:
     target = status.target
     title = target.label
     snap = status.snapshot
@@ -110,7 +122,7 @@ def target_view(status: TargetStatus) -> TargetView:
             flags.append(f"GPU {row.gpu.index}: {mib} MiB held by {owner}")
     if status.state is TargetState.SMI_ERROR:
         flags.insert(0, f"nvidia-smi reported: {status.problem}")
-    procs = process_lines(status.rows)
+    procs = process_lines(status.rows, target.node, launches)
     state = "attention" if flags or status.state is TargetState.SMI_ERROR else "ok"
     return TargetView(
         title=title,

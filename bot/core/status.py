@@ -75,8 +75,25 @@ def vmids_from_cgroups(text: str) -> dict[int, int]:
     return owners
 
 
-def attribute(processes: tuple[GpuProcess, ...], owners: dict[int, int]) -> tuple[GpuProcess, ...]:
-    return tuple(replace(p, vmid=owners.get(p.pid)) if p.pid is not None else p for p in processes)
+def groups_from_status(text: str) -> dict[int, int]:
+    """``<proc>/<pid>/status:NSpgid:\t<pgid>...`` lines -> {pid: its process group in its innermost PID
+    namespace} (the kernel prints one ID per namespace level, the process's own last)."""
+    groups: dict[int, int] = {}
+    for line in text.splitlines():
+        path, _, content = line.partition(":")
+        pid_match = re.search(r"/(\d+)/status$", path)
+        if pid_match and content.startswith("NSpgid:"):
+            ids = content.removeprefix("NSpgid:").split()
+            if ids and ids[-1].isdigit():
+                groups[int(pid_match.group(1))] = int(ids[-1])
+    return groups
+
+
+def attribute(processes: tuple[GpuProcess, ...], owners: dict[int, int],
+              groups: dict[int, int] | None = None) -> tuple[GpuProcess, ...]:
+    groups = groups or {}
+    return tuple(replace(p, vmid=owners.get(p.pid), group=groups.get(p.pid)) if p.pid is not None else p
+                 for p in processes)
 
 
 # N/A here is normal: passive cooling, no power cap on laptops and unified-memory parts
@@ -213,5 +230,6 @@ def memory_evidence(statuses: Sequence[TargetStatus]) -> str:
 
 __all__ = [
     "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
-    "attribute", "is_clean", "memory_evidence", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
+    "attribute", "groups_from_status", "is_clean", "memory_evidence", "process_on_gpu", "unreachable", "unreadable",
+    "vmids_from_cgroups",
 ]

@@ -59,6 +59,7 @@ class Holder:
         _locked_update(self.node_json, change)
         self.proc_dir.mkdir(parents=True, exist_ok=True)
         (self.proc_dir / "cgroup").write_text(f"0::/lxc/{self.vmid}/ns/system.slice/sglang.scope\n")
+        (self.proc_dir / "status").write_text(f"Name:\tpython3\nNSpgid:\t{os.getpgrp()}\n")
 
     def release(self) -> None:
         def change(state: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from bot.core.status import (
     assess_container,
     assess_node,
     attribute,
+    groups_from_status,
     is_clean,
     memory_evidence,
     unreachable,
@@ -40,7 +41,8 @@ def test_pct_exec_rejects_bad_vmids(vmid):
 
 
 def test_read_cgroups_validates_pids():
-    assert read_cgroups([7, 3, 7], "/proc") == ("grep", "-H", "-s", "", "/proc/3/cgroup", "/proc/7/cgroup")
+    assert read_cgroups([7, 3, 7], "/proc") == ("grep", "-H", "-s", "-E", "^([0-9]+:|NSpgid:)", "/proc/3/cgroup",
+                                                "/proc/7/cgroup", "/proc/3/status", "/proc/7/status")
     with pytest.raises(ValueError):
         read_cgroups([0])
 
@@ -61,6 +63,36 @@ def test_cgroup_attribution_v1_v2_and_host_processes():
     assert vmids_from_cgroups(text) == {4242: 129, 5100: 131, 888: 140}
     procs = (GpuProcess(4242, "python3", 100), GpuProcess(777, "Xorg", 5))
     assert [p.vmid for p in attribute(procs, vmids_from_cgroups(text))] == [129, None]
+
+
+def test_a_processs_group_inside_its_container_is_the_last_nspgid():
+    # /proc/<pid>/status as the kernel prints it (fs/proc/array.c: "NSpgid:" then "\t%d" for each PID namespace
+    # level from the reader's to the process's own): read on the node, a container's process shows two IDs
+    text = "\n".join([
+        "/proc/4242/cgroup:0::/lxc/129/ns/system.slice/sglang.scope",
+        "/proc/4242/status:NSpgid:\t4200\t61",
+        "/proc/4250/status:NSpgid:\t4200\t61",  # a TP worker of the same launch: the same group
+        "/proc/777/status:NSpgid:\t777",  # a host process: one level
+        "/proc/888/status:NSpgid:",  # nothing after the key: not a group
+    ])
+    assert groups_from_status(text) == {4242: 61, 4250: 61, 777: 777}
+    procs = (GpuProcess(4242, "python3", 100), GpuProcess(888, "x", 5), GpuProcess(None, "?", 1))
+    attributed = attribute(procs, vmids_from_cgroups(text), groups_from_status(text))
+    assert [(p.vmid, p.group) for p in attributed] == [(129, 61), (None, None), (None, None)]
+
+
+def test_a_process_in_a_launchs_group_is_named_after_the_launch():
+    from bot.core.report import process_lines
+    from bot.core.status import GpuRow
+
+    row = GpuRow(gpu(0, used=40000), (GpuProcess(4242, "python3", 40000, vmid=129, group=61),
+                                      GpuProcess(5100, "python3", 900, vmid=129, group=5100),
+                                      GpuProcess(777, "Xorg", 5)), (), {})
+    launches = {("pve5", 129, 61): "a20261203-101500-1a2b (ready, port 30000)"}
+    lines = process_lines((row,), "pve5", launches)
+    assert lines[0].endswith("python3  <- a20261203-101500-1a2b (ready, port 30000)")
+    assert lines[1].endswith("python3") and lines[2].endswith("Xorg")  # another group, a host process
+    assert process_lines((row,), "pve6", launches)[0].endswith("python3")  # the same numbers on another node
 
 
 def gpu(index=0, used=1, total=49140, **kw):

@@ -85,3 +85,21 @@ async def test_status_is_audited_in_redis(lab, redis_url):
     (entry,) = [fields for _, fields in entries]
     assert entry["action"] == "gpu.status" and entry["user"] == "U0BOB" and entry["result"] == "pve7=unreachable"
     assert "xoxb" not in json.dumps(entry)
+
+
+async def test_status_names_the_launch_whose_process_group_holds_the_gpus(lab):
+    """A ready server's GPU processes are shown as its launch's: matched on the node by container and process
+    group (the launch's own PID inside the container), read from /proc next to the cgroup."""
+    from tests.handlers.test_scheduler import ready_server
+
+    attempt = await ready_server(lab)
+    await lab.slash("/gpu", "status sglang-a6000")
+
+    def status_posts(calls):
+        return [c for c in calls if c.method == "chat.postMessage" and str(c.params.get("text")).startswith(
+            "GPU status")]
+
+    post = status_posts(await lab.standin.wait_for(lambda c: bool(status_posts(c)), 20))[-1]
+    lines = [line for line in blocks_to_text(post.blocks).splitlines() if f" {attempt.pid} " in line]
+    assert len(lines) == 2  # both GPUs of its tp 2
+    assert all(line.rstrip().endswith(f"<- {attempt.id} (ready, port {attempt.port})") for line in lines)
