@@ -70,6 +70,7 @@ class Holder:
     used_mib: int | None
     vmid: int | None
     name: str
+    group: int | None = None  # its process group inside its container (a recorded launch's PID there)
 
 
 def new_attempt_id(now: float) -> str:
@@ -443,7 +444,8 @@ async def gpu_holders(transport: Transport, inventory: Inventory, target: Target
     """Exactly which PIDs hold GPU memory on a node (or on a container's GPUs)."""
     node = inventory.node(target.node)
     host = await read_node(transport, target.node, node.proc_root)
-    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name) for g in host.gpus for p in host.processes_of(g)]
+    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name, p.group) for g in host.gpus
+               for p in host.processes_of(g)]
     if target.kind == "container":
         holders = [h for h in holders if h.vmid == target.vmid]
     return holders, host

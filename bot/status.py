@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core import argv as remote
-from bot.core.attempts import ACTIVE
+from bot.core.attempts import ACTIVE, Attempt
 from bot.core.gpu import SmiSnapshot
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
@@ -181,14 +181,24 @@ def report_record(report: StatusReport) -> dict[str, str]:
     }
 
 
+async def running_launches(attempts: AttemptStore) -> dict[tuple[str, int, int], Attempt]:
+    """The recorded launches still running, by (node, container, process group there): a launch starts in a
+    session of its own, so its PID inside the container is the group of every process it starts."""
+    running = await attempts.with_status(*(s.value for s in ACTIVE))
+    return {(a.node, a.vmid, a.pid): a for a in running if a.pid}
+
+
+def launch_label(attempt: Attempt) -> str:
+    return f"{attempt.id} ({attempt.status.value}, port {attempt.port})"
+
+
 async def with_launches(report: StatusReport, attempts: AttemptStore) -> StatusReport:
     """The report, with the recorded launches still running, so that each GPU process in one of their process
     groups is shown as that launch's. The history unreadable: the GPUs are still shown, unnamed."""
     try:
-        running = await attempts.with_status(*(s.value for s in ACTIVE))
+        running = await running_launches(attempts)
     except GpuopsError as exc:
         log.warning("GPU processes not matched to launches: %s", exc.user_message)
         return report
-    return replace(report, launches={(a.node, a.vmid, a.pid): f"{a.id} ({a.status.value}, port {a.port})"
-                                     for a in running if a.pid})
+    return replace(report, launches={key: launch_label(a) for key, a in running.items()})
 

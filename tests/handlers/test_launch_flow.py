@@ -217,3 +217,31 @@ async def test_a_launch_with_an_api_key_is_probed_with_it_and_never_shows_it(lab
     assert audit and secret not in str(audit)
     (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
     assert secret in attempt.argv  # kept to pass on (a relaunch, the probe), never shown
+
+
+async def test_free_leaves_a_recorded_launch_to_sglang_stop_and_lists_the_rest(lab):
+    """A recorded launch's GPU processes (its process group in the container) are named, not offered for
+    killing: /sglang stop ends the whole group and records it."""
+    from tests.handlers.test_scheduler import ready_server
+
+    attempt = await ready_server(lab)
+    _, _, _ = await lab.slash("/gpu", "free pve5")
+    calls = await lab.standin.wait_for(lambda cs: any(
+        "Only recorded launches hold GPU memory" in str(c.params.get("text")) or "Only recorded launches" in
+        blocks_to_text(c.blocks) for c in cs if c.method in ("chat.postMessage", "response_url")), 30)
+    note = [c for c in calls if "Only recorded launches" in blocks_to_text(c.blocks) + str(c.params.get("text"))][-1]
+    assert f"/sglang stop {attempt.id}" in blocks_to_text(note.blocks) + str(note.params.get("text"))
+    node = lab.nodes["pve5"]
+    stray = node.spawn_holder(0, "python3 train.py", 3000, 129)  # not a launch: offered, after a click
+    await lab.slash("/gpu", "free pve5")
+    confirm = post_with(await wait_text(lab, "Stop these 1", method="chat.postMessage"), "Stop these 1")
+    text = blocks_to_text(confirm.blocks)
+    assert f"PID {stray} on GPU 0 (CT 129)" in text and f"PID {attempt.pid} " not in text
+    assert f"`/sglang stop {attempt.id}`" in text
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    await lab.click("gpuops_confirm", yes["value"])
+    calls = await lab.standin.wait_for(
+        lambda cs: any("Stopped PIDs" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+    assert f"Stopped PIDs {stray} on pve5" in [c for c in calls if c.method == "response_url"][-1].params["text"]
+    os.kill(attempt.pid, 0)  # the server still runs
+    assert (await lab.services.attempts.get(attempt.id)).status.value == "ready"
