@@ -197,10 +197,11 @@ class Scheduler:
             if self.client is None:
                 continue
             if misses == 2:
-                message, announced = views.server_unanswering_message(attempt, str(health.get("error", "")), now), \
-                    unanswering
+                message = views.server_unanswering_message(attempt, str(health.get("error", "")), now)
+                announced = unanswering
             elif slows == 2 and seconds is not None:
-                message, announced = views.server_slow_message(attempt, seconds, self.slow_answer_s, now), slow
+                message = views.server_slow_message(attempt, seconds, self.slow_answer_s, now)
+                announced = slow
             else:
                 continue
             try:

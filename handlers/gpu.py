@@ -13,6 +13,7 @@ from bot.app import Services
 from bot.core.attempts import Attempt
 from bot.core.commands import GpuFreeRequest, GpuHealthRequest, GpuHelpRequest, parse_gpu_command
 from bot.core.inventory import Target, resolve_targets
+from bot.core.report import launch_key
 from bot.errors import GpuopsError, StoreError
 from bot.launch import gpu_holders
 from bot.slack import post_messages
@@ -81,12 +82,15 @@ async def ask_free(services: Services, client: Any, respond: Any, target: Target
                       response_type="ephemeral")
         return
     owned: dict[str, Attempt] = {}
+    loose = []
     for h in holders:
-        launch = launches.get((target.node, h.vmid, h.group)) if h.vmid is not None and h.group is not None else None
-        if launch is not None:
+        key = launch_key(target.node, h.vmid, h.group)
+        launch = None if key is None else launches.get(key)
+        if launch is None:
+            loose.append(h)
+        else:
             owned[launch.id] = launch
-    holders = [h for h in holders if not any(
-        launch.vmid == h.vmid and launch.pid == h.group for launch in owned.values())]
+    holders = loose
     by_launch = [f"{launch_label(a)} on {a.target_label} holds GPU memory: `/sglang stop {a.id}` stops its whole "
                  "process group and records it (not listed here)" for a in owned.values()]
     pids = sorted({h.pid for h in holders if h.pid is not None})

@@ -75,10 +75,14 @@ def process_lines(rows: tuple[GpuRow, ...], node: str = "", launches: Mapping[La
     return lines
 
 
+def launch_key(node: str, vmid: int | None, group: int | None) -> Launch | None:
+    """A GPU process's key among the recorded launches; none outside a container or without a known group."""
+    return None if vmid is None or group is None else (node, vmid, group)
+
+
 def _launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, str]) -> str | None:
-    if process.vmid is None or process.group is None:
-        return None
-    return launches.get((node, process.vmid, process.group))
+    key = launch_key(node, process.vmid, process.group)
+    return None if key is None else launches.get(key)
 
 
 def _process_title(status: TargetStatus, count: int) -> str:
