@@ -18,6 +18,7 @@ from slack_bolt.async_app import AsyncApp
 from bot.config import Settings, load_inventory
 from bot.core.inventory import Inventory
 from bot.core.status import Thresholds
+from bot.errors import StoreError
 from bot.launch_settings import LaunchSettings
 from bot.slack import ChannelPace, web_client
 from bot.ssh import SshTransport
@@ -136,6 +137,12 @@ async def after_start(app: AsyncApp, services: Services, scheduler: bool = False
     production, start the scheduler (sampling, daily posts, takeover of lapsed tracking)."""
     from handlers.sglang import resume_tracking
 
+    try:
+        added = await services.attempts.backfill_active()
+        if added:
+            log.info("running set: %d attempts saved before it existed added", added)
+    except StoreError as exc:
+        log.warning("%s", exc.user_message)
     resumed = await resume_tracking(services, app.client)
     if scheduler:
         from bot.scheduler import Scheduler

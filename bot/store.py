@@ -42,6 +42,7 @@ from bot.errors import StoreError
 PREFIX = "gpuops:"
 AUDIT_STREAM = PREFIX + "audit"
 ACTIVE_SET = PREFIX + "attempts:active"
+ACTIVE_BACKFILLED = PREFIX + "attempts:active:backfilled"  # set once the running set holds older records too
 AUDIT_MAXLEN = 100_000
 STATUS_TTL_S = 8 * 24 * 3600
 
@@ -237,25 +238,56 @@ class AttemptStore:
         raw = await self.redis.get(f"{PREFIX}attempt:{attempt_id}")
         return Attempt.from_dict(json.loads(raw)) if raw else None
 
+    async def get_many(self, ids: list[str]) -> list[Attempt]:
+        """The attempts with these ids that exist, in order: one round trip (MGET), not one per attempt."""
+        if not ids:
+            return []
+        raws = await self.redis.mget([f"{PREFIX}attempt:{i}" for i in ids])
+        return [Attempt.from_dict(json.loads(raw)) for raw in raws if raw]
+
     async def recent(self, node: str | None = None, vmid: int | None = None, count: int = 10) -> list[Attempt]:
         key = f"{PREFIX}attempts:{node}:{vmid}" if node is not None else f"{PREFIX}attempts"
-        ids = await self.redis.zrevrange(key, 0, count - 1)
-        found = [await self.get(str(i)) for i in ids]
-        return [a for a in found if a is not None]
+        return await self.get_many([str(i) for i in await self.redis.zrevrange(key, 0, count - 1)])
+
+    async def backfill_active(self, chunk: int = 500) -> int:
+        """Put the running attempts saved before the running set existed into it, once per Redis (replicas
+        racing here add the same members). Afterwards the set alone says what runs. Returns how many were added."""
+        try:
+            if await self.redis.exists(ACTIVE_BACKFILLED):
+                return 0
+            added = 0
+            start = 0
+            while ids := await self.redis.zrange(f"{PREFIX}attempts", start, start + chunk - 1):
+                running = [a.id for a in await self.get_many([str(i) for i in ids]) if a.status in ACTIVE]
+                if running:
+                    added += int(await self.redis.sadd(ACTIVE_SET, *running))
+                start += chunk
+            await self.redis.set(ACTIVE_BACKFILLED, "1")
+        except RedisError as exc:
+            raise StoreError(f"running attempts not backfilled: {type(exc).__name__}") from None
+        return added
 
     async def latest(self, node: str, vmid: int) -> Attempt | None:
         found = await self.recent(node, vmid, 1)
         return found[0] if found else None
 
     async def with_status(self, *statuses: str, count: int = 200) -> list[Attempt]:
-        """Attempts in these states: the recent ones, and for running states every one still running,
-        however old (a server launched weeks and hundreds of attempts ago is still watched)."""
-        found = {a.id: a for a in await self.recent(count=count)}
-        if set(statuses) & {s.value for s in ACTIVE}:
-            for attempt_id in await self.redis.smembers(ACTIVE_SET):
-                if str(attempt_id) not in found and (attempt := await self.get(str(attempt_id))) is not None:
-                    found[attempt.id] = attempt
-        return sorted((a for a in found.values() if a.status.value in statuses), key=lambda a: -a.created_at)
+        """Attempts in these states. Running states come from the running set: every attempt still running,
+        however old (a server launched weeks and hundreds of attempts ago is still watched); other states from
+        the ``count`` most recent. A member whose record no longer runs (a save raced the backfill) is dropped."""
+        wanted = set(statuses)
+        running_states = {s.value for s in ACTIVE}
+        found: dict[str, Attempt] = {}
+        if wanted & running_states:
+            members = sorted(str(i) for i in await self.redis.smembers(ACTIVE_SET))
+            running = await self.get_many(members)
+            stale = set(members) - {a.id for a in running if a.status in ACTIVE}
+            if stale:
+                await self.redis.srem(ACTIVE_SET, *stale)
+            found.update((a.id, a) for a in running if a.id not in stale)
+        if wanted - running_states:
+            found.update((a.id, a) for a in await self.recent(count=count))
+        return sorted((a for a in found.values() if a.status.value in wanted), key=lambda a: -a.created_at)
 
     async def streak(self, kind: str, attempt_id: str, hit: bool, ttl_s: int) -> int:
         """Count a server's health probes in a row that showed ``kind`` ("unanswered", "slow"): 0 after one

@@ -195,3 +195,33 @@ async def test_the_threads_following_a_container_are_found_and_lapsed_ones_dropp
     await store.redis.delete("gpuops:incident:C2:222.2")  # its 30 days ran out
     assert [i.thread_ts for i in await incidents.following("pve5", 129)] == ["111.1"]
     assert await store.redis.smembers("gpuops:incidents:pve5:129") == {"C1|111.1"}
+
+
+async def test_running_attempts_saved_before_the_running_set_are_backfilled_once(store):
+    from bot.core.attempts import Attempt, AttemptStatus
+    from bot.store import ACTIVE_SET, AttemptStore
+
+    attempts = AttemptStore(store.redis)
+
+    def attempt(n, *moves):
+        a = Attempt(f"a20261203-13{n // 100:02d}{n % 100:02d}-abcd", "U1", "C1", "pve5", 129, None, "/m",
+                    ("--tp", "2"), 30000, float(n))
+        for i, status in enumerate(moves):
+            a = a.moved(status, float(n) + i)
+        return a
+
+    old = attempt(0, AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY)
+    await attempts.save(old)
+    for n in range(1, 1201):  # more than two chunks of later, finished attempts
+        await attempts.save(attempt(n, AttemptStatus.PLANNED, AttemptStatus.FAILED))
+    await store.redis.delete(ACTIVE_SET)  # as a record saved before the running set existed left it
+    assert await attempts.with_status("ready") == []  # the set alone answers running states now
+    assert await attempts.backfill_active(chunk=500) == 1
+    assert [a.id for a in await attempts.with_status("ready")] == [old.id]
+    assert await attempts.backfill_active() == 0  # once per Redis
+    # a member whose record stopped running (a save that raced the backfill) is dropped on the next read
+    await store.redis.sadd(ACTIVE_SET, attempt(7).id)
+    assert [a.id for a in await attempts.with_status("ready", "launching")] == [old.id]
+    assert attempt(7).id not in {str(m) for m in await store.redis.smembers(ACTIVE_SET)}
+    # other states still come from the most recent attempts
+    assert len(await attempts.with_status("failed")) == 200
