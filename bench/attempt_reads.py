@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.core.attempts import ACTIVE, Attempt, AttemptStatus  # noqa: E402
-from bot.store import ACTIVE_SET, PREFIX, AttemptStore, EmbeddedRedis, Store, connect  # noqa: E402
+from bot.store import ACTIVE_SET, PREFIX, AttemptStore, Store, connect, scratch_redis  # noqa: E402
 
 
 async def before(attempts: AttemptStore) -> set[str]:
@@ -60,29 +58,24 @@ def describe(label: str, times: list[float]) -> str:
 
 
 async def main(history: int, running: int, rounds: int) -> None:
-    embedded = None
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        embedded = EmbeddedRedis(Path(tempfile.mkdtemp(prefix="gpuops-bench-redis-"))).start()
-        url = embedded.url
-    store = Store(connect(url))
-    try:
-        attempts = AttemptStore(store.redis)
-        servers = set(range(0, history, max(1, history // running)))  # spread through the history, oldest first
-        for n in range(history):
-            await attempts.save(attempt(n, n in servers))
-        print(f"{history} attempts recorded, {len(servers)} still running; {rounds} reads each; "
-              f"Redis {url.split('@')[-1]}")
-        old_times, old_found = await timed(before, attempts, rounds)
-        new_times, new_found = await timed(now, attempts, rounds)
-        print(describe("before: recent 200 + set, one GET each", old_times))
-        print(describe("now: running set, one MGET", new_times))
-        print(f"ratio (median before / now): {statistics.median(old_times) / statistics.median(new_times):.1f}x; "
-              f"same servers found: {old_found == new_found} ({len(new_found)})")
-    finally:
-        await store.close()
-        if embedded is not None:
-            embedded.stop()
+    with scratch_redis("gpuops-bench-redis-") as url:
+        store = Store(connect(url))
+        try:
+            attempts = AttemptStore(store.redis)
+            servers = set(range(0, history, max(1, history // running)))  # spread through the history
+            for n in range(history):
+                await attempts.save(attempt(n, n in servers))
+            print(f"{history} attempts recorded, {len(servers)} still running; {rounds} reads each; "
+                  f"Redis {url.split('@')[-1]}")
+            old_times, old_found = await timed(before, attempts, rounds)
+            new_times, new_found = await timed(now, attempts, rounds)
+            print(describe("before: recent 200 + set, one GET each", old_times))
+            print(describe("now: running set, one MGET", new_times))
+            ratio = statistics.median(old_times) / statistics.median(new_times)
+            print(f"ratio (median before / now): {ratio:.1f}x; same servers found: {old_found == new_found} "
+                  f"({len(new_found)})")
+        finally:
+            await store.close()
 
 
 if __name__ == "__main__":

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.slack import ChannelPace  # noqa: E402
-from bot.store import EmbeddedRedis, Store, connect  # noqa: E402
+from bot.store import Store, connect, scratch_redis  # noqa: E402
 
 
 async def burst(paces: list[ChannelPace], posts: int, channel: str) -> list[float]:
@@ -44,25 +42,20 @@ def describe(name: str, times: list[float], started: float, spacing: float) -> s
 
 
 async def main(replicas: int, posts: int, spacing: float) -> None:
-    embedded = None
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        embedded = EmbeddedRedis(Path(tempfile.mkdtemp(prefix="gpuops-bench-redis-"))).start()
-        url = embedded.url
-    stores = [Store(connect(url)) for _ in range(replicas)]
-    try:
-        local = [ChannelPace(spacing_s=spacing) for _ in range(replicas)]
-        shared = [ChannelPace(spacing_s=spacing, shared=s.reserve_post_slot) for s in stores]
-        print(f"{replicas} replicas x {posts} posts to one channel, spacing {spacing:g} s, Redis {url.split('@')[-1]}")
-        t0 = time.monotonic()
-        print(describe("per-process pace", await burst(local, posts, "C0BENCHA"), t0, spacing))
-        t0 = time.monotonic()
-        print(describe("shared pace (Redis)", await burst(shared, posts, "C0BENCHB"), t0, spacing))
-    finally:
-        for s in stores:
-            await s.close()
-        if embedded is not None:
-            embedded.stop()
+    with scratch_redis("gpuops-bench-redis-") as url:
+        stores = [Store(connect(url)) for _ in range(replicas)]
+        try:
+            local = [ChannelPace(spacing_s=spacing) for _ in range(replicas)]
+            shared = [ChannelPace(spacing_s=spacing, shared=s.reserve_post_slot) for s in stores]
+            print(f"{replicas} replicas x {posts} posts to one channel, spacing {spacing:g} s, "
+                  f"Redis {url.split('@')[-1]}")
+            t0 = time.monotonic()
+            print(describe("per-process pace", await burst(local, posts, "C0BENCHA"), t0, spacing))
+            t0 = time.monotonic()
+            print(describe("shared pace (Redis)", await burst(shared, posts, "C0BENCHB"), t0, spacing))
+        finally:
+            for s in stores:
+                await s.close()
 
 
 if __name__ == "__main__":

@@ -19,12 +19,15 @@ in the data dir, with AOF persistence); ``REDIS_URL`` points it at an external o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +134,21 @@ class EmbeddedRedis:
                 self.process.kill()
                 self.process.wait(5)
         self.process = None
+
+
+@contextlib.contextmanager
+def scratch_redis(prefix: str = "gpuops-scratch-redis-") -> Iterator[str]:
+    """``REDIS_URL`` when set, else a throwaway embedded Redis (no persistence) for as long as the block runs:
+    what the benchmarks measure on."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    embedded = EmbeddedRedis(Path(tempfile.mkdtemp(prefix=prefix)), persist=False).start()
+    try:
+        yield embedded.url
+    finally:
+        embedded.stop()
 
 
 def connect(url: str) -> aioredis.Redis:
