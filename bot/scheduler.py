@@ -172,12 +172,16 @@ class Scheduler:
                 state = f"could not be checked ({why})"
             elif "error" in health:
                 state = f"does NOT answer: {health['error']}"
-            elif seconds is not None and seconds > self.slow_answer_s:
+            elif self._slow(seconds):
                 state = f"answers, but SLOWLY: 8 tokens took {seconds:.1f} s (over {self.slow_answer_s:g} s)"
             else:
                 state = "answers /health" + (f" (8 tokens in {seconds:.1f} s)" if seconds is not None else "")
             lines.append(f"`{attempt.id}` on {attempt.target_label} port {attempt.port} {state}")
         return tuple(lines)
+
+    def _slow(self, seconds: float | None) -> bool:
+        """An answered probe whose generation took longer than ``slow_answer_s``."""
+        return seconds is not None and seconds > self.slow_answer_s
 
     async def watch_answers(self, now: float) -> tuple[list[str], list[str]]:
         """Ready servers whose process lives but that fail their health probe, or answer it slower than
@@ -192,8 +196,7 @@ class Scheduler:
                 continue  # the node did not answer: decide on a later sample, never guess
             seconds = _generation_s(health)
             misses = await self.services.attempts.streak("unanswered", attempt.id, "error" in health, ttl)
-            slows = await self.services.attempts.streak("slow", attempt.id, seconds is not None
-                                                        and seconds > self.slow_answer_s, ttl)
+            slows = await self.services.attempts.streak("slow", attempt.id, self._slow(seconds), ttl)
             if self.client is None:
                 continue
             if misses == 2:

@@ -17,6 +17,7 @@ from bot.core.attempts import ACTIVE, Attempt
 from bot.core.gpu import SmiSnapshot
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
+from bot.core.report import Launch, launch_key
 from bot.core.smi import find_error, parse_xml, processes_from_query, read_csv, snapshot_from_query
 from bot.core.status import (
     DEFAULT_THRESHOLDS,
@@ -49,7 +50,7 @@ class StatusReport:
     statuses: tuple[TargetStatus, ...]
     elapsed_s: float
     # the recorded launches whose process groups hold GPU memory: (node, vmid, group) -> what to call them
-    launches: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    launches: dict[Launch, str] = field(default_factory=dict)
 
 
 class SmiFailed(GpuopsError):
@@ -181,11 +182,11 @@ def report_record(report: StatusReport) -> dict[str, str]:
     }
 
 
-async def running_launches(attempts: AttemptStore) -> dict[tuple[str, int, int], Attempt]:
+async def running_launches(attempts: AttemptStore) -> dict[Launch, Attempt]:
     """The recorded launches still running, by (node, container, process group there): a launch starts in a
     session of its own, so its PID inside the container is the group of every process it starts."""
     running = await attempts.with_status(*(s.value for s in ACTIVE))
-    return {(a.node, a.vmid, a.pid): a for a in running if a.pid}
+    return {key: a for a in running if (key := launch_key(a.node, a.vmid, a.pid)) is not None}
 
 
 def launch_label(attempt: Attempt) -> str:

@@ -220,7 +220,7 @@ def test_llama4_moe_layers_carry_a_shared_expert_and_interleave_with_dense_ones(
     parts = {p.name: p.params for p in weight_parts(maverick)}
     assert parts["experts"] == 24 * 128 * 3 * 5120 * 8192
     assert parts["mlp"] == 24 * 3 * 5120 * 16384 + 24 * 3 * 5120 * 8192  # dense layers + shared experts
-    assert 400e9 < sum(parts.values()) < 401.5e9  # "400B total" with its vision tower
+    assert 400e9 < sum(parts.values()) < 401.5e9  # the text model alone; its 0.9B vision tower makes "400B total"
 
 
 def test_multimodal_wrapper_reads_the_nested_text_config():
