@@ -438,12 +438,20 @@ def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None
             return f"{kv} KV heads do not split over tp {attn_tp}"
         if kv < attn_tp and attn_tp % kv:
             return f"tp {attn_tp} is not a multiple of the {kv} KV heads (each would be copied to tp/{kv} ranks)"
+    linear = model.linear
+    if linear is not None and model.linear_layers and attn_tp > 1 and linear.num_value_heads % attn_tp:
+        # Mamba2StateShape.create divides the state's heads by the attention TP size (``divide`` asserts)
+        return f"the {linear.num_value_heads} {_linear_name(model)} heads do not split over tp {attn_tp}"
     if tp > 1 and model.has_dense_mlp and model.intermediate % tp:
         return f"the MLP's intermediate size {model.intermediate} does not split over tp {tp}"
     experts_tp = moe_tp or tp
     if experts_tp > 1 and model.moe is not None and model.moe.intermediate % experts_tp:
         return f"the experts' intermediate size {model.moe.intermediate} does not split over {experts_tp} ranks"
     return None
+
+
+def _linear_name(model: ModelSpec) -> str:
+    return "Mamba-2" if model.linear is not None and model.linear.kind == "mamba2" else "linear-attention"
 
 
 def block_misfit(model: ModelSpec, tp: int, moe_tp: int, quant: Quantization) -> tuple[str, str] | None:
@@ -792,7 +800,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         w.line("hybrid state per request", None,
                f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB "
                f"({model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype})"
-               f" x {model.linear_layers} linear layers, per GPU", value=f"{per / MIB:.2f} MiB")
+               f" x {model.linear_layers} {_linear_name(model)} layers, per GPU", value=f"{per / MIB:.2f} MiB")
         w.line("hybrid state pool", mamba_gib,
                f"{slots} state slots (mamba_ratio {ratio}, --mamba-full-memory-ratio {r})",
                value=f"{slots} slots")
@@ -915,7 +923,8 @@ def _cell_why(model: ModelSpec, tp: int, kv_bytes: float) -> str:
     heads = max(1, (model.full_kv_heads or model.kv_heads) // tp)
     dim = model.full_head_dim or model.head_dim
     return (f"{heads} KV heads/GPU x ({dim} + {dim}) x {model.full_layers} full-attention layers x {kv_bytes:g} B"
-            + (f" (the {model.linear_layers} linear layers hold state, not KV)" if model.linear_layers else ""))
+            + (f" (the {model.linear_layers} {_linear_name(model)} layers hold state, not KV)"
+               if model.linear_layers else ""))
 
 
 def _mamba_plan(version: SglangVersion, rest_gib: float, per: float, r: float, d: int, ratio: int, radix_off: bool,

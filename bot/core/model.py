@@ -16,7 +16,8 @@ from typing import Any, Literal, NamedTuple
 GIB = 1 << 30
 
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "float8": 1.0}
-LayerKind = Literal["full", "sliding", "linear"]
+# "ffn": a layer with no token mixer, only an MLP or experts (Nemotron-H's "-" and "E" layers)
+LayerKind = Literal["full", "sliding", "linear", "ffn"]
 
 
 class ModelConfigError(ValueError):
@@ -98,6 +99,10 @@ class LinearAttention:
     value_head_dim: int
     conv_kernel: int
     ssm_dtype: str = "float32"
+    # "gdn": Gated DeltaNet (Qwen3-Next/3.5/3.6); "mamba2": a Mamba-2 mixer (Nemotron-H), whose groups,
+    # heads, head width and state size SGLang's Mamba2StateShape takes in the places of the key heads,
+    # value heads, value head width and key head width: the same state arithmetic, other weights
+    kind: Literal["gdn", "mamba2"] = "gdn"
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,7 @@ class Moe:
     shared_intermediate: int  # 0 when none
     dense_layers: frozenset[int]  # layers with a dense MLP instead of experts
     dense_and_moe: bool = False  # Gemma 4 26B: a dense MLP *and* the experts in each layer
+    latent: int = 0  # Nemotron-H LatentMoE: the experts work in this width, projected in and out of it
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,9 @@ class ModelSpec:
     rope_tables: tuple[tuple[int, int], ...] = ()
     # one pipeline-parallel rank's share: (rank, pp size, first layer, whole model's layer count)
     stage: tuple[int, int, int, int] | None = None
+    # Nemotron-H's mamba and attention layers run no MLP; its MLP and MoE layers are separate layers
+    mixer_only_layers: frozenset[int] = frozenset()
+    mlp_matrices: int = 3  # gate, up and down; 2 for an ungated MLP (up and down: relu2, gelu)
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -224,7 +233,10 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     architecture = (config.get("architectures") or text.get("architectures") or ["?"])[0]
     model_type = str(config.get("model_type") or text.get("model_type") or "?")
     hidden = int(_need(text, "hidden_size", where))
-    layers = int(_need(text, "num_hidden_layers", where))
+    notes: list[str] = []
+    blocks = _block_types(text)
+    # Nemotron-H: the block list is the layer count (SGLang ignores the deprecated num_hidden_layers)
+    layers = len(blocks) if blocks else int(_need(text, "num_hidden_layers", where))
     heads = int(_need(text, "num_attention_heads", where))
     kv_heads = int(_get(text, "num_key_value_heads", default=heads))
     head_dim = int(_get(text, "head_dim", default=hidden // heads))
@@ -232,9 +244,20 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
                                                                         default="bfloat16"))
     tied = _tied_embeddings(config, text, str(text.get("model_type", model_type)))
     vocab = int(_need(text, "vocab_size", where))
-    kinds = _layer_kinds(text, layers, architecture)
+    kinds = _layer_kinds(text, layers, architecture, blocks)
     linear = None
-    if "linear" in kinds:
+    if "linear" in kinds and blocks:
+        # SGLang's NemotronHConfig.mamba2_cache_params: intermediate = mamba_num_heads x mamba_head_dim
+        linear = LinearAttention(
+            num_key_heads=int(_get(text, "n_groups", "mamba_n_groups", default=8)),
+            num_value_heads=int(_need(text, "mamba_num_heads", where)),
+            key_head_dim=int(_get(text, "ssm_state_size", default=128)),
+            value_head_dim=int(_get(text, "mamba_head_dim", default=64)),
+            conv_kernel=int(_get(text, "conv_kernel", "mamba_d_conv", default=4)),
+            ssm_dtype=str(_get(text, "mamba_ssm_dtype", default="float32")),
+            kind="mamba2",
+        )
+    elif "linear" in kinds:
         linear = LinearAttention(
             num_key_heads=int(_need(text, "linear_num_key_heads", where)),
             num_value_heads=int(_need(text, "linear_num_value_heads", where)),
@@ -254,14 +277,17 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
             index_head_dim=_get(text, "index_head_dim"),
             index_n_heads=int(_get(text, "index_n_heads", default=32) or 32),
         )
-    moe = _moe(text, layers)
+    moe = _moe(text, layers, blocks)
     # Llama 4 names its dense layers' MLP width intermediate_size_mlp (intermediate_size is the experts')
-    intermediate = int(_get(text, "intermediate_size_mlp", "intermediate_size", default=0))
+    intermediate_value = _get(text, "intermediate_size_mlp", "intermediate_size", default=0)
+    if isinstance(intermediate_value, list):  # Nemotron-H: one width per MLP layer
+        intermediate_value = max(intermediate_value) if intermediate_value else 0
+        notes.append("the MLP layers' widths differ; each is counted at the widest (an upper bound)")
+    intermediate = int(intermediate_value)
     vision = config.get("vision_config") or {}
     vision_params, vision_projector = _vision_params(vision, hidden)
     quant = _quantization(config, text, kinds)
     mtp = _get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers")  # None: the config does not say
-    notes = []
     if quant is UNKNOWN_QUANT:
         method = (config.get("quantization_config") or text.get("quantization_config") or {}).get("quant_method")
         notes.append(f"quantization {method!r} is not sized here: its layers are counted at 16 bits (an upper "
@@ -317,9 +343,47 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         replicated_embeddings=str(text.get("model_type", model_type)).startswith(("gemma3", "gemma4")),
         per_layer_input=int(_get(text, "hidden_size_per_layer_input", default=0) or 0),
         per_layer_vocab=int(_get(text, "vocab_size_per_layer_input", default=vocab) or vocab),
-        rope_tables=_rope_tables(text, kinds, head_dim, mla),
+        # Nemotron-H's attention layers take no rotary embedding (models/nemotron_h.py builds no get_rope)
+        rope_tables=() if blocks else _rope_tables(text, kinds, head_dim, mla),
+        mixer_only_layers=frozenset(i for i, b in enumerate(blocks) if b in ("mamba", "attention")),
+        mlp_matrices=2 if _ungated_mlp(text, model_type) else 3,
         notes=tuple(notes),
     )
+
+
+# model types whose MLP has no gate projection: up (or fc1 / dense_h_to_4h / c_fc) and down only
+UNGATED_MLP_TYPES = ("nemotron", "gpt_neox", "gpt_bigcode", "starcoder2", "falcon", "phi", "gpt2", "gptj", "opt",
+                     "bloom", "mpt")
+UNGATED_ACTIVATIONS = ("relu2", "squared_relu")
+
+
+def _ungated_mlp(text: dict[str, Any], model_type: str) -> bool:
+    """No gate matrix: the model types above (``phi3`` and ``phimoe`` are gated), or a squared-ReLU MLP."""
+    own = str(text.get("model_type", model_type))
+    if own in UNGATED_MLP_TYPES or own.startswith("nemotron_h"):
+        return True
+    return str(_get(text, "mlp_hidden_act", default="")) in UNGATED_ACTIVATIONS
+
+
+NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _block_types(text: dict[str, Any]) -> tuple[str, ...]:
+    """Nemotron-H's layer list: ``layers_block_type`` (mamba, attention, mlp, moe), or the older
+    ``hybrid_override_pattern`` string (M, *, -, E). Empty for every other model."""
+    listed = text.get("layers_block_type")
+    if isinstance(listed, list) and listed:
+        unknown = sorted({str(b) for b in listed} - set(NEMOTRON_BLOCKS.values()))
+        if unknown:
+            raise ModelConfigError(f"layers_block_type {unknown} not understood")
+        return tuple(str(b) for b in listed)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        unknown = sorted(set(pattern) - set(NEMOTRON_BLOCKS))
+        if unknown:
+            raise ModelConfigError(f"hybrid_override_pattern characters {unknown} not understood")
+        return tuple(NEMOTRON_BLOCKS[c] for c in pattern)
+    return ()
 
 
 # model types whose transformers config class defaults tie_word_embeddings to True (a config that
@@ -407,7 +471,11 @@ def rope_table_bytes(spec: ModelSpec, fp32: bool = True) -> float:
     return sum(positions * width * per for positions, width in spec.rope_tables)
 
 
-def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "") -> tuple[LayerKind, ...]:
+def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "",
+                 blocks: tuple[str, ...] = ()) -> tuple[LayerKind, ...]:
+    if blocks:
+        by_block: dict[str, LayerKind] = {"mamba": "linear", "attention": "full", "mlp": "ffn", "moe": "ffn"}
+        return tuple(by_block[b] for b in blocks)
     names = text.get("layer_types")
     if names:
         mapping: dict[str, LayerKind] = {
@@ -429,14 +497,22 @@ def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "") -> t
     return tuple("full" for _ in range(layers))
 
 
-def _moe(text: dict[str, Any], layers: int) -> Moe | None:
+def _moe(text: dict[str, Any], layers: int, blocks: tuple[str, ...] = ()) -> Moe | None:
     experts = _get(text, "num_experts", "n_routed_experts", "num_local_experts")
     if not experts:
+        return None
+    if blocks and "moe" not in blocks:
         return None
     inter = int(_get(text, "moe_intermediate_size", default=_get(text, "intermediate_size", default=0)))
     shared = int(_get(text, "shared_expert_intermediate_size", default=0) or 0)
     if not shared and _get(text, "n_shared_experts"):
-        shared = int(text["n_shared_experts"]) * inter
+        # Nemotron-H: moe_shared_expert_intermediate_size x n_shared_experts (its NemotronHMoE)
+        per_shared = int(_get(text, "moe_shared_expert_intermediate_size", default=inter) or inter)
+        shared = int(text["n_shared_experts"]) * per_shared
+    if blocks:
+        dense = {i for i, b in enumerate(blocks) if b == "mlp"}
+        latent = int(_get(text, "moe_latent_size", default=0) or 0)
+        return Moe(int(experts), inter, shared, frozenset(dense), latent=latent)
     dense = set(range(int(_get(text, "first_k_dense_replace", default=0) or 0)))
     dense.update(int(i) for i in (text.get("mlp_only_layers") or []))
     step = int(_get(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1)
@@ -567,7 +643,7 @@ def kept_parts(patterns: list[str], kinds: tuple[LayerKind, ...]) -> tuple[tuple
         else:
             by_layer.setdefault(part, set()).add(int(match.group(1)))
     holders = {
-        "attention": sum(1 for k in kinds if k != "linear"),
+        "attention": sum(1 for k in kinds if k in ("full", "sliding")),
         "linear attention": sum(1 for k in kinds if k == "linear"),
     }
     kept: dict[str, float] = {part: 1.0 for part in whole}
@@ -619,7 +695,8 @@ def weight_parts(spec: ModelSpec) -> list[WeightPart]:
         dense_i, experts_i = _mlp_params(spec, index)
         mlp += dense_i
         experts += experts_i
-        norms += 2 * h
+        # one norm before the mixer and one before the MLP; Nemotron-H's one-block layers have one
+        norms += h if kind == "ffn" or index in spec.mixer_only_layers else 2 * h
     parts += [
         WeightPart("attention", attention, True, True),
         WeightPart("attention down-projections", attention_whole, False, True),
@@ -631,6 +708,9 @@ def weight_parts(spec: ModelSpec) -> list[WeightPart]:
         WeightPart("linear attention conv and gates", linear_small, True, False),
         WeightPart("mlp", mlp, True, True),
         WeightPart("experts", experts, True, True, expert=True),
+        # Nemotron-H LatentMoE's fc1/fc2_latent_proj: ReplicatedLinear, whole on every rank
+        WeightPart("latent projections", _moe_layers(spec) * 2 * h * (spec.moe.latent if spec.moe else 0),
+                   False, True),
         WeightPart("norms and routers", norms + (h if last else 0) + _router_params(spec), False, False),
     ]
     if spec.vision_params and first:
@@ -655,8 +735,10 @@ def pipeline_stages(spec: ModelSpec, pp: int) -> list[ModelSpec]:
         if moe is not None:
             dense = frozenset(i - start for i in moe.dense_layers if start <= i < start + count)
             moe = replace(moe, dense_layers=dense)
+        mixer_only = frozenset(i - start for i in spec.mixer_only_layers if start <= i < start + count)
         stages.append(replace(
             spec, layers=count, layer_kinds=spec.layer_kinds[start:start + count], moe=moe,
+            mixer_only_layers=mixer_only,
             mtp_layers=spec.mtp_layers if rank == pp - 1 else 0, stage=(rank, pp, start, spec.layers)))
         start += count
     return stages
@@ -684,8 +766,18 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
     MLA's down-projections (``fused_qkv_a_proj_with_mqa``, or ``kv_a_proj_with_mqa`` without a
     q LoRA) and the DSA indexer's projections are ReplicatedLinear in SGLang: whole on every rank."""
     h = spec.hidden
+    if kind == "ffn":
+        return LayerAttention(0, 0, 0, 1, 0, 0)
+    la = spec.linear
+    if kind == "linear" and la is not None and la.kind == "mamba2":
+        # MambaMixer2: in_proj to z, x, B, C and dt; a depthwise conv1d (with bias) over x, B, C; A_log,
+        # D and dt_bias per head; a gated RMSNorm over the inner width; out_proj back to hidden
+        inner = la.num_value_heads * la.value_head_dim
+        conv_dim = inner + 2 * la.num_key_heads * la.key_head_dim
+        in_proj = h * (inner + conv_dim + la.num_value_heads)
+        small = conv_dim * (la.conv_kernel + 1) + 3 * la.num_value_heads + inner
+        return LayerAttention(0, 0, 0, 1, in_proj + inner * h, small)
     if kind == "linear":
-        la = spec.linear
         assert la is not None
         key_dim = la.num_key_heads * la.key_head_dim
         value_dim = la.num_value_heads * la.value_head_dim
@@ -724,21 +816,29 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
 
 
 def _mlp_params(spec: ModelSpec, index: int) -> tuple[int, int]:
+    """(dense MLP, experts) parameters of layer ``index``; past the last layer, an expert layer (MTP)."""
+    if index in spec.mixer_only_layers:
+        return 0, 0
     h = spec.hidden
+    m = spec.mlp_matrices
     moe = spec.moe
     if moe is None or index in moe.dense_layers:
-        return 3 * h * spec.intermediate, 0
-    experts = moe.num_experts * 3 * h * moe.intermediate
-    shared = 3 * h * moe.shared_intermediate
-    dense = 3 * h * spec.intermediate if moe.dense_and_moe else 0
+        return m * h * spec.intermediate, 0
+    width = moe.latent or h
+    experts = moe.num_experts * m * width * moe.intermediate
+    shared = m * h * moe.shared_intermediate
+    dense = m * h * spec.intermediate if moe.dense_and_moe else 0
     return dense + shared, experts
 
 
-def _router_params(spec: ModelSpec) -> int:
+def _moe_layers(spec: ModelSpec) -> int:
     if spec.moe is None:
         return 0
-    moe_layers = spec.layers - len(spec.moe.dense_layers)
-    return moe_layers * spec.hidden * spec.moe.num_experts
+    return sum(1 for i in range(spec.layers) if i not in spec.moe.dense_layers and i not in spec.mixer_only_layers)
+
+
+def _router_params(spec: ModelSpec) -> int:
+    return _moe_layers(spec) * spec.hidden * spec.moe.num_experts if spec.moe is not None else 0
 
 
 @dataclass(frozen=True)
@@ -936,7 +1036,7 @@ def quantized_inputs(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int
     inputs: dict[str, int] = {}
     moe = spec.moe
     if moe is not None:
-        inputs["experts' gate/up"] = spec.hidden
+        inputs["experts' gate/up"] = moe.latent or spec.hidden  # LatentMoE experts take the latent width
         inputs["experts' down projection"] = moe.intermediate // (moe_tp or tp)
         if moe.shared_intermediate and not quant.experts_only:
             inputs["shared expert's down projection"] = moe.shared_intermediate // tp

@@ -19,6 +19,7 @@ from bot.core.budget import (
 from bot.core.flags import LaunchFlags, parse_sglang_flags
 from bot.core.model import (
     GIB,
+    ModelConfigError,
     exclusion_part,
     kept_parts,
     kv_bytes_per_token,
@@ -152,6 +153,121 @@ def test_qwen36_geometry_and_state_by_hand():
     assert (conv, ssm) == (30_720 * 48, 1_572_864 * 48)
     assert conv + ssm == 76_972_032  # 73.41 MiB per request
     assert sum(mamba_bytes_per_request(q, 2, "bfloat16")) == 30_720 * 48 + 786_432 * 48
+
+
+# --------------------------------------------------------------------------- Mamba-2 hybrids (Nemotron-H)
+# Geometry of NVIDIA's releases as NVIDIA-NeMo/Megatron-Bridge's nemotron_h_provider.py states it (commit 160ccccb),
+# written with the config.json keys SGLang's NemotronHConfig reads; vocab 131,072 (docs/models/llm/nemotronh.md)
+
+NEMOTRON_3_NANO = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "torch_dtype": "bfloat16",
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", "num_hidden_layers": 52,
+    "hidden_size": 2688, "vocab_size": 131072, "tie_word_embeddings": False, "max_position_embeddings": 262144,
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "rope_theta": 10000,
+    "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+    "intermediate_size": 1856, "mlp_hidden_act": "relu2", "n_routed_experts": 128, "moe_intermediate_size": 1856,
+    "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 3712, "num_experts_per_tok": 6,
+}
+NEMOTRON_H_8B = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "torch_dtype": "bfloat16",
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", "hidden_size": 4096,
+    "vocab_size": 131072, "tie_word_embeddings": False, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+    "conv_kernel": 4, "intermediate_size": 21504,
+}
+
+
+def test_nemotron_h_layers_are_read_from_the_pattern():
+    nano = read_config(NEMOTRON_3_NANO, "nemotron-3-nano")
+    # 23 M (Mamba-2), 6 * (attention), 23 E (MoE): only the 6 attention layers hold KV, the 23 Mamba ones state
+    assert (nano.layers, nano.full_layers, nano.linear_layers, nano.layer_kinds.count("ffn")) == (52, 6, 23, 23)
+    assert nano.linear is not None and nano.linear.kind == "mamba2" and nano.mlp_matrices == 2
+    assert nano.moe is not None and (nano.moe.shared_intermediate, nano.moe.dense_layers) == (3712, frozenset())
+    assert nano.rope_tables == ()  # NemotronHAttention builds no rotary embedding
+    # the deprecated num_hidden_layers is not needed: the pattern counts the layers, as in SGLang
+    assert read_config({k: v for k, v in NEMOTRON_3_NANO.items() if k != "num_hidden_layers"}).layers == 52
+    with pytest.raises(ModelConfigError, match="X"):
+        read_config(dict(NEMOTRON_3_NANO, hybrid_override_pattern="M*EX"))
+
+
+def test_nemotron_3_nano_weights_by_hand():
+    parts = {p.name: p.params for p in weight_parts(read_config(NEMOTRON_3_NANO))}
+    # embeddings and lm_head: 2 x 131,072 x 2,688
+    assert parts["embeddings"] + parts["lm_head"] == 704_643_072
+    # 6 attention layers: q 2688x4096 + o 4096x2688 + k,v 2x2688x256 = 23,396,352 each
+    assert parts["attention"] + parts["attention kv"] == 6 * 23_396_352
+    # 23 Mamba-2 layers: in_proj 2688 x (4096 z + 6144 xBC + 64 dt) = 27,697,152; out_proj 4096x2688 = 11,010,048;
+    # conv1d 6144 x (4 + 1 bias) = 30,720; A_log, D, dt_bias 3 x 64; gated norm 4096: 38,742,208 a layer
+    assert parts["linear attention"] + parts["linear attention conv and gates"] == 23 * 38_742_208
+    # 23 MoE layers, ungated (relu2): 128 experts x 2 x 2688 x 1856; shared expert 2 x 2688 x 3712
+    assert parts["experts"] == 23 * 128 * 2 * 2688 * 1856
+    assert parts["mlp"] == 23 * 2 * 2688 * 3712
+    # routers 23 x 128 x 2688, one norm per layer (52 x 2688) and the final norm
+    assert parts["norms and routers"] == 23 * 128 * 2688 + 53 * 2688
+    assert sum(parts.values()) == 31_577_937_344  # NVIDIA: "31.6B total parameters"
+
+
+def test_nemotron_3_nano_kv_and_mamba_state_by_hand():
+    nano = read_config(NEMOTRON_3_NANO)
+    # tp 4: the 2 KV heads are copied (1 a rank) x (128 + 128) x 6 attention layers x 2 B
+    assert kv_bytes_per_token(nano, 4, 2.0) == (3_072, 0.0)
+    # conv: (64 x 64 + 2 x 8 x 128) / 4 x (4 - 1) x 2 B = 9,216 B a layer;
+    # ssm: 64 / 4 heads x 64 x 128 x 4 B (fp32) = 524,288 B a layer; x 23 Mamba layers
+    assert mamba_bytes_per_request(nano, 4) == (23 * 9_216, 23 * 524_288)
+
+
+def test_nemotron_3_nano_at_a_logged_launch():
+    """SGLang's own log of this model at tp 4 (page 64, radix cache off, --max-running-requests 8, 8K context,
+    --mem-fraction-static 0.85), from a public test-failure report: `Load weight end ... avail mem=7.95 GB,
+    mem usage=14.76 GB`, `Mamba Cache is allocated. max_mamba_cache_size: 8`, `KV Cache is allocated.
+    #tokens: 1557504`. The prediction starts from its free memory before the load (7.95 + 14.76 GiB)."""
+    b = run(read_config(NEMOTRON_3_NANO), ["--tp", "4", "--mem-fraction-static", "0.85", "--context-length", "8192",
+                                           "--disable-radix-cache", "--max-running-requests", "8", "--page-size", "64",
+                                           "--chunked-prefill-size", "1024", "--cuda-graph-max-bs", "8"],
+            version="0.5.9", total_mib=24576, count=4, pre=7.95 + 14.76)
+    assert abs(b.weights_gib - 14.76) / 14.76 < 0.01
+    assert b.mamba_slots == 8
+    assert abs(b.kv_tokens - 1_557_504) / 1_557_504 < 0.02
+    assert b.verdict is VerdictKind.FITS
+
+
+def test_nemotron_h_mlp_layers_are_ungated_and_separate():
+    h8 = read_config(NEMOTRON_H_8B)
+    assert (h8.full_layers, h8.linear_layers, h8.layer_kinds.count("ffn"), h8.moe) == (4, 24, 24, None)
+    parts = {p.name: p.params for p in weight_parts(h8)}
+    # 24 "-" layers of up 4096x21504 and down 21504x4096 (relu2, no gate), and nothing else runs an MLP
+    assert parts["mlp"] == 24 * 2 * 4096 * 21504
+    # the ungated model types (GPT-NeoX, StarCoder2, Falcon, Phi-2 ...) count two matrices, Phi-3 and Llama three
+    assert read_config({**LLAMA_LIKE, "model_type": "starcoder2"}).mlp_matrices == 2
+    assert read_config({**LLAMA_LIKE, "model_type": "phi3"}).mlp_matrices == 3
+
+
+LLAMA_LIKE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+              "intermediate_size": 128}
+
+
+def test_nemotron_3_super_latent_experts_are_narrow_and_their_projections_whole():
+    # Nemotron 3 Super (same provider): 88 layers, 512 experts of 2688 working in a 1024-wide latent space
+    pattern = "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+    sup = read_config(dict(NEMOTRON_3_NANO, hybrid_override_pattern=pattern, hidden_size=4096, mamba_num_heads=128,
+                           n_routed_experts=512, moe_intermediate_size=2688, moe_shared_expert_intermediate_size=5376,
+                           moe_latent_size=1024, num_nextn_predict_layers=2))
+    assert (sup.layers, sup.full_layers, sup.linear_layers) == (88, 8, 40)
+    parts = {p.name: p for p in weight_parts(sup)}
+    assert parts["experts"].params == 40 * 512 * 2 * 1024 * 2688
+    # fc1/fc2_latent_proj are ReplicatedLinear in SGLang: on every rank whole
+    assert parts["latent projections"].params == 40 * 2 * 4096 * 1024 and not parts["latent projections"].sharded
+    assert round(sum(p.params for p in parts.values()) / 1e9, 1) == 120.7  # NVIDIA: "120B parameters in total"
+
+
+def test_mamba_heads_that_do_not_split_over_tp_fail_before_loading():
+    from bot.core.budget import SPLIT_ASSERT_TEXT
+
+    odd = read_config(dict(NEMOTRON_3_NANO, mamba_num_heads=60))  # 32 heads and 2 KV heads split over 8; 60 do not
+    b = run(odd, ["--tp", "8"], count=8)
+    assert b.error_text == SPLIT_ASSERT_TEXT
+    assert next(x for x in b.lines if x.label == "layers over tp").why == \
+        "the 60 Mamba-2 heads do not split over tp 8"
 
 
 def test_qwen3_next_layer_pattern_from_interval():
