@@ -257,6 +257,17 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
             ssm_dtype=str(_get(text, "mamba_ssm_dtype", default="float32")),
             kind="mamba2",
         )
+    elif "linear" in kinds and text.get("mamba_n_heads"):
+        # Granite 4.0-H (GraniteMoeHybridConfig.mamba_cache_params): Mamba-2 with mamba_* keys
+        linear = LinearAttention(
+            num_key_heads=int(_get(text, "mamba_n_groups", default=1)),
+            num_value_heads=int(text["mamba_n_heads"]),
+            key_head_dim=int(_get(text, "mamba_d_state", default=128)),
+            value_head_dim=int(_get(text, "mamba_d_head", default=64)),
+            conv_kernel=int(_get(text, "mamba_d_conv", default=4)),
+            ssm_dtype=str(_get(text, "mamba_ssm_dtype", default="float32")),
+            kind="mamba2",
+        )
     elif "linear" in kinds:
         linear = LinearAttention(
             num_key_heads=int(_need(text, "linear_num_key_heads", where)),
@@ -284,6 +295,9 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         intermediate_value = max(intermediate_value) if intermediate_value else 0
         notes.append("the MLP layers' widths differ; each is counted at the widest (an upper bound)")
     intermediate = int(intermediate_value)
+    if moe is None and text.get("shared_intermediate_size") and "num_local_experts" in text:
+        # GraniteMoeHybrid without experts (Granite 4.0-H-Micro): each layer's MLP is its shared_mlp
+        intermediate = int(text["shared_intermediate_size"])
     vision = config.get("vision_config") or {}
     vision_params, vision_projector = _vision_params(vision, hidden)
     quant = _quantization(config, text, kinds)
@@ -296,6 +310,11 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         notes.append("the vision tower's size cannot be read from this config: it is not counted in the weights")
     if config.get("audio_config"):
         notes.append("an audio tower is loaded too and is not counted in the weights")
+    unread_state = sorted(k for k in text if k.startswith(STATE_KEY_PREFIXES) or k in STATE_KEYS)
+    if unread_state and linear is None:
+        notes.append(f"this config describes state-space or linear-attention layers ({', '.join(unread_state[:3])}"
+                     f"{', ...' if len(unread_state) > 3 else ''}) that are not modelled here: every layer is "
+                     "counted as attention and no per-request state is counted; the first load's log decides")
     shared = int(_get(text, "num_kv_shared_layers", default=0) or 0)
     if shared:
         notes.append(f"{shared} layers reuse earlier layers' KV cache; the KV estimate counts every layer "
@@ -343,12 +362,20 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         replicated_embeddings=str(text.get("model_type", model_type)).startswith(("gemma3", "gemma4")),
         per_layer_input=int(_get(text, "hidden_size_per_layer_input", default=0) or 0),
         per_layer_vocab=int(_get(text, "vocab_size_per_layer_input", default=vocab) or vocab),
-        # Nemotron-H's attention layers take no rotary embedding (models/nemotron_h.py builds no get_rope)
-        rope_tables=() if blocks else _rope_tables(text, kinds, head_dim, mla),
+        # Nemotron-H's attention layers take no rotary embedding (models/nemotron_h.py builds no get_rope),
+        # nor do those of a config whose position_embedding_type is "nope" (Granite 4.0-H)
+        rope_tables=() if blocks or text.get("position_embedding_type") == "nope"
+        else _rope_tables(text, kinds, head_dim, mla),
         mixer_only_layers=frozenset(i for i, b in enumerate(blocks) if b in ("mamba", "attention")),
         mlp_matrices=2 if _ungated_mlp(text, model_type) else 3,
         notes=tuple(notes),
     )
+
+
+# config keys that describe recurrent (Mamba, linear-attention, short-conv) layers: a config that has them but
+# whose layers were not read as such (Falcon-H1, Jamba, Bamba, Zamba, Kimi-Linear, LFM2 ...) is said to be unmodelled
+STATE_KEY_PREFIXES = ("mamba_", "ssm_", "linear_attn")
+STATE_KEYS = frozenset({"attn_layer_period", "attn_layer_indices", "full_attn_idxs", "conv_L_cache", "state_size"})
 
 
 # model types whose MLP has no gate projection: up (or fc1 / dense_h_to_4h / c_fc) and down only
@@ -388,7 +415,7 @@ def _block_types(text: dict[str, Any]) -> tuple[str, ...]:
 
 # model types whose transformers config class defaults tie_word_embeddings to True (a config that
 # leaves the key out ties: Gemma3TextConfig's tie_word_embeddings=True); other classes default False
-TIED_BY_DEFAULT = ("gemma",)
+TIED_BY_DEFAULT = ("gemma", "granitemoehybrid")
 
 
 def _tied_embeddings(config: dict[str, Any], text: dict[str, Any], model_type: str) -> bool:
@@ -488,6 +515,9 @@ def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "",
                 raise ModelConfigError(f"layer type {n!r} not understood")
             kinds.append(mapping[n])
         return tuple(kinds)
+    if not names and str(text.get("model_type", "")) == "granitemoehybrid":
+        # GraniteMoeHybridConfig without layer_types: attention every sixth layer, Mamba-2 elsewhere
+        return tuple("full" if (i + 1) % 6 == 0 else "linear" for i in range(layers))
     interval = text.get("full_attention_interval")
     if interval and text.get("linear_num_value_heads"):
         return tuple("full" if (i + 1) % int(interval) == 0 else "linear" for i in range(layers))
@@ -504,7 +534,8 @@ def _moe(text: dict[str, Any], layers: int, blocks: tuple[str, ...] = ()) -> Moe
     if blocks and "moe" not in blocks:
         return None
     inter = int(_get(text, "moe_intermediate_size", default=_get(text, "intermediate_size", default=0)))
-    shared = int(_get(text, "shared_expert_intermediate_size", default=0) or 0)
+    # Granite's MoE layers also run a shared_mlp, shared_intermediate_size wide
+    shared = int(_get(text, "shared_expert_intermediate_size", "shared_intermediate_size", default=0) or 0)
     if not shared and _get(text, "n_shared_experts"):
         # Nemotron-H: moe_shared_expert_intermediate_size x n_shared_experts (its NemotronHMoE)
         per_shared = int(_get(text, "moe_shared_expert_intermediate_size", default=inter) or inter)

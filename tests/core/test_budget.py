@@ -270,6 +270,46 @@ def test_mamba_heads_that_do_not_split_over_tp_fail_before_loading():
         "the 60 Mamba-2 heads do not split over tp 8"
 
 
+# SGLang's GraniteMoeHybridConfig defaults (configs/granitemoehybrid.py): 40 layers, attention every sixth,
+# Mamba-2 of 64 heads x 64 with a 128 state and one group, no experts (each layer's MLP is its shared_mlp), NoPE
+GRANITE_4_H_DEFAULTS = {
+    "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "vocab_size": 100352,
+    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 40, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "position_embedding_type": "nope", "max_position_embeddings": 131072,
+    "mamba_d_state": 128, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_d_head": 64, "mamba_n_heads": 64,
+    "mamba_n_groups": 1, "num_local_experts": 0, "shared_intermediate_size": 8192,
+}
+
+
+def test_granite_4_h_mamba_layers_state_and_weights_by_hand():
+    g = read_config(GRANITE_4_H_DEFAULTS)
+    # no layer_types: SGLang's default pattern, attention where (i + 1) % 6 == 0
+    assert (g.full_layers, g.linear_layers) == (6, 34) and g.layer_kinds[5] == "full"
+    assert g.tied_embeddings and g.rope_tables == () and g.linear is not None and g.linear.kind == "mamba2"
+    # KV: 8 heads x (64 + 64) x 6 layers x 2 B; conv (4096 + 2 x 1 x 128) x 3 x 2 B and ssm 64 x 64 x 128 x 4 B a layer
+    assert kv_bytes_per_token(g, 1, 2.0)[0] == 12_288
+    assert mamba_bytes_per_request(g, 1) == (34 * 26_112, 34 * 2_097_152)
+    parts = {p.name: p.params for p in weight_parts(g)}
+    # tied embeddings 100,352 x 2,048; attention (q, o 2048x2048; k, v 2048x512) 10,485,760 a layer;
+    # Mamba-2: in_proj 2048 x 8512 + out_proj 4096x2048 + conv 4352 x 5 + 3 x 64 + norm 4096 = 25,847,232 a layer;
+    # the shared_mlp (gated: 3 x 2048 x 8192) in all 40 layers; two norms a layer and the final one
+    assert parts == {"embeddings": 205_520_896, "attention": 6 * 8_388_608, "attention kv": 6 * 2_097_152,
+                     "linear attention": 34 * 25_821_184, "linear attention conv and gates": 34 * 26_048,
+                     "mlp": 40 * 50_331_648, "norms and routers": 81 * 2048}
+    assert sum(parts.values()) == 3_160_673_152
+
+
+def test_a_config_with_state_layers_not_modelled_says_so():
+    # Falcon-H1 runs a Mamba-2 mixer beside attention in every layer: not modelled, and said to be
+    falcon_h1 = {"architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", **LLAMA_LIKE,
+                 "mamba_d_ssm": 1024, "mamba_n_heads": 128, "mamba_d_state": 256}
+    notes = read_config(falcon_h1).notes
+    assert any("state-space or linear-attention layers (mamba_d_ssm, mamba_d_state, mamba_n_heads)" in n
+               for n in notes)
+    assert not any("state-space" in n for n in read_config(GRANITE_4_H_DEFAULTS).notes)
+    assert not any("state-space" in n for n in spec("Qwen__Qwen3.6-27B").notes)
+
+
 def test_qwen3_next_layer_pattern_from_interval():
     nxt = spec("Qwen__Qwen3-Next-80B-A3B-Instruct")
     assert nxt.layer_kinds[3] == "full" and nxt.layer_kinds[0] == "linear"
