@@ -103,6 +103,7 @@ class LinearAttention:
     # heads, head width and state size SGLang's Mamba2StateShape takes in the places of the key heads,
     # value heads, value head width and key head width: the same state arithmetic, other weights
     kind: Literal["gdn", "mamba2"] = "gdn"
+    gated_norm: bool = True  # a Mamba-2 mixer's RMSNorm over its inner width (Falcon-H1: mamba_rms_norm)
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,8 @@ class ModelSpec:
     # Nemotron-H's mamba and attention layers run no MLP; its MLP and MoE layers are separate layers
     mixer_only_layers: frozenset[int] = frozenset()
     mlp_matrices: int = 3  # gate, up and down; 2 for an ungated MLP (up and down: relu2, gelu)
+    # Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side (KV and state in each layer)
+    parallel_hybrid: bool = False
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -186,7 +189,8 @@ class ModelSpec:
 
     @property
     def linear_layers(self) -> int:
-        return sum(1 for k in self.layer_kinds if k == "linear")
+        """Layers holding per-request state: every layer of a parallel hybrid (Falcon-H1)."""
+        return self.layers if self.parallel_hybrid else sum(1 for k in self.layer_kinds if k == "linear")
 
     @property
     def has_dense_mlp(self) -> bool:
@@ -245,38 +249,8 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     tied = _tied_embeddings(config, text, str(text.get("model_type", model_type)))
     vocab = int(_need(text, "vocab_size", where))
     kinds = _layer_kinds(text, layers, architecture, blocks)
-    linear = None
-    if "linear" in kinds and blocks:
-        # SGLang's NemotronHConfig.mamba2_cache_params: intermediate = mamba_num_heads x mamba_head_dim
-        linear = LinearAttention(
-            num_key_heads=int(_get(text, "n_groups", "mamba_n_groups", default=8)),
-            num_value_heads=int(_need(text, "mamba_num_heads", where)),
-            key_head_dim=int(_get(text, "ssm_state_size", default=128)),
-            value_head_dim=int(_get(text, "mamba_head_dim", default=64)),
-            conv_kernel=int(_get(text, "conv_kernel", "mamba_d_conv", default=4)),
-            ssm_dtype=str(_get(text, "mamba_ssm_dtype", default="float32")),
-            kind="mamba2",
-        )
-    elif "linear" in kinds and text.get("mamba_n_heads"):
-        # Granite 4.0-H (GraniteMoeHybridConfig.mamba_cache_params): Mamba-2 with mamba_* keys
-        linear = LinearAttention(
-            num_key_heads=int(_get(text, "mamba_n_groups", default=1)),
-            num_value_heads=int(text["mamba_n_heads"]),
-            key_head_dim=int(_get(text, "mamba_d_state", default=128)),
-            value_head_dim=int(_get(text, "mamba_d_head", default=64)),
-            conv_kernel=int(_get(text, "mamba_d_conv", default=4)),
-            ssm_dtype=str(_get(text, "mamba_ssm_dtype", default="float32")),
-            kind="mamba2",
-        )
-    elif "linear" in kinds:
-        linear = LinearAttention(
-            num_key_heads=int(_need(text, "linear_num_key_heads", where)),
-            num_value_heads=int(_need(text, "linear_num_value_heads", where)),
-            key_head_dim=int(_need(text, "linear_key_head_dim", where)),
-            value_head_dim=int(_need(text, "linear_value_head_dim", where)),
-            conv_kernel=int(_get(text, "linear_conv_kernel_dim", default=4)),
-            ssm_dtype=str(_get(text, "mamba_ssm_dtype", default="float32")),
-        )
+    parallel = str(text.get("model_type", model_type)) == "falcon_h1"
+    linear = _linear_attention(text, kinds, blocks, parallel, hidden, where)
     mla = None
     if text.get("kv_lora_rank"):
         mla = Mla(
@@ -368,8 +342,51 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         else _rope_tables(text, kinds, head_dim, mla),
         mixer_only_layers=frozenset(i for i, b in enumerate(blocks) if b in ("mamba", "attention")),
         mlp_matrices=2 if _ungated_mlp(text, model_type) else 3,
+        parallel_hybrid=parallel,
         notes=tuple(notes),
     )
+
+
+def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks: tuple[str, ...], parallel: bool,
+                      hidden: int, where: str) -> LinearAttention | None:
+    """The recurrent layers' geometry, by family: Gated DeltaNet (Qwen3-Next/3.5/3.6, ``linear_*`` keys) or a
+    Mamba-2 mixer, whose groups, heads, head width and state size take the places of GDN's key heads, value
+    heads, value head width and key head width in SGLang's Mamba2StateShape:
+    Nemotron-H (``NemotronHConfig.mamba2_cache_params``: intermediate = mamba_num_heads x mamba_head_dim),
+    Falcon-H1 (``FalconH1Config``: a mixer of mamba_d_ssm beside the attention in every layer) and
+    Granite 4.0-H (``GraniteMoeHybridConfig.mamba_cache_params``)."""
+    ssm_dtype = str(_get(text, "mamba_ssm_dtype", default="float32"))
+    if parallel:
+        heads = int(_get(text, "mamba_n_heads", default=128))
+        d_ssm = int(_get(text, "mamba_d_ssm", default=0) or int(_get(text, "mamba_expand", default=2)) * hidden)
+        d_head = _get(text, "mamba_d_head", default="auto")
+        return LinearAttention(
+            num_key_heads=int(_get(text, "mamba_n_groups", default=1)), num_value_heads=heads,
+            key_head_dim=int(_get(text, "mamba_d_state", default=256)),
+            value_head_dim=d_ssm // heads if d_head in (None, "auto") else int(d_head),
+            conv_kernel=int(_get(text, "mamba_d_conv", default=4)), ssm_dtype=ssm_dtype, kind="mamba2",
+            gated_norm=bool(_get(text, "mamba_rms_norm", default=False)))
+    if "linear" not in kinds:
+        return None
+    if blocks:
+        return LinearAttention(
+            num_key_heads=int(_get(text, "n_groups", "mamba_n_groups", default=8)),
+            num_value_heads=int(_need(text, "mamba_num_heads", where)),
+            key_head_dim=int(_get(text, "ssm_state_size", default=128)),
+            value_head_dim=int(_get(text, "mamba_head_dim", default=64)),
+            conv_kernel=int(_get(text, "conv_kernel", "mamba_d_conv", default=4)), ssm_dtype=ssm_dtype, kind="mamba2")
+    if text.get("mamba_n_heads"):
+        return LinearAttention(
+            num_key_heads=int(_get(text, "mamba_n_groups", default=1)), num_value_heads=int(text["mamba_n_heads"]),
+            key_head_dim=int(_get(text, "mamba_d_state", default=128)),
+            value_head_dim=int(_get(text, "mamba_d_head", default=64)),
+            conv_kernel=int(_get(text, "mamba_d_conv", default=4)), ssm_dtype=ssm_dtype, kind="mamba2")
+    return LinearAttention(
+        num_key_heads=int(_need(text, "linear_num_key_heads", where)),
+        num_value_heads=int(_need(text, "linear_num_value_heads", where)),
+        key_head_dim=int(_need(text, "linear_key_head_dim", where)),
+        value_head_dim=int(_need(text, "linear_value_head_dim", where)),
+        conv_kernel=int(_get(text, "linear_conv_kernel_dim", default=4)), ssm_dtype=ssm_dtype)
 
 
 # config keys that describe recurrent (Mamba, linear-attention, short-conv) layers: a config that has them but
@@ -717,6 +734,9 @@ def weight_parts(spec: ModelSpec) -> list[WeightPart]:
     kv_by_heads: dict[int, int] = {}
     for index, kind in enumerate(spec.layer_kinds):
         one = _attention_params(spec, kind)
+        if spec.parallel_hybrid:  # the Mamba-2 mixer beside the attention
+            mixer = _attention_params(spec, "linear")
+            one = one._replace(linear=mixer.linear, linear_small=mixer.linear_small)
         attention += one.sharded
         attention_whole += one.whole
         if one.kv:
@@ -806,7 +826,7 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
         inner = la.num_value_heads * la.value_head_dim
         conv_dim = inner + 2 * la.num_key_heads * la.key_head_dim
         in_proj = h * (inner + conv_dim + la.num_value_heads)
-        small = conv_dim * (la.conv_kernel + 1) + 3 * la.num_value_heads + inner
+        small = conv_dim * (la.conv_kernel + 1) + 3 * la.num_value_heads + (inner if la.gated_norm else 0)
         return LayerAttention(0, 0, 0, 1, in_proj + inner * h, small)
     if kind == "linear":
         assert la is not None

@@ -299,13 +299,41 @@ def test_granite_4_h_mamba_layers_state_and_weights_by_hand():
     assert sum(parts.values()) == 3_160_673_152
 
 
+# Falcon-H1-0.5B as NVIDIA-NeMo/Megatron-Bridge's test_falcon_h1_bridge.py quotes its config (commit acc8ca4b)
+FALCON_H1_05B = {
+    "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "torch_dtype": "bfloat16",
+    "hidden_size": 1024, "intermediate_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 32784, "tie_word_embeddings": False,
+    "max_position_embeddings": 16384, "rope_theta": 100000000000.0, "mamba_d_conv": 4, "mamba_d_head": 64,
+    "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 24, "mamba_rms_norm": False,
+    "mamba_conv_bias": True,
+}
+
+
+def test_falcon_h1_runs_attention_and_mamba_side_by_side_in_every_layer():
+    f = read_config(FALCON_H1_05B)
+    # SGLang's FalconH1Config: full_attention_layer_ids and linear_layer_ids are both every layer
+    assert (f.full_layers, f.linear_layers, f.parallel_hybrid, f.is_hybrid_linear) == (36, 36, True, True)
+    # KV: 2 heads x (64 + 64) x 36 x 2 B; state: conv (24 x 64 + 2 x 1 x 128) x 3 x 2 B, ssm 24 x 64 x 128 x 4 B
+    assert kv_bytes_per_token(f, 1, 2.0)[0] == 18_432
+    assert mamba_bytes_per_request(f, 1) == (36 * 10_752, 36 * 786_432)
+    parts = {p.name: p.params for p in weight_parts(f)}
+    # per layer: attention q, o 1024x512 and k, v 1024x128; Mamba-2 in_proj 1024 x (1536 + 1792 + 24) and out_proj
+    # 1536x1024, conv 1792 x 5, A_log/D/dt_bias 3 x 24, no mixer norm (mamba_rms_norm false); gated MLP 3x1024x2048
+    assert parts["attention"] + parts["attention kv"] == 36 * 1_310_720
+    assert parts["linear attention"] + parts["linear attention conv and gates"] == 36 * (5_005_312 + 9_032)
+    assert parts["mlp"] == 36 * 6_291_456
+    assert sum(parts.values()) == 521_411_104  # "Falcon-H1-0.5B"
+
+
 def test_a_config_with_state_layers_not_modelled_says_so():
-    # Falcon-H1 runs a Mamba-2 mixer beside attention in every layer: not modelled, and said to be
-    falcon_h1 = {"architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", **LLAMA_LIKE,
-                 "mamba_d_ssm": 1024, "mamba_n_heads": 128, "mamba_d_state": 256}
-    notes = read_config(falcon_h1).notes
-    assert any("state-space or linear-attention layers (mamba_d_ssm, mamba_d_state, mamba_n_heads)" in n
+    # Jamba's Mamba (v1) layers are not modelled, and the answer says so (keys as transformers' JambaConfig names them)
+    jamba = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", **LLAMA_LIKE,
+             "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_expand": 2}
+    notes = read_config(jamba).notes
+    assert any("state-space or linear-attention layers (attn_layer_period, mamba_d_state, mamba_expand)" in n
                for n in notes)
+    assert not any("state-space" in n for n in read_config(FALCON_H1_05B).notes)
     assert not any("state-space" in n for n in read_config(GRANITE_4_H_DEFAULTS).notes)
     assert not any("state-space" in n for n in spec("Qwen__Qwen3.6-27B").notes)
 
