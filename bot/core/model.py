@@ -101,8 +101,9 @@ class LinearAttention:
     ssm_dtype: str = "float32"
     # "gdn": Gated DeltaNet (Qwen3-Next/3.5/3.6); "mamba2": a Mamba-2 mixer (Nemotron-H), whose groups,
     # heads, head width and state size SGLang's Mamba2StateShape takes in the places of the key heads,
-    # value heads, value head width and key head width: the same state arithmetic, other weights
-    kind: Literal["gdn", "mamba2"] = "gdn"
+    # value heads, value head width and key head width; "kda": Kimi Delta Attention (Kimi-Linear), as many
+    # key as value heads of one width: the same state arithmetic, other weights
+    kind: Literal["gdn", "mamba2", "kda"] = "gdn"
     gated_norm: bool = True  # a Mamba-2 mixer's RMSNorm over its inner width (Falcon-H1: mamba_rms_norm)
 
 
@@ -354,7 +355,8 @@ def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks
     heads, value head width and key head width in SGLang's Mamba2StateShape:
     Nemotron-H (``NemotronHConfig.mamba2_cache_params``: intermediate = mamba_num_heads x mamba_head_dim),
     Falcon-H1 (``FalconH1Config``: a mixer of mamba_d_ssm beside the attention in every layer) and
-    Granite 4.0-H (``GraniteMoeHybridConfig.mamba_cache_params``)."""
+    Granite 4.0-H (``GraniteMoeHybridConfig.mamba_cache_params``); or Kimi Delta Attention (Kimi-Linear's
+    ``linear_attn_config``, KimiLinearStateShape: the same numbers of elements)."""
     ssm_dtype = str(_get(text, "mamba_ssm_dtype", default="float32"))
     if parallel:
         heads = int(_get(text, "mamba_n_heads", default=128))
@@ -368,6 +370,13 @@ def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks
             gated_norm=bool(_get(text, "mamba_rms_norm", default=False)))
     if "linear" not in kinds:
         return None
+    kda = text.get("linear_attn_config")
+    if isinstance(kda, dict):
+        # KimiLinearConfig.mamba2_cache_params (KimiLinearStateShape): q, k and v each heads x head_dim wide
+        heads, width = int(kda["num_heads"]), int(kda["head_dim"])
+        return LinearAttention(num_key_heads=heads, num_value_heads=heads, key_head_dim=width, value_head_dim=width,
+                               conv_kernel=int(kda.get("short_conv_kernel_size") or 4), ssm_dtype=ssm_dtype,
+                               kind="kda")
     if blocks:
         return LinearAttention(
             num_key_heads=int(_get(text, "n_groups", "mamba_n_groups", default=8)),
@@ -390,7 +399,7 @@ def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks
 
 
 # config keys that describe recurrent (Mamba, linear-attention, short-conv) layers: a config that has them but
-# whose layers were not read as such (Falcon-H1, Jamba, Bamba, Zamba, Kimi-Linear, LFM2 ...) is said to be unmodelled
+# whose layers were not read as such (Jamba, Bamba, Zamba, LFM2 ...) is said to be unmodelled
 STATE_KEY_PREFIXES = ("mamba_", "ssm_", "linear_attn")
 STATE_KEYS = frozenset({"attn_layer_period", "attn_layer_indices", "full_attn_idxs", "conv_L_cache", "state_size"})
 
@@ -520,6 +529,11 @@ def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "",
     if blocks:
         by_block: dict[str, LayerKind] = {"mamba": "linear", "attention": "full", "mlp": "ffn", "moe": "ffn"}
         return tuple(by_block[b] for b in blocks)
+    kda = (text.get("linear_attn_config") or {}).get("kda_layers")
+    if isinstance(kda, list):
+        # KimiLinearConfig.is_kda_layer: kda_layers counts from 1; every other layer is full (MLA) attention
+        numbers = {int(n) for n in kda}
+        return tuple("linear" if i + 1 in numbers else "full" for i in range(layers))
     names = text.get("layer_types")
     if names:
         mapping: dict[str, LayerKind] = {
@@ -532,7 +546,7 @@ def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "",
                 raise ModelConfigError(f"layer type {n!r} not understood")
             kinds.append(mapping[n])
         return tuple(kinds)
-    if not names and str(text.get("model_type", "")) == "granitemoehybrid":
+    if str(text.get("model_type", "")) == "granitemoehybrid":
         # GraniteMoeHybridConfig without layer_types: attention every sixth layer, Mamba-2 elsewhere
         return tuple("full" if (i + 1) % 6 == 0 else "linear" for i in range(layers))
     interval = text.get("full_attention_interval")
@@ -553,10 +567,11 @@ def _moe(text: dict[str, Any], layers: int, blocks: tuple[str, ...] = ()) -> Moe
     inter = int(_get(text, "moe_intermediate_size", default=_get(text, "intermediate_size", default=0)))
     # Granite's MoE layers also run a shared_mlp, shared_intermediate_size wide
     shared = int(_get(text, "shared_expert_intermediate_size", "shared_intermediate_size", default=0) or 0)
-    if not shared and _get(text, "n_shared_experts"):
+    shared_count = _get(text, "n_shared_experts", "num_shared_experts")  # Kimi names it num_shared_experts
+    if not shared and shared_count:
         # Nemotron-H: moe_shared_expert_intermediate_size x n_shared_experts (its NemotronHMoE)
         per_shared = int(_get(text, "moe_shared_expert_intermediate_size", default=inter) or inter)
-        shared = int(text["n_shared_experts"]) * per_shared
+        shared = int(shared_count) * per_shared
     if blocks:
         dense = {i for i, b in enumerate(blocks) if b == "mlp"}
         latent = int(_get(text, "moe_latent_size", default=0) or 0)
@@ -828,6 +843,14 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
         in_proj = h * (inner + conv_dim + la.num_value_heads)
         small = conv_dim * (la.conv_kernel + 1) + 3 * la.num_value_heads + (inner if la.gated_norm else 0)
         return LayerAttention(0, 0, 0, 1, in_proj + inner * h, small)
+    if kind == "linear" and la is not None and la.kind == "kda":
+        # KimiDeltaAttention: q, k, v, beta, the low-rank forget and output gates (their f_a/g_a halves are
+        # ReplicatedLinear: whole on every rank), o_proj; fp32 dt_bias, A_log and q/k/v short convolutions
+        width = la.num_value_heads * la.value_head_dim
+        rank = la.value_head_dim
+        projections = h * 3 * width + h * la.num_value_heads + 2 * rank * width + width * h
+        small = width + 3 * width * la.conv_kernel + la.num_value_heads + rank
+        return LayerAttention(0, 2 * h * rank, 0, 1, projections, small)
     if kind == "linear":
         assert la is not None
         key_dim = la.num_key_heads * la.key_head_dim

@@ -326,6 +326,41 @@ def test_falcon_h1_runs_attention_and_mamba_side_by_side_in_every_layer():
     assert sum(parts.values()) == 521_411_104  # "Falcon-H1-0.5B"
 
 
+# Kimi-Linear-48B-A3B's geometry as several public copies of its config.json quote it (see tests/fixtures/SOURCES.md)
+KIMI_LINEAR_48B = {
+    "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "torch_dtype": "bfloat16",
+    "vocab_size": 163840, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 27,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False, "first_k_dense_replace": 1,
+    "moe_intermediate_size": 1024, "moe_layer_freq": 1, "num_experts": 256, "num_experts_per_token": 8,
+    "num_shared_experts": 1, "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "v_head_dim": 128, "mla_use_nope": True, "num_nextn_predict_layers": 0,
+    "linear_attn_config": {"full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32,
+                           "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+                           "short_conv_kernel_size": 4},
+}
+
+
+def test_kimi_linear_kda_layers_state_and_weights_by_hand():
+    k = read_config(KIMI_LINEAR_48B)
+    # kda_layers count from 1 (KimiLinearConfig.is_kda_layer): 20 KDA layers, the other 7 MLA
+    assert (k.linear_layers, k.full_layers, k.layer_kinds[3], k.layer_kinds[0]) == (20, 7, "full", "linear")
+    assert k.linear is not None and k.linear.kind == "kda" and k.mla is not None
+    # KV: MLA (512 + 64) x 7 layers x 2 B; state: conv 3 x 4096 x (4 - 1) x 2 B, ssm 32 x 128 x 128 x 4 B a layer
+    assert kv_bytes_per_token(k, 1, 2.0)[0] == 8_064
+    assert mamba_bytes_per_request(k, 1) == (20 * 73_728, 20 * 2_097_152)
+    parts = {p.name: p.params for p in weight_parts(k)}
+    # a KDA layer: q, k, v 3 x 2304 x 4096, beta 2304 x 32, f_b and g_b 2 x 128 x 4096, o 4096 x 2304 (split over tp);
+    # f_a and g_a 2 x 2304 x 128 (whole on every rank); dt_bias 4096, convolutions 3 x 4096 x 4, A_log 32, norm 128
+    assert parts["linear attention"] == 20 * 38_871_040
+    assert parts["linear attention conv and gates"] == 20 * 53_408
+    # MLA without a q LoRA: q 2304 x 32 x 192, kv_b 512 x 32 x 256, o 4096 x 2304; kv_a 2304 x 576 (+ its norm) whole
+    assert parts["attention"] == 7 * 27_787_264
+    assert parts["attention down-projections"] == 20 * 589_824 + 7 * 1_327_616
+    # one dense layer (3 x 2304 x 9216), 26 MoE layers of 256 experts and one shared expert (3 x 2304 x 1024 each)
+    assert parts["mlp"] == 63_700_992 + 26 * 7_077_888 and parts["experts"] == 26 * 256 * 7_077_888
+    assert sum(parts.values()) == 49_122_675_072
+
+
 def test_a_config_with_state_layers_not_modelled_says_so():
     # Jamba's Mamba (v1) layers are not modelled, and the answer says so (keys as transformers' JambaConfig names them)
     jamba = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", **LLAMA_LIKE,
