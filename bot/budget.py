@@ -34,6 +34,26 @@ class PlannedBudget:
     free_mib: tuple[int, ...] = ()  # free MiB of the launch GPUs when the budget was planned
 
 
+async def cached_model_dir(transport: Transport, target: Target, hf_cache: str, model: str) -> str:
+    """The directory in the container that holds ``model``'s files: the path itself, or for a Hub id
+    (``org/name``, which SGLang resolves the same way) the snapshot its Hugging Face cache's
+    ``refs/main`` names. A Hub id that is not cached there is a usage error naming where it was looked for."""
+    if not remote.is_hub_id(model):
+        return model
+    assert target.vmid is not None
+    repo = remote.hub_repo_dir(hf_cache, model)
+    ref = await transport.run(target.node, remote.pct_exec(target.vmid, remote.read_file(repo + "/refs/main")),
+                              ok_exit=(0, 1))
+    if ref.exit_status != 0:
+        raise UsageError(f"`{model}` is not in the Hugging Face cache of container {target.label} (no "
+                         f"`{repo}/refs/main`): download it there first (`huggingface-cli download {model}`), "
+                         "or give the model's directory")
+    try:
+        return remote.hub_snapshot_dir(repo, ref.stdout)
+    except ValueError as exc:
+        raise UsageError(f"`{model}` in container {target.label}: {exc}") from None
+
+
 async def plan_budget(transport: Transport, inventory: Inventory, target: Target, model_path: str,
                       flag_argv: tuple[str, ...], history: Sequence[Attempt] = ()) -> PlannedBudget:
     """``history``: the container's attempts, newest first; an earlier load of the same checkpoint
@@ -41,28 +61,32 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     if target.kind != "container" or target.vmid is None:
         raise UsageError("a budget is planned for a container (`<node>:<vmid>` or its name)")
     flags = parse_sglang_flags(flag_argv)
-    try:
-        config_path = remote.checked_path(model_path.rstrip("/") + "/config.json")
-        index_path = remote.checked_path(model_path.rstrip("/") + "/model.safetensors.index.json")
-        sizes_argv = remote.safetensors_sizes(model_path)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     container = inventory.container_at(target.node, target.vmid)
     python = container.python if container else "python3"
+    hf_cache = container.hf_cache if container else remote.DEFAULT_HF_CACHE
 
     def inside(argv: remote.Argv) -> remote.Argv:
         assert target.vmid is not None
         return remote.pct_exec(target.vmid, argv)
 
+    model_dir = await cached_model_dir(transport, target, hf_cache, model_path)
+    try:
+        config_path = remote.checked_path(model_dir.rstrip("/") + "/config.json")
+        index_path = remote.checked_path(model_dir.rstrip("/") + "/model.safetensors.index.json")
+        sizes_argv = remote.safetensors_sizes(model_dir)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
     async def draft_config() -> dict[str, Any] | None:
-        """The draft's config.json when --speculative-draft-model-path is a path in the container
-        (a Hub id, or a path without one, leaves the draft estimated from the target)."""
+        """The draft's config.json when --speculative-draft-model-path is a path in the container, or a Hub
+        id cached there (one that is not leaves the draft estimated from the target)."""
         draft = flags.speculative_draft_model_path
-        if not draft or not draft.startswith("/"):
+        if not draft:
             return None
         try:
-            path = remote.checked_path(draft.rstrip("/") + "/config.json")
-        except ValueError:
+            path = remote.checked_path((await cached_model_dir(transport, target, hf_cache, draft)).rstrip("/")
+                                       + "/config.json")
+        except (ValueError, UsageError):
             return None
         out = await transport.run(target.node, inside(remote.read_file(path)), ok_exit=(0, 1))
         with contextlib.suppress(json.JSONDecodeError):
@@ -79,7 +103,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         draft_config(),
     )
     if config_out.exit_status != 0:
-        raise UsageError(f"no config.json at `{model_path}` in container {target.label}")
+        raise UsageError(f"no config.json at `{model_dir}` in container {target.label}")
     try:
         model = read_config(json.loads(config_out.stdout), name=model_path.rstrip("/").rsplit("/", 1)[-1])
     except (json.JSONDecodeError, ModelConfigError) as exc:

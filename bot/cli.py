@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.core import argv as remote
-from bot.core.argv import LogExcerpt
+from bot.core.argv import LogExcerpt, hub_repo_dir, hub_snapshot_dir, is_hub_id
 from bot.core.gpu import SmiSnapshot
 from bot.core.model import CheckpointIndex, ModelSpec, read_index
 from bot.errors import GpuopsError, UsageError
@@ -184,7 +185,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
     from bot.core.model import ModelConfigError, read_config
     from bot.views import budget_text
 
-    path = Path(args.model)
+    path = _local_model(args.model)
     config_path = path / "config.json" if path.is_dir() else path
     try:
         config = json.loads(config_path.read_text())
@@ -210,7 +211,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
                          f"--gpus is {args.gpus}")
     gpus = GpuPlan(args.gpu, total, args.gpus, free)
     try:
-        model = read_config(config, name=config_path.parent.name)
+        model = read_config(config, name=Path(args.model).name if is_hub_id(args.model) else config_path.parent.name)
     except ModelConfigError as exc:
         raise UsageError(f"cannot budget {config_path}: {exc}") from None
     index = _checkpoint(config_path.parent, model)
@@ -236,12 +237,34 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return {"fits": 0, "degraded": 3, "fails": 4}[budget.verdict.value]
 
 
+def _local_model(model: str) -> Path:
+    """A model directory (or config.json) on this machine; a Hub id (org/name) that is not a local path is
+    looked up in the local Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub),
+    at the snapshot its refs/main names, as SGLang would load it."""
+    path = Path(model)
+    if path.exists() or not is_hub_id(model):
+        return path
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    repo = Path(hub_repo_dir(os.path.abspath(cache), model))
+    try:
+        return Path(hub_snapshot_dir(str(repo), (repo / "refs" / "main").read_text()))
+    except OSError:
+        raise UsageError(f"{model} is neither a path here nor in the Hugging Face cache ({repo}): download it "
+                         f"(`huggingface-cli download {model}`) or give its directory") from None
+    except ValueError as exc:
+        raise UsageError(f"{model} in the Hugging Face cache ({repo}): {exc}") from None
+
+
 def _draft_config(draft_path: str | None) -> dict[str, Any] | None:
     """The --speculative-draft-model-path's config.json when it is a local directory (or the file
-    itself); None for a Hub id or a path this machine does not have: the draft is then estimated."""
+    itself), or a Hub id in the local cache; None otherwise: the draft is then estimated."""
     if not draft_path:
         return None
-    path = Path(draft_path)
+    try:
+        path = _local_model(draft_path)
+    except UsageError:
+        return None
     config_path = path / "config.json" if path.is_dir() else path
     if not config_path.is_file():
         return None

@@ -166,6 +166,32 @@ def checked_path(path: str) -> str:
     return path
 
 
+# a Hugging Face Hub model id, `org/name`, as SGLang's --model-path accepts it
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+_REVISION = re.compile(r"[0-9a-f]{40}")
+DEFAULT_HF_CACHE = "/root/.cache/huggingface/hub"
+
+
+def is_hub_id(text: str) -> bool:
+    return bool(_HUB_ID.fullmatch(text)) and ".." not in text
+
+
+def hub_repo_dir(cache: str, model_id: str) -> str:
+    """Where the Hugging Face cache keeps a Hub model: ``<cache>/models--<org>--<name>``."""
+    if not is_hub_id(model_id):
+        raise ValueError(f"not a Hugging Face model id (org/name): {model_id[:80]!r}")
+    org, name = model_id.split("/")
+    return checked_path(f"{cache.rstrip('/')}/models--{org}--{name}")
+
+
+def hub_snapshot_dir(repo_dir: str, ref: str) -> str:
+    """The snapshot a cached model's ``refs/main`` names (the files the Hub's `main` had when downloaded)."""
+    revision = ref.strip()
+    if not _REVISION.fullmatch(revision):
+        raise ValueError(f"refs/main does not hold a commit hash: {revision[:60]!r}")
+    return checked_path(f"{repo_dir}/snapshots/{revision}")
+
+
 def to_command(argv: Argv) -> str:
     return shlex.join(argv)
 

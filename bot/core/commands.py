@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bot.core.argv import is_hub_id
 from bot.errors import UsageError
 
 GPU_USAGE = ("usage: `/gpu status [all | <node> | <node>:<vmid> | <container>]`, `/gpu health [target]`, "
@@ -117,9 +118,9 @@ SglangRequest = (SglangBudgetRequest | SglangLaunchRequest | SglangStopRequest |
 def _model_args(verb: str, args: list[str]) -> tuple[str, str, tuple[str, ...]]:
     if len(args) < 2 or args[0].startswith("-") or args[1].startswith("-"):
         raise UsageError(f"`{verb}` needs a container and a model path. {SGLANG_USAGE}")
-    if not args[1].startswith("/"):
-        raise UsageError(f"the model path must be absolute inside the container, got `{args[1][:60]}`. "
-                         f"{SGLANG_USAGE}")
+    if not args[1].startswith("/") and not is_hub_id(args[1]):
+        raise UsageError(f"the model must be an absolute path inside the container or a Hugging Face id "
+                         f"(org/name) cached there, got `{args[1][:60]}`. {SGLANG_USAGE}")
     return args[0], args[1], tuple(args[2:])
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bot.core.argv import DEFAULT_HF_CACHE
 from bot.core.roles import RoleConfig
 from bot.errors import TargetError
 
@@ -62,8 +63,10 @@ class Container(BaseModel):
     python: str = "python3"  # the interpreter of the SGLang environment inside the container
     log_dir: str = "/var/log/gpuops"  # one new log file per attempt is written here
     port: int = Field(30000, ge=1, le=65535)  # default SGLang port of this container
+    # where a model given by its Hub id (org/name) is looked for: the container's Hugging Face hub cache
+    hf_cache: str = DEFAULT_HF_CACHE
 
-    @field_validator("log_dir")
+    @field_validator("log_dir", "hf_cache")
     @classmethod
     def _log_dir(cls, value: str) -> str:
         if not re.fullmatch(r"(/[A-Za-z0-9_.+-]+)+", value) or ".." in value:

@@ -60,7 +60,8 @@ class Lab:
             },
             "containers": {"sglang-a6000": {
                 "node": "pve5", "vmid": 129, "python": sys.executable,
-                "log_dir": container_path(self.nodes["pve5"], 129, "logs")}},
+                "log_dir": container_path(self.nodes["pve5"], 129, "logs"),
+                "hf_cache": container_path(self.nodes["pve5"], 129, "hf-cache")}},
             "roles": {"admins": ["U0ADMIN"], "operators": ["U0ALICE", "S0INFRA"], "viewers": ["*"]},
         }
         inventory_path = self.workdir / "inventory.yml"

@@ -82,6 +82,18 @@ def next_outcome(scenario_file: str | None) -> tuple[str, float]:
     return outcome, float(data.get("delay_s", 0.05))
 
 
+def model_dir(model_path: str) -> Path:
+    """SGLang takes a directory or a Hub id (org/name); a Hub id loads from the Hugging Face cache
+    (HF_HUB_CACHE) at the snapshot its refs/main names, as huggingface_hub resolves it offline."""
+    from bot.core.argv import hub_repo_dir, hub_snapshot_dir, is_hub_id
+
+    if Path(model_path).is_dir() or not is_hub_id(model_path):
+        return Path(model_path)
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.expanduser("~/.cache/huggingface/hub")
+    repo = hub_repo_dir(os.path.abspath(cache), model_path)
+    return Path(hub_snapshot_dir(repo, (Path(repo) / "refs" / "main").read_text()))
+
+
 def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, Any],
                  gpus: list[int]) -> tuple[str, int]:
     """Decide with gpuops' own arithmetic: fail the way the budget predicts, else start."""
@@ -92,7 +104,7 @@ def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, An
     except ImportError:
         return "ready", 40000
     version = os.environ.get("GPUOPS_LAB_SGLANG_VERSION", "current")
-    model = read_config(json.loads((Path(args.model_path) / "config.json").read_text()))
+    model = read_config(json.loads((model_dir(args.model_path) / "config.json").read_text()))
     flags = parse_sglang_flags(extra)
     by_index = {g["index"]: g for g in state["gpus"]}
     used = {i: by_index[i].get("memory_used_mib", 1) + by_index[i].get("orphaned_mib", 0)

@@ -89,7 +89,7 @@ def provision_containers(state_dir: Path, state: dict[str, Any]) -> None:
             scenario = root / "scenario.json"
             scenario.write_text(json.dumps({"queue": [], "delay_s": 0.05}))
             ct["env"] = {"PYTHONPATH": str(site), "GPUOPS_LAB_SCENARIO": str(scenario),
-                         "GPUOPS_LAB_SGLANG_VERSION": version}
+                         "GPUOPS_LAB_SGLANG_VERSION": version, "HF_HUB_CACHE": str(root / "hf-cache")}
             (root / "logs").mkdir(parents=True, exist_ok=True)
         for model in ct.get("models", []):
             target = root / "models" / model

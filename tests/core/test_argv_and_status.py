@@ -34,6 +34,23 @@ def test_pct_exec_and_timeout_build_argv_without_a_shell():
     assert shlex.split(to_command(argv)) == list(argv)
 
 
+def test_a_hub_model_id_maps_to_its_cache_folder_and_snapshot():
+    from bot.core.argv import hub_repo_dir, hub_snapshot_dir, is_hub_id
+
+    assert is_hub_id("Qwen/Qwen3.6-27B") and is_hub_id("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    # paths, shell text and traversal are not Hub ids
+    for text in ("/models/q", "Qwen3.6-27B", "a/b/c", "../x", "a/..", "Qwen/Qwen;rm -rf /", "-a/b", "a/ b"):
+        assert not is_hub_id(text), text
+    repo = hub_repo_dir("/root/.cache/huggingface/hub/", "Qwen/Qwen3.6-27B")
+    assert repo == "/root/.cache/huggingface/hub/models--Qwen--Qwen3.6-27B"
+    assert hub_snapshot_dir(repo, "0123456789abcdef0123456789abcdef01234567\n") == repo + \
+        "/snapshots/0123456789abcdef0123456789abcdef01234567"
+    with pytest.raises(ValueError, match="commit hash"):
+        hub_snapshot_dir(repo, "main")  # refs/main holds the revision hash, nothing else
+    with pytest.raises(ValueError):
+        hub_repo_dir("/root/.cache/huggingface/hub", "../../etc")
+
+
 @pytest.mark.parametrize("vmid", [99, -1, "129", True, 12.5])
 def test_pct_exec_rejects_bad_vmids(vmid):
     with pytest.raises(ValueError):

@@ -54,6 +54,8 @@ def test_target_labels():
     ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh"}}, "containers": {"x": {"node": "pve5", "vmid": 42}}},
      "containers.x.vmid"),
     ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh", "proc_root": "../etc"}}}, "nodes.pve5.proc_root"),
+    ({"nodes": {"pve5": {"host": "h", "known_hosts": "kh"}},
+      "containers": {"x": {"node": "pve5", "vmid": 129, "hf_cache": "hub; rm -rf /"}}}, "containers.x.hf_cache"),
     (["not", "a", "mapping"], "expected a mapping"),
 ])
 def test_bad_inventory_names_file_key_and_problem(data, where):

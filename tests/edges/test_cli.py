@@ -310,3 +310,25 @@ def test_budget_of_a_checkpoint_saved_without_its_mtp_layers_warns_before_a_next
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     out = gpuops("budget", "--model", str(tmp_path), "--gpu", "RTX A6000", "--gpus", "2", "--", *seed)
     assert "holds no MTP tensor" not in " ".join(out.stdout.split())
+
+
+def test_budget_of_a_hub_id_reads_the_local_hugging_face_cache(tmp_path):
+    import os
+
+    repo = tmp_path / "hub" / "models--meta-llama--Meta-Llama-3.1-8B-Instruct"
+    revision = "0e9e39f249a16976918f6564b8830bc894c89659"
+    (repo / "snapshots" / revision).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    (repo / "snapshots" / revision / "config.json").write_text(
+        (FIXTURES / "model-configs/meta-llama__Meta-Llama-3.1-8B-Instruct/config.json").read_text())
+    env = {**os.environ, "HF_HOME": str(tmp_path)}
+    env.pop("HF_HUB_CACHE", None)
+    out = gpuops("budget", "--model", "meta-llama/Meta-Llama-3.1-8B-Instruct", "--gpu", "RTX A6000", "--gpus", "1",
+                 "--", "--tp", "1", env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Meta-Llama-3.1-8B-Instruct on 1x RTX A6000")
+    assert "8.03 B params" in out.stdout  # read from the snapshot's config.json
+    out = gpuops("budget", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "RTX A6000", env=env)
+    assert out.returncode == 2 and "neither a path here nor in the Hugging Face cache" in out.stderr
+    assert str(tmp_path / "hub" / "models--meta-llama--Llama-3.3-70B-Instruct") in out.stderr

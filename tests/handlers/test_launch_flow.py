@@ -1,6 +1,7 @@
 """/sglang launch, stop, history and /gpu free through signed requests, real SSH, Redis and the stand-in."""
 
 import os
+import re
 
 from bot import views
 from bot.lab.nodes import container_path
@@ -245,3 +246,32 @@ async def test_free_leaves_a_recorded_launch_to_sglang_stop_and_lists_the_rest(l
     assert f"Stopped PIDs {stray} on pve5" in [c for c in calls if c.method == "response_url"][-1].params["text"]
     os.kill(attempt.pid, 0)  # the server still runs
     assert (await lab.services.attempts.get(attempt.id)).status.value == "ready"
+
+
+async def test_a_model_given_by_its_hub_id_launches_from_the_containers_cache(lab):
+    import shutil
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    # the container's Hugging Face cache holds the model; SGLang gets the id, the pre-flight reads the snapshot
+    repo = Path(container_path(lab.nodes["pve5"], 129, "hf-cache", "models--Qwen--Qwen3.6-27B"))
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "snapshots" / revision).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    shutil.copy(FIXTURES / "model-configs/Qwen__Qwen3.6-27B/config.json", repo / "snapshots" / revision)
+    try:
+        lab.nodes["pve5"].set_scenario(129, ["auto"], delay_s=0.02)
+        status, ack, _ = await lab.slash("/sglang", f"launch sglang-a6000 Qwen/Qwen3.6-27B {SEED} "
+                                                    "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+        assert status == 200 and ack.startswith("running the pre-flight")
+        calls = await wait_text(lab, "*ready*")
+        card = blocks_to_text(next(c for c in calls if c.method == "chat.update"
+                                   and "*ready*" in blocks_to_text(c.blocks)).blocks)
+        # the pre-flight sized the snapshot's config.json; SGLang was given the id, as the user typed it
+        assert "GiB/GPU observed" in card and "predicted" in card and "models ['Qwen3.6-27B']" in card
+        log = re.search(r"log (\S+\.log)", card)
+        assert log and "model_path='Qwen/Qwen3.6-27B'" in Path(log.group(1)).read_text()
+    finally:
+        shutil.rmtree(repo.parent)

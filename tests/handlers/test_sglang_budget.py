@@ -26,8 +26,8 @@ async def test_budget_of_the_seed_launch_is_explained_with_a_chart(lab):
 
 
 async def test_budget_refuses_a_relative_model_path_and_a_node_target(lab):
-    _, ack, _ = await lab.slash("/sglang", "budget sglang-a6000 models/Qwen3.6-27B --tp 2")
-    assert "must be absolute" in ack
+    _, ack, _ = await lab.slash("/sglang", "budget sglang-a6000 Qwen3.6-27B --tp 2")
+    assert "must be an absolute path inside the container or a Hugging Face id" in ack
     _, ack, _ = await lab.slash("/sglang", "budget pve5 /models/x")
     assert "is not one container" in ack
 
@@ -81,3 +81,33 @@ async def test_budget_reads_the_checkpoints_index_and_flags_a_missing_mtp_head(l
     text = " ".join(blocks_to_text(next(c for c in calls if c.method == "chat.postMessage").blocks).split())
     assert "checkpoint size 51.78 GiB / tp 2" in text  # the index's total, read in the container
     assert "holds no MTP tensor" in text and "launch without --speculative-algorithm" in text
+
+
+async def test_budget_of_a_hub_id_reads_the_snapshot_the_containers_cache_names(lab):
+    import shutil
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    # the Hugging Face cache layout in the container: refs/main names the snapshot that holds the files
+    repo = Path(container_path(lab.nodes["pve5"], 129, "hf-cache", "models--Qwen--Qwen3.6-27B"))
+    revision = "6f2b0c1d9e8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c"
+    (repo / "snapshots" / revision).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision + "\n")
+    shutil.copy(FIXTURES / "model-configs/Qwen__Qwen3.6-27B/config.json", repo / "snapshots" / revision)
+    try:
+        status, ack, _ = await lab.slash("/sglang", f"budget sglang-a6000 Qwen/Qwen3.6-27B {SEED_FLAGS} "
+                                                    "--mem-fraction-static 0.85")
+        assert status == 200 and ack.startswith("planning the memory budget")
+        calls = await lab.standin.wait_for(lambda c: any(x.method == "chat.postMessage" for x in c), 30)
+        text = blocks_to_text(next(c for c in calls if c.method == "chat.postMessage").blocks)
+        assert "Qwen3.6-27B" in text and "SGLang 0.5.9" in text and "WILL FAIL" in text
+        # a Hub id the container has not downloaded is said to be missing, with where it was looked for
+        await lab.slash("/sglang", "budget sglang-a6000 Qwen/Qwen3-8B --tp 2")
+        responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c), 20)
+        text = next(c for c in responded if c.method == "response_url").params["text"]
+        assert "`Qwen/Qwen3-8B` is not in the Hugging Face cache of container" in text
+        assert "models--Qwen--Qwen3-8B/refs/main" in text and "huggingface-cli download Qwen/Qwen3-8B" in text
+    finally:
+        shutil.rmtree(repo.parent)
