@@ -384,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     parse.set_defaults(func=cmd_smi_parse)
 
     budget = sub.add_parser("budget", help="will an SGLang launch fit, and why (before the 10-minute load)")
-    budget.add_argument("--model", required=True, help="model directory (config.json) or a config.json file")
+    budget.add_argument("--model", required=True, help="model directory (config.json), a config.json file, or a "
+                        "Hugging Face id (org/name) in the local cache")
     budget.add_argument("--gpu", required=True, help='GPU model, e.g. "RTX A6000"')
     budget.add_argument("--gpus", type=int, default=1, help="how many GPUs the launch may use")
     budget.add_argument("--total-mib", type=int, help="GPU memory, when the GPU name is not known")

@@ -69,8 +69,8 @@ def parse_gpu_command(text: str) -> GpuRequest:
 
 
 SGLANG_USAGE = (
-    "usage: `/sglang budget <container> <model path> [flags]`, "
-    "`/sglang launch <container> <model path> [flags] [--force]` or `/sglang launch <profile>`, "
+    "usage: `/sglang budget <container> <model path or org/name> [flags]`, "
+    "`/sglang launch <container> <model path or org/name> [flags] [--force]` or `/sglang launch <profile>`, "
     "`/sglang stop <container|attempt>`, `/sglang triage [container|attempt]`, `/sglang history [container]`, "
     "`/sglang help`"
 )
