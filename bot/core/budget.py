@@ -451,7 +451,17 @@ def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None
 
 
 def _linear_name(model: ModelSpec) -> str:
-    return "Mamba-2" if model.linear is not None and model.linear.kind == "mamba2" else "linear-attention"
+    kind = model.linear.kind if model.linear is not None else "gdn"
+    return {"mamba2": "Mamba-2", "kda": "KDA"}.get(kind, "linear-attention")
+
+
+def split_error_text(model: ModelSpec, attn_tp: int) -> str:
+    """What SGLang raises for a model whose heads do not split over tp: an assert in the layer constructors
+    (``divide``), except Kimi-Linear's KDA layers (its first layers), which raise their own ValueError."""
+    la = model.linear
+    if la is not None and la.kind == "kda" and model.linear_layers and la.num_value_heads % attn_tp:
+        return f"ValueError: KDA num_heads ({la.num_value_heads}) must be divisible by global tp_size ({attn_tp})"
+    return SPLIT_ASSERT_TEXT
 
 
 def block_misfit(model: ModelSpec, tp: int, moe_tp: int, quant: Quantization) -> tuple[str, str] | None:
@@ -639,7 +649,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     misfit = split_misfit(model, tp, quant, attn_tp, flags.moe_tp)
     blocks = block_misfit(model, tp, flags.moe_tp, quant)
     if heads_misfit is not None and error is None:
-        error = SPLIT_ASSERT_TEXT
+        error = split_error_text(model, attn_tp)
         w.line("layers over tp", None, heads_misfit)
     elif misfit is not None and error is None:
         error = AWQ_SPLIT_TEXT
@@ -1165,7 +1175,8 @@ def _fp8_moe_remedies(inp: BudgetInput) -> list[Remedy]:
 def _is_split_error(text: str | None) -> bool:
     """One of the errors SGLang raises, before any weight loads, for a model that does not split over tp."""
     block = "is not divisible by weight quantization block_"
-    return text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) or block in (text or "")
+    kda = "must be divisible by global tp_size"
+    return text in (AWQ_SPLIT_TEXT, SPLIT_ASSERT_TEXT) or block in (text or "") or kda in (text or "")
 
 
 def _effect(b: Budget, before: Budget | None = None) -> str:

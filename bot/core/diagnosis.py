@@ -194,6 +194,8 @@ RULES: tuple[Rule, ...] = (
                                    # a layer constructor's own assert, e.g. `assert self.total_num_heads % tp_size == 0`
                                    r"assert [\w.]+ % [\w.]*tp_size == 0",
                                    r"AssertionError: \d+ is not divisible by \d+",
+                                   # Kimi-Linear's KDA layers check their heads themselves (a ValueError)
+                                   r"num_heads \(\d+\) must be divisible by global tp_size \(\d+\)",
                                    r"(?:in|out)put size is not aligned with the quantized weight shape",
                                    r"Weight (?:in|out)put_size_per_partition = \d+ is not divisible",
                                    r"is not divisible by weight quantization block_[nk] = \d+"),

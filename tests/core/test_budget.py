@@ -361,6 +361,14 @@ def test_kimi_linear_kda_layers_state_and_weights_by_hand():
     assert sum(parts.values()) == 49_122_675_072
 
 
+def test_kda_heads_that_do_not_split_over_tp_fail_with_kimi_linears_own_error():
+    # 32 KDA heads over tp 3: KimiDeltaAttention's constructor raises before any weight loads
+    b = run(read_config(KIMI_LINEAR_48B), ["--tp", "3"], count=3)
+    assert b.verdict is VerdictKind.FAILS
+    assert b.error_text == "ValueError: KDA num_heads (32) must be divisible by global tp_size (3)"
+    assert b.remedies and b.remedies[0].change.startswith("--tp-size")
+
+
 def test_a_config_with_state_layers_not_modelled_says_so():
     # Jamba's Mamba (v1) layers are not modelled, and the answer says so (keys as transformers' JambaConfig names them)
     jamba = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", **LLAMA_LIKE,

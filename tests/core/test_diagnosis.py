@@ -155,6 +155,9 @@ def test_dimensions_and_quantized_weights_that_do_not_split_over_tp_are_a_tp_div
     for line in (x for name in logs for x in (FIXTURES / "other-logs" / name).read_text().splitlines()):
         finding = diagnose(line)
         assert (finding.label, finding.phase) == ("tp_divisibility_error", "startup"), line
+    # Kimi-Linear's KDA layers raise their own ValueError (SGLang models/kimi_linear.py, the message it formats)
+    kda = diagnose("ValueError: KDA num_heads (32) must be divisible by global tp_size (3)")
+    assert (kda.label, kda.phase) == ("tp_divisibility_error", "startup")
 
 
 def test_cuda_error_out_of_memory_wording_is_an_oom_too():
