@@ -73,7 +73,11 @@ async def test_all_across_nodes_costs_about_one_node(tmp_path):
     finally:
         await _stop(nodes, transport)
     assert [s.state for s in every.statuses] == [TargetState.OK] * 3
-    assert every.elapsed_s < one.elapsed_s + 1.0, (every.elapsed_s, one.elapsed_s)
+    # the nodes are read side by side, not one after another: the whole read takes well under the sum of
+    # each node's own time (one after another it would take at least that sum), however slow the machine
+    per_node = [s.elapsed_s for s in every.statuses]
+    assert all(t >= 1.0 for t in per_node) and one.elapsed_s >= 1.0  # each waited for its slow nvidia-smi
+    assert every.elapsed_s < 0.75 * sum(per_node), (every.elapsed_s, per_node)
 
 
 async def test_container_shows_its_own_processes_from_the_host_view(tmp_path):
