@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.core import argv as remote
-from bot.core.argv import LogExcerpt, hub_repo_dir, hub_snapshot_dir, is_hub_id
+from bot.core.argv import LogExcerpt, hub_cache, hub_repo_dir, hub_snapshot_dir, is_hub_id
 from bot.core.gpu import SmiSnapshot
 from bot.core.model import CheckpointIndex, ModelSpec, read_index
 from bot.errors import GpuopsError, UsageError
@@ -244,9 +244,7 @@ def _local_model(model: str) -> Path:
     path = Path(model)
     if path.exists() or not is_hub_id(model):
         return path
-    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
-    repo = Path(hub_repo_dir(os.path.abspath(cache), model))
+    repo = Path(hub_repo_dir(os.path.abspath(hub_cache(os.environ, os.path.expanduser("~"))), model))
     try:
         return Path(hub_snapshot_dir(str(repo), (repo / "refs" / "main").read_text()))
     except OSError:

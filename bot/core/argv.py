@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 Argv = tuple[str, ...]
@@ -174,6 +174,12 @@ DEFAULT_HF_CACHE = "/root/.cache/huggingface/hub"
 
 def is_hub_id(text: str) -> bool:
     return bool(_HUB_ID.fullmatch(text)) and ".." not in text
+
+
+def hub_cache(env: Mapping[str, str], home: str) -> str:
+    """The Hugging Face hub cache a process with this environment uses: HF_HUB_CACHE, else HF_HOME/hub, else
+    ~/.cache/huggingface/hub (huggingface_hub's order); a relative setting stays relative, as it is to that process."""
+    return env.get("HF_HUB_CACHE") or f"{env.get('HF_HOME') or home.rstrip('/') + '/.cache/huggingface'}/hub"
 
 
 def hub_repo_dir(cache: str, model_id: str) -> str:

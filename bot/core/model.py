@@ -747,10 +747,11 @@ def weight_parts(spec: ModelSpec) -> list[WeightPart]:
         parts.append(WeightPart("per-layer projection", h * width, False, True))
     attention = attention_whole = mlp = experts = linear = linear_small = norms = 0
     kv_by_heads: dict[int, int] = {}
+    # Falcon-H1: the same Mamba-2 mixer beside the attention in every layer
+    mixer = _attention_params(spec, "linear") if spec.parallel_hybrid else None
     for index, kind in enumerate(spec.layer_kinds):
         one = _attention_params(spec, kind)
-        if spec.parallel_hybrid:  # the Mamba-2 mixer beside the attention
-            mixer = _attention_params(spec, "linear")
+        if mixer is not None:
             one = one._replace(linear=mixer.linear, linear_small=mixer.linear_small)
         attention += one.sharded
         attention_whole += one.whole

@@ -84,13 +84,12 @@ def next_outcome(scenario_file: str | None) -> tuple[str, float]:
 
 def model_dir(model_path: str) -> Path:
     """SGLang takes a directory or a Hub id (org/name); a Hub id loads from the Hugging Face cache
-    (HF_HUB_CACHE) at the snapshot its refs/main names, as huggingface_hub resolves it offline."""
-    from bot.core.argv import hub_repo_dir, hub_snapshot_dir, is_hub_id
+    (HF_HUB_CACHE, else HF_HOME/hub) at the snapshot its refs/main names, as huggingface_hub resolves it offline."""
+    from bot.core.argv import hub_cache, hub_repo_dir, hub_snapshot_dir, is_hub_id
 
     if Path(model_path).is_dir() or not is_hub_id(model_path):
         return Path(model_path)
-    cache = os.environ.get("HF_HUB_CACHE") or os.path.expanduser("~/.cache/huggingface/hub")
-    repo = hub_repo_dir(os.path.abspath(cache), model_path)
+    repo = hub_repo_dir(os.path.abspath(hub_cache(os.environ, os.path.expanduser("~"))), model_path)
     return Path(hub_snapshot_dir(repo, (Path(repo) / "refs" / "main").read_text()))
 
 

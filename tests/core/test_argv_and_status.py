@@ -51,6 +51,14 @@ def test_a_hub_model_id_maps_to_its_cache_folder_and_snapshot():
         hub_repo_dir("/root/.cache/huggingface/hub", "../../etc")
 
 
+def test_the_hub_cache_of_an_environment_in_huggingface_hubs_order():
+    from bot.core.argv import hub_cache
+
+    assert hub_cache({}, "/root") == "/root/.cache/huggingface/hub"
+    assert hub_cache({"HF_HOME": "/data/hf"}, "/root") == "/data/hf/hub"
+    assert hub_cache({"HF_HOME": "/data/hf", "HF_HUB_CACHE": "/fast/hub"}, "/root") == "/fast/hub"
+
+
 @pytest.mark.parametrize("vmid", [99, -1, "129", True, 12.5])
 def test_pct_exec_rejects_bad_vmids(vmid):
     with pytest.raises(ValueError):
