@@ -32,6 +32,7 @@ from bot.core.model import (
     default_group,
     eagle_draft_size,
     kv_bytes_per_token,
+    lm_head_copy_bytes,
     loadable_group,
     mamba_bytes_per_request,
     mtp_draft_size,
@@ -439,7 +440,11 @@ def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None
         if kv < attn_tp and attn_tp % kv:
             return f"tp {attn_tp} is not a multiple of the {kv} KV heads (each would be copied to tp/{kv} ranks)"
     linear = model.linear
-    if linear is not None and model.linear_layers and attn_tp > 1 and linear.num_value_heads % attn_tp:
+    if linear is not None and linear.kind == "shortconv":
+        # its state is one Mamba2StateShape head as wide as the hidden state, whose channels ``divide`` over tp
+        if model.linear_layers and attn_tp > 1 and model.hidden % attn_tp:
+            return f"the {model.hidden} short-convolution channels do not split over tp {attn_tp}"
+    elif linear is not None and model.linear_layers and attn_tp > 1 and linear.num_value_heads % attn_tp:
         # Mamba2StateShape.create divides the state's heads by the attention TP size (``divide`` asserts)
         return f"the {linear.num_value_heads} {_linear_name(model)} heads do not split over tp {attn_tp}"
     if tp > 1 and model.has_dense_mlp and model.intermediate % tp:
@@ -452,7 +457,7 @@ def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None
 
 def _linear_name(model: ModelSpec) -> str:
     kind = model.linear.kind if model.linear is not None else "gdn"
-    return {"mamba2": "Mamba-2", "kda": "KDA"}.get(kind, "linear-attention")
+    return {"mamba2": "Mamba-2", "kda": "KDA", "shortconv": "short-convolution"}.get(kind, "linear-attention")
 
 
 def split_error_text(model: ModelSpec, attn_tp: int) -> str:
@@ -662,8 +667,12 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         w.line("FP8 MoE kernel", None, fp8_moe)
     if inp.weights_bytes_total and online is None:
         extra = uneven_bytes(model, tp, quant, attn_tp)
-        weights = (inp.weights_bytes_total / tp + extra) / GIB
+        head_copy = lm_head_copy_bytes(model, tp)
+        weights = (inp.weights_bytes_total / tp + extra + head_copy) / GIB
         weights_why = f"checkpoint size {inp.weights_bytes_total / GIB:.2f} GiB / tp {tp}"
+        if head_copy:
+            weights_why += (f" + {head_copy / GIB:.2f} GiB lm_head that SGLang builds and fills from the tied "
+                            "embeddings (the checkpoint stores them once)")
         weights_source = "checkpoint size"
         if extra >= 0.05 * GIB and attn_tp < tp:
             weights_why += (f" + {extra / GIB:.2f} GiB every rank holds beyond its share (DP attention: attention "
@@ -681,6 +690,10 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
             embeddings = f"DP attention: attention over {attn_tp} GPU(s), embeddings on every rank"
         weights_why = (f"{_params(model) / 1e9:.2f} B params x {quant.label if quant.method != 'none' else model.dtype}"
                        f", sharded over tp={tp} ({embeddings}; norms replicated)")
+        if model.linear is not None and model.linear.kind == "shortconv" and not model.linear.sharded and tp > 1:
+            weights_why += "; the short convolutions whole on every rank"
+        if model.lm_head_copy:
+            weights_why += "; with the lm_head SGLang builds and fills from the tied embeddings"
         if online is not None:
             weights_why += f"; --quantization {flags.quantization} quantizes the {model.dtype} checkpoint as it loads"
         if experts_dense:
@@ -807,10 +820,13 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         mamba_gib = (slots or 0) * per / GIB
         spec_gib = spec_bytes / GIB
         rest -= reserved_bytes / GIB
+        if model.linear is not None and model.linear.kind == "shortconv":
+            held = f"conv {per_conv / MIB:.2f} MiB (the last {model.linear.conv_kernel - 1} inputs; no SSM state)"
+        else:
+            ssm_dtype = model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype
+            held = f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB ({ssm_dtype})"
         w.line("hybrid state per request", None,
-               f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB "
-               f"({model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype})"
-               f" x {model.linear_layers} {_linear_name(model)} layers, per GPU", value=f"{per / MIB:.2f} MiB")
+               f"{held} x {model.linear_layers} {_linear_name(model)} layers, per GPU", value=f"{per / MIB:.2f} MiB")
         w.line("hybrid state pool", mamba_gib,
                f"{slots} state slots (mamba_ratio {ratio}, --mamba-full-memory-ratio {r})",
                value=f"{slots} slots")

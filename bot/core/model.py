@@ -1,7 +1,8 @@
 """A model's geometry from its Hugging Face ``config.json``: what the memory budget needs.
 
 Handles dense MHA/GQA, MLA (DeepSeek/Kimi/GLM-DSA), sliding-window hybrids (Gemma),
-hybrid linear attention (Qwen3-Next, Qwen3.5/3.6 Gated DeltaNet), MoE, multimodal wrappers
+hybrid linear attention (Qwen3-Next, Qwen3.5/3.6 Gated DeltaNet; Mamba-2 in Nemotron-H, Granite 4.0-H and
+Falcon-H1; Kimi-Linear's KDA; LFM2's short convolutions), MoE, multimodal wrappers
 with a nested ``text_config``, and MTP heads. Weights are counted per component from the
 geometry, then turned into bytes per GPU for a dtype or quantization and a TP size.
 """
@@ -103,8 +104,14 @@ class LinearAttention:
     # heads, head width and state size SGLang's Mamba2StateShape takes in the places of the key heads,
     # value heads, value head width and key head width; "kda": Kimi Delta Attention (Kimi-Linear), as many
     # key as value heads of one width: the same state arithmetic, other weights
-    kind: Literal["gdn", "mamba2", "kda"] = "gdn"
+    kind: Literal["gdn", "mamba2", "kda", "shortconv"] = "gdn"
     gated_norm: bool = True  # a Mamba-2 mixer's RMSNorm over its inner width (Falcon-H1: mamba_rms_norm)
+    # "shortconv": LFM2's gated short convolution, whose only state is the last conv_kernel - 1 inputs (SGLang sizes
+    # it as a Mamba2StateShape of width hidden with no SSM state: value_head_dim = hidden, key_head_dim = 0).
+    # Dense LFM2 builds its projections as plain nn.Linear (whole on every rank, never quantized); LFM2-MoE splits
+    # them over tp like any column/row-parallel layer.
+    sharded: bool = True
+    bias: bool = False  # the short convolution's projections and filter carry biases (conv_bias)
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,9 @@ class ModelSpec:
     mlp_matrices: int = 3  # gate, up and down; 2 for an ungated MLP (up and down: relu2, gelu)
     # Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side (KV and state in each layer)
     parallel_hybrid: bool = False
+    # LFM2 ties its lm_head to the embeddings in the checkpoint, but SGLang builds a ParallelLMHead of its own and
+    # copies the embedding table into it: the GPU holds both, the checkpoint one
+    lm_head_copy: bool = False
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -247,7 +257,11 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     head_dim = int(_get(text, "head_dim", default=hidden // heads))
     dtype = str(_get(text, "torch_dtype", "dtype", default=None) or _get(config, "torch_dtype", "dtype",
                                                                         default="bfloat16"))
-    tied = _tied_embeddings(config, text, str(text.get("model_type", model_type)))
+    own_type = str(text.get("model_type", model_type))
+    lfm2 = own_type.startswith("lfm2")
+    if lfm2 and own_type == "lfm2_moe":
+        head_dim = hidden // heads  # Lfm2MoeAttention: hidden_size // num_attention_heads, whatever head_dim says
+    tied = _tied_embeddings(config, text, own_type)
     vocab = int(_need(text, "vocab_size", where))
     kinds = _layer_kinds(text, layers, architecture, blocks)
     parallel = str(text.get("model_type", model_type)) == "falcon_h1"
@@ -270,6 +284,8 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         intermediate_value = max(intermediate_value) if intermediate_value else 0
         notes.append("the MLP layers' widths differ; each is counted at the widest (an upper bound)")
     intermediate = int(intermediate_value)
+    if own_type == "lfm2":
+        intermediate = _lfm2_mlp_width(text, intermediate)
     if moe is None and text.get("shared_intermediate_size") and "num_local_experts" in text:
         # GraniteMoeHybrid without experts (Granite 4.0-H-Micro): each layer's MLP is its shared_mlp
         intermediate = int(text["shared_intermediate_size"])
@@ -323,7 +339,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         attn_output_gate=bool(_get(text, "attn_output_gate",
                                    default=str(text.get("model_type", model_type)).startswith("qwen3_next"))),
         qkv_bias=bool(_get(text, "attention_bias", default=model_type.startswith("qwen2"))),
-        qk_norm=str(text.get("model_type", model_type)).startswith(("qwen3", "gemma3", "gemma4", "olmo2")),
+        qk_norm=str(text.get("model_type", model_type)).startswith(("qwen3", "gemma3", "gemma4", "olmo2", "lfm2")),
         vision_params=vision_params,
         vision_projector_params=vision_projector,
         quant=quant,
@@ -344,6 +360,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         mixer_only_layers=frozenset(i for i, b in enumerate(blocks) if b in ("mamba", "attention")),
         mlp_matrices=2 if _ungated_mlp(text, model_type) else 3,
         parallel_hybrid=parallel,
+        lm_head_copy=lfm2 and tied,
         notes=tuple(notes),
     )
 
@@ -355,8 +372,9 @@ def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks
     heads, value head width and key head width in SGLang's Mamba2StateShape:
     Nemotron-H (``NemotronHConfig.mamba2_cache_params``: intermediate = mamba_num_heads x mamba_head_dim),
     Falcon-H1 (``FalconH1Config``: a mixer of mamba_d_ssm beside the attention in every layer) and
-    Granite 4.0-H (``GraniteMoeHybridConfig.mamba_cache_params``); or Kimi Delta Attention (Kimi-Linear's
-    ``linear_attn_config``, KimiLinearStateShape: the same numbers of elements)."""
+    Granite 4.0-H (``GraniteMoeHybridConfig.mamba_cache_params``); Kimi Delta Attention (Kimi-Linear's
+    ``linear_attn_config``, KimiLinearStateShape: the same numbers of elements); or LFM2's short convolutions
+    (``Lfm2Config.mamba2_cache_params``: a conv state as wide as the hidden state, no SSM state)."""
     ssm_dtype = str(_get(text, "mamba_ssm_dtype", default="float32"))
     if parallel:
         heads = int(_get(text, "mamba_n_heads", default=128))
@@ -370,6 +388,12 @@ def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks
             gated_norm=bool(_get(text, "mamba_rms_norm", default=False)))
     if "linear" not in kinds:
         return None
+    if str(text.get("model_type", "")).startswith("lfm2"):
+        # Lfm2Config / Lfm2MoeConfig.mamba2_cache_params: Mamba2StateShape(intermediate = hidden, state_size = 0)
+        return LinearAttention(num_key_heads=1, num_value_heads=1, key_head_dim=0, value_head_dim=hidden,
+                               conv_kernel=int(_get(text, "conv_L_cache", default=3)), ssm_dtype="bfloat16",
+                               kind="shortconv", sharded=text.get("model_type") == "lfm2_moe",
+                               bias=bool(text.get("conv_bias", False)))
     kda = text.get("linear_attn_config")
     if isinstance(kda, dict):
         # KimiLinearConfig.mamba2_cache_params (KimiLinearStateShape): q, k and v each heads x head_dim wide
@@ -399,9 +423,25 @@ def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks
 
 
 # config keys that describe recurrent (Mamba, linear-attention, short-conv) layers: a config that has them but
-# whose layers were not read as such (Jamba, Bamba, Zamba, LFM2 ...) is said to be unmodelled
+# whose layers were not read as such (Jamba, Bamba, Zamba ...) is said to be unmodelled
 STATE_KEY_PREFIXES = ("mamba_", "ssm_", "linear_attn")
 STATE_KEYS = frozenset({"attn_layer_period", "attn_layer_indices", "full_attn_idxs", "conv_L_cache", "state_size"})
+
+
+def _lfm2_mlp_width(text: dict[str, Any], stated: int) -> int:
+    """LFM2's MLP width as Lfm2MLP builds it: ``block_ff_dim`` (transformers' Lfm2Config reads it over
+    intermediate_size), and with ``block_auto_adjust_ff_dim`` two thirds of it, times
+    ``block_ffn_dim_multiplier``, rounded up to ``block_multiple_of`` (LFM2-700M: 10240 -> 6912)."""
+    width = int(_get(text, "block_ff_dim", default=stated) or stated)
+    if not _get(text, "block_auto_adjust_ff_dim", default=True):
+        return width
+    width = int(2 * width / 3)
+    multiplier = text.get("block_ffn_dim_multiplier", 1.0)
+    if multiplier is not None:
+        width = int(float(multiplier) * width)
+        step = int(_get(text, "block_multiple_of", default=256) or 256)
+        width = step * ((width + step - 1) // step)
+    return width
 
 
 # model types whose MLP has no gate projection: up (or fc1 / dense_h_to_4h / c_fc) and down only
@@ -441,11 +481,13 @@ def _block_types(text: dict[str, Any]) -> tuple[str, ...]:
 
 # model types whose transformers config class defaults tie_word_embeddings to True (a config that
 # leaves the key out ties: Gemma3TextConfig's tie_word_embeddings=True); other classes default False
-TIED_BY_DEFAULT = ("gemma", "granitemoehybrid")
+TIED_BY_DEFAULT = ("gemma", "granitemoehybrid", "lfm2")
 
 
 def _tied_embeddings(config: dict[str, Any], text: dict[str, Any], model_type: str) -> bool:
-    stated = _get(text, "tie_word_embeddings", default=_get(config, "tie_word_embeddings", default=None))
+    # LFM2's original configs name it tie_embedding (Lfm2Config reads that key as tie_word_embeddings)
+    stated = _get(text, "tie_word_embeddings", "tie_embedding",
+                  default=_get(config, "tie_word_embeddings", "tie_embedding", default=None))
     if stated is None:
         return model_type.startswith(TIED_BY_DEFAULT)
     return bool(stated)
@@ -535,10 +577,14 @@ def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "",
         numbers = {int(n) for n in kda}
         return tuple("linear" if i + 1 in numbers else "full" for i in range(layers))
     names = text.get("layer_types")
+    if not names and str(text.get("model_type", "")) == "lfm2":
+        # Lfm2Config: layer_types from full_attn_idxs (every layer attention when neither is given)
+        full = set(text.get("full_attn_idxs") or range(layers))
+        names = ["full_attention" if i in full else "conv" for i in range(layers)]
     if names:
         mapping: dict[str, LayerKind] = {
             "full_attention": "full", "attention": "full", "sliding_attention": "sliding",
-            "linear_attention": "linear", "mamba": "linear",
+            "linear_attention": "linear", "mamba": "linear", "conv": "linear", "short_conv": "linear",
         }
         kinds = []
         for n in names[:layers]:
@@ -576,7 +622,7 @@ def _moe(text: dict[str, Any], layers: int, blocks: tuple[str, ...] = ()) -> Moe
         dense = {i for i, b in enumerate(blocks) if b == "mlp"}
         latent = int(_get(text, "moe_latent_size", default=0) or 0)
         return Moe(int(experts), inter, shared, frozenset(dense), latent=latent)
-    dense = set(range(int(_get(text, "first_k_dense_replace", default=0) or 0)))
+    dense = set(range(int(_get(text, "first_k_dense_replace", "num_dense_layers", default=0) or 0)))
     dense.update(int(i) for i in (text.get("mlp_only_layers") or []))
     step = int(_get(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1)
     if step > 1:
@@ -738,14 +784,14 @@ def weight_parts(spec: ModelSpec) -> list[WeightPart]:
     if first:
         parts.append(WeightPart("embeddings", spec.vocab * h, not spec.replicated_embeddings, False))
     # under pipeline parallelism the last rank builds its own lm_head even when tied: the tie cannot cross ranks
-    if last and (not spec.tied_embeddings or spec.stage is not None):
+    if last and (not spec.tied_embeddings or spec.stage is not None or spec.lm_head_copy):
         parts.append(WeightPart("lm_head", spec.vocab * h, True, False))
     if spec.per_layer_input and first:
         # Gemma 4 per-layer embeddings (a replicated table) and the replicated projection into them
         width = (spec.stage[3] if spec.stage else spec.layers) * spec.per_layer_input
         parts.append(WeightPart("per-layer embeddings", spec.per_layer_vocab * width, False, False))
         parts.append(WeightPart("per-layer projection", h * width, False, True))
-    attention = attention_whole = mlp = experts = linear = linear_small = norms = 0
+    attention = attention_whole = mlp = experts = linear = linear_small = linear_whole = norms = 0
     kv_by_heads: dict[int, int] = {}
     # Falcon-H1: the same Mamba-2 mixer beside the attention in every layer
     mixer = _attention_params(spec, "linear") if spec.parallel_hybrid else None
@@ -759,6 +805,7 @@ def weight_parts(spec: ModelSpec) -> list[WeightPart]:
             kv_by_heads[one.kv_heads] = kv_by_heads.get(one.kv_heads, 0) + one.kv
         linear += one.linear
         linear_small += one.linear_small
+        linear_whole += one.linear_whole
         dense_i, experts_i = _mlp_params(spec, index)
         mlp += dense_i
         experts += experts_i
@@ -773,6 +820,8 @@ def weight_parts(spec: ModelSpec) -> list[WeightPart]:
         # dtype says so in its exclusion list (Qwen's FP8 releases list linear_attn), read by kept_parts
         WeightPart("linear attention", linear, True, True),
         WeightPart("linear attention conv and gates", linear_small, True, False),
+        # dense LFM2's short convolutions: plain nn.Linear, whole on every rank and never quantized
+        WeightPart("short convolutions", linear_whole, False, False),
         WeightPart("mlp", mlp, True, True),
         WeightPart("experts", experts, True, True, expert=True),
         # Nemotron-H LatentMoE's fc1/fc2_latent_proj: ReplicatedLinear, whole on every rank
@@ -818,6 +867,7 @@ class LayerAttention(NamedTuple):
     kv_heads: int
     linear: int  # linear-attention projections
     linear_small: int  # linear-attention conv, gates and state parameters
+    linear_whole: int = 0  # recurrent-layer parameters every rank holds whole, never quantized (LFM2's short convs)
 
 
 def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
@@ -836,6 +886,14 @@ def _attention_params(spec: ModelSpec, kind: LayerKind) -> LayerAttention:
     if kind == "ffn":
         return LayerAttention(0, 0, 0, 1, 0, 0)
     la = spec.linear
+    if kind == "linear" and la is not None and la.kind == "shortconv":
+        # Lfm2ShortConv: in_proj to the B and C gates and x (3 x hidden), out_proj, a depthwise filter of
+        # conv_L_cache taps a channel (+ biases with conv_bias)
+        projections = 4 * h * h + (4 * h if la.bias else 0)
+        taps = h * la.conv_kernel + (h if la.bias else 0)
+        if la.sharded:  # LFM2-MoE: column/row-parallel projections, the filter split along the channels
+            return LayerAttention(0, 0, 0, 1, projections, taps)
+        return LayerAttention(0, 0, 0, 1, 0, 0, projections + taps)
     if kind == "linear" and la is not None and la.kind == "mamba2":
         # MambaMixer2: in_proj to z, x, B, C and dt; a depthwise conv1d (with bias) over x, B, C; A_log,
         # D and dt_bias per head; a gated RMSNorm over the inner width; out_proj back to hidden
@@ -1074,11 +1132,19 @@ def checkpoint_bytes(spec: ModelSpec, with_mtp: bool | None = None) -> float:
     """What the checkpoint's safetensors hold, by the geometry: every part once (a tied lm_head is
     not stored twice) plus the MTP layers the config names. ``with_mtp=False`` for a checkpoint
     whose weight map has none although its config names them (a pruned or re-saved one)."""
-    whole = weight_bytes_per_gpu(spec, 1)
+    whole = weight_bytes_per_gpu(spec, 1) - lm_head_copy_bytes(spec, 1)
     if spec.mtp_layers and with_mtp is not False:
         mtp = mtp_draft_size(spec, spec.mtp_layers, spec.quant)
         whole += mtp.sharded + mtp.whole  # its embeddings and lm_head are the target's, not stored again
     return whole
+
+
+def lm_head_copy_bytes(spec: ModelSpec, tp: int) -> float:
+    """Bytes a GPU holds of an lm_head SGLang builds for a tied checkpoint (LFM2), which no checkpoint file
+    counts: vocab-parallel, in the model dtype."""
+    if not spec.lm_head_copy:
+        return 0.0
+    return spec.vocab * spec.hidden * DTYPE_BYTES.get(spec.dtype, 2.0) / tp
 
 
 def uneven_bytes(spec: ModelSpec, tp: int, quant: Quantization | None = None, attn_tp: int | None = None) -> float:
@@ -1126,7 +1192,7 @@ def quantized_inputs(spec: ModelSpec, tp: int, quant: Quantization, attn_tp: int
         inputs["attention output"] = spec.heads * spec.head_dim // attn
         if spec.full_head_dim and spec.full_layers:
             inputs["global attention output"] = spec.heads * spec.full_head_dim // attn
-    if spec.linear is not None and spec.linear_layers:
+    if spec.linear is not None and spec.linear_layers and spec.linear.sharded:
         inputs["linear attention output"] = spec.linear.num_value_heads * spec.linear.value_head_dim // attn
     return inputs
 

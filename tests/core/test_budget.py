@@ -20,6 +20,7 @@ from bot.core.flags import LaunchFlags, parse_sglang_flags
 from bot.core.model import (
     GIB,
     ModelConfigError,
+    checkpoint_bytes,
     exclusion_part,
     kept_parts,
     kv_bytes_per_token,
@@ -367,6 +368,87 @@ def test_kda_heads_that_do_not_split_over_tp_fail_with_kimi_linears_own_error():
     assert b.verdict is VerdictKind.FAILS
     assert b.error_text == "ValueError: KDA num_heads (32) must be divisible by global tp_size (3)"
     assert b.remedies and b.remedies[0].change.startswith("--tp-size")
+
+
+def test_lfm2_short_convolutions_state_and_weights_by_hand():
+    lfm = spec("LiquidAI__LFM2-700M")
+    # full_attn_idxs [2, 5, 8, 10, 12, 14]: six attention layers, the other ten gated short convolutions
+    assert (lfm.full_layers, lfm.linear_layers, lfm.layer_kinds[2], lfm.layer_kinds[0]) == (6, 10, "full", "linear")
+    assert lfm.linear is not None and lfm.linear.kind == "shortconv" and not lfm.linear.sharded
+    # Lfm2MLP: block_ff_dim 10240 -> int(2 x 10240 / 3) = 6826, rounded up to a multiple of 256 = 6912
+    assert lfm.intermediate == 6912 and lfm.tied_embeddings and lfm.lm_head_copy
+    # KV: 8 heads x (64 + 64) x 6 layers x 2 B; state: the last 2 inputs of 1536 channels x 2 B, no SSM, a conv layer
+    assert kv_bytes_per_token(lfm, 1, 2.0)[0] == 12_288
+    assert mamba_bytes_per_request(lfm, 1) == (10 * 6_144, 0.0)
+    assert mamba_bytes_per_request(lfm, 2) == (10 * 3_072, 0.0)
+    parts = {p.name: p for p in weight_parts(lfm)}
+    # embeddings 65,536 x 1,536, and SGLang's own lm_head filled from them; q and o 1536 x 1536 + q/k norms 2 x 64,
+    # k and v 1536 x 512; in_proj 1536 x 4608 + out_proj 1536 x 1536 + 1536 x 3 taps (nn.Linear: whole on every
+    # rank); gated MLP 3 x 1536 x 6912 in all 16 layers; two norms a layer and the final one
+    assert {n: p.params for n, p in parts.items()} == {
+        "embeddings": 100_663_296, "lm_head": 100_663_296, "attention": 6 * 4_718_720, "attention kv": 6 * 1_572_864,
+        "short convolutions": 10 * 9_441_792, "mlp": 16 * 31_850_496, "norms and routers": 33 * 1536}
+    assert not parts["short convolutions"].sharded and not parts["short convolutions"].quantizable
+    # the checkpoint stores the tied table once: 742,489,344 parameters in bf16
+    assert checkpoint_bytes(lfm) == 2 * 742_489_344
+    # at tp 2 every rank holds half of what splits, and all of the short convolutions
+    halves = 2 * (100_663_296 * 2 + 6 * 4_718_720 + 6 * 1_572_864 + 16 * 31_850_496) / 2
+    assert weight_bytes_per_gpu(lfm, 2) == halves + 2 * (10 * 9_441_792 + 33 * 1536)
+
+
+def test_lfm2_budget_counts_the_lm_head_copy_from_the_checkpoint_size_too():
+    lfm = spec("LiquidAI__LFM2-700M")
+    argv = ["--tp", "2", "--context-length", "32768"]
+    estimated = run(lfm, argv)
+    from_file = run(lfm, argv, weights_bytes_total=int(checkpoint_bytes(lfm)))
+    # the file holds the table once; the GPU holds it twice (embeddings and SGLang's lm_head), either way
+    assert abs(from_file.weights_gib - estimated.weights_gib) < 0.01
+    assert "lm_head that SGLang builds" in next(x for x in from_file.lines if x.label == "target weights").why
+    assert "short convolutions whole on every rank" in next(x for x in estimated.lines
+                                                            if x.label == "target weights").why
+    state = next(x for x in estimated.lines if x.label == "hybrid state per request")
+    assert "no SSM state" in state.why and "10 short-convolution layers" in state.why
+    assert estimated.verdict is VerdictKind.FITS and (estimated.mamba_slots or 0) > 0
+    assert not any("state-space" in n for n in lfm.notes)
+
+
+def test_lfm2_channels_that_do_not_split_over_tp_fail_before_loading():
+    odd = read_config({"model_type": "lfm2", "hidden_size": 1540, "num_hidden_layers": 4, "num_attention_heads": 8,
+                       "num_key_value_heads": 8, "vocab_size": 1000, "layer_types": ["conv", "full_attention"] * 2})
+    b = run(odd, ["--tp", "8"], count=8)
+    assert b.verdict is VerdictKind.FAILS
+    assert next(x for x in b.lines if x.label == "layers over tp").why == \
+        "the 1540 short-convolution channels do not split over tp 8"
+
+
+# LFM2-8B-A1B's geometry (see tests/fixtures/SOURCES.md)
+LFM2_8B_A1B = {
+    "architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe", "dtype": "bfloat16", "vocab_size": 65536,
+    "hidden_size": 2048, "intermediate_size": 7168, "moe_intermediate_size": 1792, "num_hidden_layers": 24,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "num_dense_layers": 2, "num_experts": 32,
+    "num_experts_per_tok": 4, "conv_L_cache": 3, "conv_bias": False, "tie_word_embeddings": True,
+    "max_position_embeddings": 128000, "use_expert_bias": True,
+    "layer_types": ["full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)],
+}
+
+
+def test_lfm2_moe_splits_its_short_convolutions_and_counts_its_experts_by_hand():
+    moe = read_config(LFM2_8B_A1B)
+    assert (moe.full_layers, moe.linear_layers, moe.head_dim) == (6, 18, 64)
+    assert moe.linear is not None and moe.linear.sharded and moe.moe is not None
+    assert moe.moe.dense_layers == frozenset({0, 1}) and moe.lm_head_copy
+    parts = {p.name: p.params for p in weight_parts(moe)}
+    # Lfm2MoeShortConv: in_proj (merged column-parallel, 3 x 2048) and out_proj (row-parallel) split over tp and
+    # quantized with the checkpoint; the 2048 x 3 filter split along its channels
+    assert parts["linear attention"] == 18 * 4 * 2048 * 2048
+    assert parts["linear attention conv and gates"] == 18 * 2048 * 3
+    # two dense layers (3 x 2048 x 7168), then 22 layers of 32 experts of 3 x 2048 x 1792 and a 2048 x 32 router
+    assert parts["mlp"] == 2 * 44_040_192 and parts["experts"] == 22 * 32 * 11_010_048
+    assert parts["norms and routers"] == 22 * 2048 * 32 + 49 * 2048
+    # what the checkpoint holds (the tied table once): the transformers docs' "8.3B total parameters"
+    assert checkpoint_bytes(moe) / 2 == 8_339_929_856
+    # state at tp 2: 1024 channels a rank x the last 2 inputs x 2 B, a conv layer
+    assert mamba_bytes_per_request(moe, 2) == (18 * 1024 * 2 * 2, 0.0)
 
 
 def test_a_config_with_state_layers_not_modelled_says_so():
