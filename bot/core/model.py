@@ -277,7 +277,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
             index_head_dim=_get(text, "index_head_dim"),
             index_n_heads=int(_get(text, "index_n_heads", default=32) or 32),
         )
-    moe = _moe(text, layers, blocks)
+    moe = _moe(text, layers, blocks, notes)
     # Llama 4 names its dense layers' MLP width intermediate_size_mlp (intermediate_size is the experts')
     intermediate_value = _get(text, "intermediate_size_mlp", "intermediate_size", default=0)
     if isinstance(intermediate_value, list):  # Nemotron-H: one width per MLP layer
@@ -301,6 +301,12 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         notes.append("the vision tower's size cannot be read from this config: it is not counted in the weights")
     if config.get("audio_config"):
         notes.append("an audio tower is loaded too and is not counted in the weights")
+    unread_experts = sorted(k for k, v in text.items() if "expert" in k and _positive(v))
+    if unread_experts and moe is None and not blocks:
+        notes.append(f"this config describes experts ({', '.join(unread_experts[:3])}"
+                     f"{', ...' if len(unread_experts) > 3 else ''}) that are not read here: the model is counted as "
+                     "dense, far below its real size; give the checkpoint's size (or launch once and let the first "
+                     "load's log decide) before trusting this budget")
     unread_state = sorted(k for k in text if k.startswith(STATE_KEY_PREFIXES) or k in STATE_KEYS)
     if unread_state and linear is None:
         notes.append(f"this config describes state-space or linear-attention layers ({', '.join(unread_state[:3])}"
@@ -604,16 +610,41 @@ def _layer_kinds(text: dict[str, Any], layers: int, architecture: str = "",
     return tuple("full" for _ in range(layers))
 
 
-def _moe(text: dict[str, Any], layers: int, blocks: tuple[str, ...] = ()) -> Moe | None:
-    experts = _get(text, "num_experts", "n_routed_experts", "num_local_experts")
+def _positive(value: Any) -> bool:
+    """A config value that counts something: a positive number, or a list holding one."""
+    if isinstance(value, list):
+        return any(_positive(v) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _widest(value: Any, what: str, notes: list[str]) -> int:
+    """A per-layer list (Hunyuan's moe_intermediate_size, ERNIE-VL's text and vision expert groups) read at its
+    largest entry, which over-counts rather than under-counts, and said so; a plain number as it is."""
+    if isinstance(value, list):
+        numbers = [int(v) for v in value if _positive(v)]
+        if len(set(numbers)) > 1:
+            notes.append(f"{what} differs by layer or expert group ({', '.join(map(str, sorted(set(numbers))))}); "
+                         "each is counted at the largest (an upper bound)")
+        return max(numbers, default=0)
+    return int(value or 0)
+
+
+def _moe(text: dict[str, Any], layers: int, blocks: tuple[str, ...] = (), notes: list[str] | None = None) -> Moe | None:
+    said = notes if notes is not None else []
+    # ERNIE 4.5 names them moe_num_experts
+    experts = _widest(_get(text, "num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
+                      "the number of experts", said)
     if not experts:
         return None
     if blocks and "moe" not in blocks:
         return None
-    inter = int(_get(text, "moe_intermediate_size", default=_get(text, "intermediate_size", default=0)))
+    inter = _widest(_get(text, "moe_intermediate_size", default=_get(text, "intermediate_size", default=0)),
+                    "the experts' width", said)
     # Granite's MoE layers also run a shared_mlp, shared_intermediate_size wide
     shared = int(_get(text, "shared_expert_intermediate_size", "shared_intermediate_size", default=0) or 0)
-    shared_count = _get(text, "n_shared_experts", "num_shared_experts")  # Kimi names it num_shared_experts
+    # Kimi names the count num_shared_experts, Hunyuan num_shared_expert, ERNIE 4.5 moe_num_shared_experts
+    shared_count = _widest(_get(text, "n_shared_experts", "num_shared_experts", "num_shared_expert",
+                                "moe_num_shared_experts"), "the number of shared experts", said)
     if not shared and shared_count:
         # Nemotron-H: moe_shared_expert_intermediate_size x n_shared_experts (its NemotronHMoE)
         per_shared = int(_get(text, "moe_shared_expert_intermediate_size", default=inter) or inter)
@@ -622,6 +653,16 @@ def _moe(text: dict[str, Any], layers: int, blocks: tuple[str, ...] = ()) -> Moe
         dense = {i for i, b in enumerate(blocks) if b == "mlp"}
         latent = int(_get(text, "moe_latent_size", default=0) or 0)
         return Moe(int(experts), inter, shared, frozenset(dense), latent=latent)
+    if "moe_layer_start_index" in text:
+        # ERNIE 4.5 (Ernie4DecoderLayer): experts in layers start..end, every moe_layer_interval-th; dense elsewhere
+        starts, ends = text["moe_layer_start_index"], text.get("moe_layer_end_index")
+        start = min(starts) if isinstance(starts, list) else int(starts)  # ERNIE-VL: one per modality
+        if isinstance(ends, list):
+            ends = max(ends, default=None)
+        last = layers - 1 if ends is None or int(ends) < 0 else int(ends)
+        interval = int(_get(text, "moe_layer_interval", default=1) or 1)
+        dense_layers = frozenset(i for i in range(layers) if not (start <= i <= last and (i - start) % interval == 0))
+        return Moe(int(experts), inter, shared, dense_layers)
     dense = set(range(int(_get(text, "first_k_dense_replace", "num_dense_layers", default=0) or 0)))
     dense.update(int(i) for i in (text.get("mlp_only_layers") or []))
     step = int(_get(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1)

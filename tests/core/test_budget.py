@@ -451,6 +451,44 @@ def test_lfm2_moe_splits_its_short_convolutions_and_counts_its_experts_by_hand()
     assert mamba_bytes_per_request(moe, 2) == (18 * 1024 * 2 * 2, 0.0)
 
 
+# ERNIE-4.5-21B-A3B's geometry as several public copies of its config.json quote it (see tests/fixtures/SOURCES.md)
+ERNIE_45_21B_A3B = {
+    "architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "hidden_size": 2560,
+    "intermediate_size": 12288, "max_position_embeddings": 131072, "num_attention_heads": 20, "num_key_value_heads": 4,
+    "head_dim": None, "num_hidden_layers": 28, "rms_norm_eps": 1e-05, "vocab_size": 103424, "rope_theta": 500000,
+    "use_bias": False, "tie_word_embeddings": True, "moe_num_experts": 64, "moe_layer_start_index": 1,
+    "moe_intermediate_size": 1536, "moe_k": 6, "moe_layer_interval": 1, "moe_num_shared_experts": 2,
+    "moe_layer_end_index": None,
+}
+
+
+def test_ernie_4_5_moe_experts_are_read_from_their_own_keys():
+    ernie = read_config(ERNIE_45_21B_A3B)
+    # Ernie4DecoderLayer: experts from moe_layer_start_index to the last layer, every moe_layer_interval-th
+    assert ernie.moe is not None and ernie.moe.dense_layers == frozenset({0})
+    parts = {p.name: p.params for p in weight_parts(ernie)}
+    # one dense layer 3 x 2560 x 12288; 27 layers of 64 experts of 3 x 2560 x 1536 and the shared experts
+    # (moe_intermediate_size x moe_num_shared_experts = 3072 wide), each with a 64 x 2560 router
+    assert parts["mlp"] == 94_371_840 + 27 * 3 * 2560 * 3072
+    assert parts["experts"] == 27 * 64 * 3 * 2560 * 1536
+    assert parts["norms and routers"] == 27 * 64 * 2560 + 57 * 2560
+    # tied embeddings 103,424 x 2,560; q and o 2560 x 2560, k and v 2560 x 512 in 28 layers: 21.8B in all ("21B")
+    assert sum(parts.values()) == 21_825_436_160
+    assert not any("not read" in n for n in ernie.notes)
+
+
+def test_experts_the_engine_cannot_read_are_named_not_counted_as_dense_in_silence():
+    # a key naming experts that no reader here knows: the model would be counted as dense, far too small
+    odd = read_config({**LLAMA_LIKE, "model_type": "some_moe", "routed_expert_count": 64})
+    assert any("experts (routed_expert_count) that are not read here" in n for n in odd.notes)
+    # per-layer lists (Hunyuan's form) are read at their largest entry, and a difference is said
+    listed = read_config({**LLAMA_LIKE, "num_experts": 8, "moe_intermediate_size": [96, 128],
+                          "num_shared_expert": [1, 1]})
+    assert listed.moe is not None and (listed.moe.intermediate, listed.moe.shared_intermediate) == (128, 128)
+    assert any("the experts' width differs by layer or expert group (96, 128)" in n for n in listed.notes)
+    assert not any("not read" in n for n in listed.notes)
+
+
 def test_a_config_with_state_layers_not_modelled_says_so():
     # Jamba's Mamba (v1) layers are not modelled, and the answer says so (keys as transformers' JambaConfig names them)
     jamba = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", **LLAMA_LIKE,
