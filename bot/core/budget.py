@@ -580,14 +580,24 @@ def _compute(inp: BudgetInput) -> Budget:
 
 
 DTYPE_FLAG = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
-              "float32": "float32"}  # --dtype; "auto" keeps the checkpoint's
+              "float32": "float32"}  # --dtype; "auto" keeps the checkpoint's, except a float32 one (below)
+
+
+def load_dtype(flag: str | None, checkpoint_dtype: str, model_type: str) -> str:
+    """The dtype SGLang builds the model in (model_config._get_and_verify_dtype): --dtype when given; with
+    "auto" the checkpoint's, except that a float32 checkpoint is loaded as float16 (Gemma's as bfloat16)."""
+    if flag in DTYPE_FLAG:
+        return DTYPE_FLAG[flag]
+    if checkpoint_dtype == "float32":
+        return "bfloat16" if model_type.startswith("gemma") else "float16"
+    return checkpoint_dtype
 
 
 def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGLang's startup order
     model, flags, version = inp.model, inp.flags, inp.version
-    if flags.dtype in DTYPE_FLAG and DTYPE_FLAG[flags.dtype] != model.dtype:
+    downcast = flags.dtype not in DTYPE_FLAG and model.dtype == "float32"
+    if (wanted := load_dtype(flags.dtype, model.dtype, model.model_type)) != model.dtype:
         # weights and an "auto" KV cache follow --dtype; a 16-bit checkpoint's bytes scale with it
-        wanted = DTYPE_FLAG[flags.dtype]
         if inp.weights_bytes_total and (inp.quant or model.quant).method == "none":
             scale = DTYPE_BYTES.get(wanted, 2.0) / DTYPE_BYTES.get(model.dtype, 2.0)
             inp = replace(inp, weights_bytes_total=int(inp.weights_bytes_total * scale))
@@ -703,6 +713,9 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         if kept:
             weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
     weights_why += group_why
+    if downcast and weights_source != "measured":
+        weights_why += (f"; the float32 checkpoint is loaded as {model.dtype} (--dtype auto), half its bytes on "
+                        "disk")
     # built while the weights load, so `Load weight end ... mem usage` counts them
     rope_fp32 = inp.gpus.vendor != "amd"
     rope = rope_table_bytes(model, fp32=rope_fp32) / GIB

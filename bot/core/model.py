@@ -308,6 +308,8 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
                      "dense, far below its real size; give the checkpoint's size (or launch once and let the first "
                      "load's log decide) before trusting this budget")
     unread_state = sorted(k for k in text if k.startswith(STATE_KEY_PREFIXES) or k in STATE_KEYS)
+    if isinstance(text.get("attn_type_list"), list) and 0 in text["attn_type_list"]:
+        unread_state.insert(0, "attn_type_list")  # MiniMax-Text-01/M1: 0 marks a lightning (linear) attention layer
     if unread_state and linear is None:
         notes.append(f"this config describes state-space or linear-attention layers ({', '.join(unread_state[:3])}"
                      f"{', ...' if len(unread_state) > 3 else ''}) that are not modelled here: every layer is "
@@ -487,7 +489,7 @@ def _block_types(text: dict[str, Any]) -> tuple[str, ...]:
 
 # model types whose transformers config class defaults tie_word_embeddings to True (a config that
 # leaves the key out ties: Gemma3TextConfig's tie_word_embeddings=True); other classes default False
-TIED_BY_DEFAULT = ("gemma", "granitemoehybrid", "lfm2")
+TIED_BY_DEFAULT = ("gemma", "granitemoehybrid", "lfm2", "cohere")  # CohereConfig: tie_word_embeddings = True
 
 
 def _tied_embeddings(config: dict[str, Any], text: dict[str, Any], model_type: str) -> bool:

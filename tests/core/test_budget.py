@@ -12,6 +12,7 @@ from bot.core.budget import (
     VerdictKind,
     compute_budget,
     default_mem_fraction_static,
+    load_dtype,
     not_enough_memory_text,
     parse_version,
     vlm_factor,
@@ -55,6 +56,21 @@ def test_llama_8b_weights_equal_the_published_checkpoint_size():
     # = 8,030,261,248 params; x2 bytes = 16,060,522,496, the safetensors total_size of this checkpoint
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
     assert weight_bytes_per_gpu(llama, 1) == 16_060_522_496
+
+
+def test_a_float32_checkpoint_loads_in_16_bits_under_dtype_auto():
+    """SGLang's _get_and_verify_dtype: with --dtype auto a float32 checkpoint is built in float16 (Gemma's in
+    bfloat16); an explicit --dtype float32 keeps 4 bytes a weight."""
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    fp32 = replace(llama, dtype="float32")
+    file_bytes = 2 * 16_060_522_496  # the same checkpoint saved in float32
+    auto = run(fp32, [], count=1, weights_bytes_total=file_bytes)
+    assert auto.weights_gib == pytest.approx(16_060_522_496 / GIB + 0.0625)
+    assert "the float32 checkpoint is loaded as float16 (--dtype auto)" in auto.lines[1].why
+    assert run(fp32, [], count=1).weights_gib == pytest.approx(auto.weights_gib)  # from the config alone too
+    kept = run(fp32, ["--dtype", "float32"], count=1, weights_bytes_total=file_bytes)
+    assert kept.weights_gib == pytest.approx(file_bytes / GIB + 0.0625)
+    assert load_dtype(None, "float32", "gemma3") == "bfloat16" and load_dtype("auto", "bfloat16", "llama") == "bfloat16"
 
 
 def test_llama_8b_kv_cell_and_tokens_by_hand():
@@ -241,6 +257,13 @@ def test_nemotron_h_mlp_layers_are_ungated_and_separate():
     # the ungated model types (GPT-NeoX, StarCoder2, Falcon, Phi-2 ...) count two matrices, Phi-3 and Llama three
     assert read_config({**LLAMA_LIKE, "model_type": "starcoder2"}).mlp_matrices == 2
     assert read_config({**LLAMA_LIKE, "model_type": "phi3"}).mlp_matrices == 3
+
+
+def test_a_config_that_leaves_the_tie_out_takes_its_classes_default():
+    # CohereConfig ties by default (Command-R's checkpoints hold no lm_head); LlamaConfig does not
+    assert read_config({**LLAMA_LIKE, "model_type": "cohere"}).tied_embeddings
+    assert not read_config({**LLAMA_LIKE, "model_type": "llama"}).tied_embeddings
+    assert not read_config({**LLAMA_LIKE, "model_type": "cohere", "tie_word_embeddings": False}).tied_embeddings
 
 
 LLAMA_LIKE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
@@ -496,6 +519,10 @@ def test_a_config_with_state_layers_not_modelled_says_so():
     notes = read_config(jamba).notes
     assert any("state-space or linear-attention layers (attn_layer_period, mamba_d_state, mamba_expand)" in n
                for n in notes)
+    # MiniMax-Text-01 / M1: attn_type_list marks its lightning-attention layers 0 (SGLang's MiniMaxText01Config)
+    minimax = {**LLAMA_LIKE, "model_type": "minimax", "attn_type_list": [0, 0, 0, 1]}
+    assert any("linear-attention layers (attn_type_list)" in n for n in read_config(minimax).notes)
+    assert not any("state-space" in n for n in read_config({**minimax, "attn_type_list": [1, 1]}).notes)
     assert not any("state-space" in n for n in read_config(FALCON_H1_05B).notes)
     assert not any("state-space" in n for n in read_config(GRANITE_4_H_DEFAULTS).notes)
     assert not any("state-space" in n for n in spec("Qwen__Qwen3.6-27B").notes)
