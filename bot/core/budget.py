@@ -583,6 +583,14 @@ DTYPE_FLAG = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "
               "float32": "float32"}  # --dtype; "auto" keeps the checkpoint's, except a float32 one (below)
 
 
+def context_over_derived_text(context_length: int, derived: int) -> str:
+    """SGLang's ModelConfig error for a --context-length above the config's (some releases prefix it "Warning: ")."""
+    return (f"ValueError: User-specified context_length ({context_length}) is greater than the derived context_length "
+            f"({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the derived "
+            "context_length may differ from max_position_embeddings in the model's config. To allow overriding this "
+            "maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+
+
 def load_dtype(flag: str | None, checkpoint_dtype: str, model_type: str) -> str:
     """The dtype SGLang builds the model in (model_config._get_and_verify_dtype): --dtype when given; with
     "auto" the checkpoint's, except that a float32 checkpoint is loaded as float16 (Gemma's as bfloat16)."""
@@ -628,6 +636,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     spec = flags.speculative
     mrr_requested = flags.max_running_requests or (48 if spec and flags.speculative_algorithm != "NGRAM" else None)
     context_len = flags.context_length or model.max_context
+    longer = flags.context_length and model.max_context and flags.context_length > model.max_context
 
     quant = inp.quant or model.quant
     online = None
@@ -663,6 +672,12 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     heads_misfit = tp_misfit(model, tp, attn_tp, flags.moe_tp)
     misfit = split_misfit(model, tp, quant, attn_tp, flags.moe_tp)
     blocks = block_misfit(model, tp, flags.moe_tp, quant)
+    if longer and error is None:
+        # ModelConfig refuses it before anything loads, unless the server's environment allows it
+        error = context_over_derived_text(flags.context_length or 0, model.max_context or 0)
+        w.line("context length", None, f"--context-length {flags.context_length:,} is longer than the "
+               f"{model.max_context:,} the config allows; SGLang refuses it unless the server runs with "
+               "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (\"may lead to incorrect model outputs or CUDA errors\")")
     if heads_misfit is not None and error is None:
         error = split_error_text(model, attn_tp)
         w.line("layers over tp", None, heads_misfit)
@@ -1084,6 +1099,16 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
 
     if failed.error_text == FP8_MOE_TEXT:
         return _fp8_moe_remedies(inp)
+    if failed.error_text and "is greater than the derived context_length" in failed.error_text and model.max_context:
+        # the config's own limit first; whatever else fails is then computed at that length
+        at_limit = replace(inp, flags=flags.changed(context_length=model.max_context))
+        b = _compute(at_limit)
+        first = Remedy(f"--context-length {model.max_context}", at_limit.flags,
+                       f"the longest the config allows: {_effect(b, failed)}", 0)
+        if b.verdict is not VerdictKind.FAILS:
+            return [first]
+        return [first] + [replace(r, effect=f"with --context-length {model.max_context}: {r.effect}")
+                          for r in find_remedies(at_limit, b)]
     gpus = inp.gpus
     if gpus.free_mib and gpus.total_mib and gpus.pre_gib is None:
         held_gib = (gpus.total_mib - min(gpus.free_mib)) / 1024

@@ -332,7 +332,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         vocab=vocab,
         tied_embeddings=tied,
         dtype=dtype.replace("torch.", ""),
-        max_context=_get(text, "max_position_embeddings"),
+        max_context=derived_context_length(text),
         layer_kinds=kinds,
         sliding_window=_get(text, "sliding_window", "attention_chunk_size") if "sliding" in kinds else None,
         full_kv_heads=_get(text, "num_global_key_value_heads"),
@@ -434,6 +434,27 @@ def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks
 # whose layers were not read as such (Jamba, Bamba, Zamba ...) is said to be unmodelled
 STATE_KEY_PREFIXES = ("mamba_", "ssm_", "linear_attn")
 STATE_KEYS = frozenset({"attn_layer_period", "attn_layer_indices", "full_attn_idxs", "conv_L_cache", "state_size"})
+
+
+# SGLang's get_context_length (hf_transformers_utils): the first of these keys the config has, in this order
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
+
+
+def derived_context_length(text: dict[str, Any]) -> int | None:
+    """The context length SGLang derives from a config (and refuses a longer --context-length against): the first
+    of CONTEXT_LENGTH_KEYS, times a rope scaling factor unless the scaling names its
+    original_max_position_embeddings (YaRN) or is Llama 3's. None when the config names none of them (SGLang
+    then assumes 2048)."""
+    scaling = text.get("rope_scaling") or {}
+    factor = 1.0
+    if isinstance(scaling, dict) and scaling.get("factor") and "original_max_position_embeddings" not in scaling \
+            and scaling.get("rope_type") != "llama3":
+        factor = float(scaling["factor"])
+    for key in CONTEXT_LENGTH_KEYS:
+        if text.get(key) is not None:
+            return int(factor * float(text[key]))
+    return None
 
 
 def _lfm2_mlp_width(text: dict[str, Any], stated: int) -> int:

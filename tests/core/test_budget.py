@@ -22,6 +22,7 @@ from bot.core.model import (
     GIB,
     ModelConfigError,
     checkpoint_bytes,
+    derived_context_length,
     exclusion_part,
     kept_parts,
     kv_bytes_per_token,
@@ -715,10 +716,30 @@ def test_weights_larger_than_the_gpu_fail_before_any_pool():
 
 def test_pool_smaller_than_context_is_degraded_with_a_context_remedy():
     # 22.9 - 15.26 GiB weights - 22.9 x 0.1 = 5.35 GiB / 147,456 B (8 x 256 x 36 x 2) = ~38,950 tokens
-    b = run(spec("Qwen__Qwen3-8B"), ["--context-length", "131072", "--mem-fraction-static", "0.9"], count=1,
+    b = run(spec("Qwen__Qwen3-8B"), ["--context-length", "40960", "--mem-fraction-static", "0.9"], count=1,
             total_mib=24576, pre=22.9)
-    assert b.verdict is VerdictKind.DEGRADED and b.kv_tokens < 131072
+    assert b.verdict is VerdictKind.DEGRADED and b.kv_tokens < 40960
     assert any("smaller than the context length" in r for r in b.reasons)
+
+
+def test_a_context_longer_than_the_config_allows_is_refused_as_sglang_refuses_it():
+    # Qwen3-8B's config: max_position_embeddings 40960, no rope scaling; SGLang's ModelConfig raises before loading
+    b = run(spec("Qwen__Qwen3-8B"), ["--context-length", "131072"], count=1, total_mib=24576)
+    assert b.verdict is VerdictKind.FAILS
+    assert b.error_text.startswith("ValueError: User-specified context_length (131072) is greater than the derived "
+                                   "context_length (40960).")
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in next(x for x in b.lines if x.label == "context length").why
+    assert b.remedies[0].change == "--context-length 40960"
+    # SGLang's get_context_length: a rope scaling factor multiplies, unless it is YaRN's (it names its original
+    # length) or Llama 3's; the first of its keys wins
+    assert derived_context_length({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}) \
+        == 16384
+    assert derived_context_length({"max_position_embeddings": 131072, "rope_scaling": {
+        "rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}}) == 131072
+    assert derived_context_length({"max_position_embeddings": 131072, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0}}) == 131072
+    assert derived_context_length({"seq_length": 8192, "max_position_embeddings": 32768}) == 8192
+    assert derived_context_length({}) is None
 
 
 # --------------------------------------------------------------------------- flags
@@ -794,11 +815,11 @@ def test_seed_remedies_are_computed_thresholds():
 
 
 def test_a_remedy_that_brings_its_own_degradation_names_it():
-    b = run(spec("Qwen__Qwen3-8B"), ["--context-length", "131072", "--mem-fraction-static", "0.62"], count=1,
+    b = run(spec("Qwen__Qwen3-8B"), ["--context-length", "40960", "--mem-fraction-static", "0.62"], count=1,
             total_mib=24576, pre=22.9)
     assert b.verdict is VerdictKind.FAILS
     mfs = next(r for r in b.remedies if r.change.startswith("--mem-fraction-static"))
-    assert "; starts degraded: KV pool (" in mfs.effect and "smaller than the context length (131,072)" in mfs.effect
+    assert "; starts degraded: KV pool (" in mfs.effect and "smaller than the context length (40,960)" in mfs.effect
 
 
 def test_held_gpus_that_would_still_fail_clean_get_the_clean_gpu_remedies():
