@@ -636,7 +636,9 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     spec = flags.speculative
     mrr_requested = flags.max_running_requests or (48 if spec and flags.speculative_algorithm != "NGRAM" else None)
     context_len = flags.context_length or model.max_context
-    longer = flags.context_length and model.max_context and flags.context_length > model.max_context
+    # a --json-model-override-args may change the config's context keys: then the limit is not known here
+    overridden = any(x.startswith("--json-model-override-args") for x in (*flags.unknown, *flags.passthrough))
+    longer = flags.context_length and model.max_context and flags.context_length > model.max_context and not overridden
 
     quant = inp.quant or model.quant
     online = None

@@ -730,6 +730,10 @@ def test_a_context_longer_than_the_config_allows_is_refused_as_sglang_refuses_it
                                    "context_length (40960).")
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in next(x for x in b.lines if x.label == "context length").why
     assert b.remedies[0].change == "--context-length 40960"
+    # a config overridden on the command line may allow it: not refused on the file's figure
+    overridden = run(spec("Qwen__Qwen3-8B"), ["--context-length", "131072", "--json-model-override-args",
+                                              '{"max_position_embeddings": 131072}'], count=1, total_mib=24576)
+    assert not (overridden.error_text or "").startswith("ValueError: User-specified context_length")
     # SGLang's get_context_length: a rope scaling factor multiplies, unless it is YaRN's (it names its original
     # length) or Llama 3's; the first of its keys wins
     assert derived_context_length({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}) \
