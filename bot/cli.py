@@ -179,12 +179,23 @@ def _read_log(name: str) -> LogExcerpt:
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
+    if args.container:
+        return _container_budget(args)
+    if args.inventory:
+        raise UsageError("--inventory is for --container: a local budget reads no inventory")
+    if not args.gpu:
+        raise UsageError('--gpu is required (e.g. --gpu "RTX A6000"), or --container to read the GPUs, the '
+                         "model and the SGLang version from a container")
     from bot.core.budget import BudgetInput, GpuPlan, MeasuredLoad, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags
     from bot.core.gpus import gpu_matches, gpu_total_mib
     from bot.core.model import ModelConfigError, read_config
     from bot.views import budget_text
 
+    if args.gpus is None:
+        args.gpus = 1
+    if args.gpus < 1:
+        raise UsageError("--gpus is how many GPUs the launch may use: 1 or more")
     path = _local_model(args.model)
     config_path = path / "config.json" if path.is_dir() else path
     try:
@@ -220,7 +231,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
         if args.weights_gib <= 0:
             raise UsageError("--weights-gib is the positive GiB per GPU an earlier load logged")
         measured = MeasuredLoad(args.weights_gib, flags.weight_layout, "--weights-gib (an earlier load)")
-    budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang), index.total_size,
+    budget = compute_budget(BudgetInput(model, flags, gpus, parse_version(args.sglang or "current"), index.total_size,
                                         measured_load=measured,
                                         draft_config=_draft_config(flags.speculative_draft_model_path),
                                         mtp_in_checkpoint=index.mtp_tensors))
@@ -235,6 +246,43 @@ def cmd_budget(args: argparse.Namespace) -> int:
         totals = [(total or max(free)) / 1024 for _ in range(flags.tp)]
         Path(args.chart).write_bytes(budget_png(budget, totals, title))
     return {"fits": 0, "degraded": 3, "fails": 4}[budget.verdict.value]
+
+
+def _container_budget(args: argparse.Namespace) -> int:
+    """The answer /sglang budget gives: the model's config and checkpoint size, the installed SGLang and each GPU's
+    live free memory read in the container, and an earlier load's measured weights from the history in Redis."""
+    given = [name for name, value in (("--gpu", args.gpu), ("--gpus", args.gpus), ("--total-mib", args.total_mib),
+                                      ("--free-mib", args.free_mib), ("--sglang", args.sglang),
+                                      ("--weights-gib", args.weights_gib)) if value is not None]
+    if given:
+        raise UsageError(f"with --container the GPUs, their free memory and the SGLang version are read there: "
+                         f"drop {', '.join(given)}")
+    from bot.budget import plan_budget
+    from bot.core.inventory import resolve_targets
+    from bot.launch import HISTORY_FOR_WEIGHTS
+    from bot.views import budget_text
+
+    flags = tuple(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
+
+    async def work(services: Any) -> int:
+        found = resolve_targets(args.container, services.inventory)
+        if len(found) != 1 or found[0].kind != "container":
+            raise UsageError(f"`{args.container}` is not one container")
+        target = found[0]
+        assert target.vmid is not None
+        history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
+        planned = await plan_budget(services.transport, services.inventory, target, args.model, flags, history)
+        if args.json:
+            print(json.dumps(_budget_json(planned.budget), indent=2))
+        else:
+            print(budget_text(planned.budget, planned.title))
+        if args.chart:
+            from bot.chart import budget_png
+
+            Path(args.chart).write_bytes(budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title))
+        return {"fits": 0, "degraded": 3, "fails": 4}[planned.budget.verdict.value]
+
+    return _with_services(args, work)
 
 
 def _local_model(model: str) -> Path:
@@ -304,6 +352,84 @@ def _budget_json(budget: Any) -> dict[str, Any]:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
+    """A log file (or stdin) is diagnosed as it is; an attempt id or a container gets the answer /sglang triage
+    gives: that attempt's own log read over SSH (stale logs refused), the evidence and the next experiments."""
+    # a container or attempt name holds no "/": such a name is a path even when the file is missing
+    if args.what == "-" or "/" in args.what or Path(args.what).exists() or args.launch or \
+            args.stalled_minutes is not None:
+        return _triage_file(args)
+    from bot.errors import ConfigError, TargetError
+
+    try:
+        return _triage_attempt(args)
+    except (TargetError, ConfigError) as exc:
+        raise UsageError(f"no log file {args.what} here; as an attempt id or a container: {exc.user_message}") \
+            from None
+
+
+def _triage_attempt(args: argparse.Namespace) -> int:
+    import getpass
+
+    from bot.core.attempts import is_attempt_id
+    from bot.core.inventory import resolve_targets
+    from bot.triage import find_attempt, record_triage, triage_attempt
+    from bot.views import blocks_to_text, triage_message
+
+    async def work(services: Any) -> int:
+        target = None
+        if not is_attempt_id(args.what):
+            found = resolve_targets(args.what, services.inventory)
+            if len(found) != 1 or found[0].kind != "container":
+                raise UsageError(f"no log file {args.what} here, and it names no one container or attempt")
+            target = found[0]
+        attempt = await find_attempt(services.attempts, args.what, target)
+        report = await triage_attempt(services.transport, services.inventory, attempt,
+                                      lambda: services.attempts.recent(attempt.node, attempt.vmid, 20))
+        await record_triage(services.attempts, services.store, report, f"cli:{getpass.getuser()}", "")
+        if args.json:
+            print(json.dumps(_triage_report_json(report), indent=2))
+        else:
+            print(blocks_to_text(triage_message(report).blocks))
+            relaunches = _relaunch_commands(report)
+            if relaunches:
+                print("to run a next experiment (the buttons of the Slack answer):")
+                print("\n".join(f"  {command}" for command in relaunches))
+        return 0 if report.finding is not None and report.finding.label != "unknown" else 3
+
+    return _with_services(args, work)
+
+
+def _relaunch_commands(report: Any) -> list[str]:
+    """Each remedy and experiment as the /sglang launch that runs it (through the pre-flight)."""
+    import shlex
+
+    from bot.core.flags import redacted
+
+    a = report.attempt
+    where = a.container or f"{a.node}:{a.vmid}"
+    flag_sets = [tuple(redacted(r.flags.to_argv())) for r in (report.planned.budget.remedies if report.planned else ())
+                 if r.flags]
+    flag_sets += [tuple(redacted(e.argv)) for e in report.experiments]
+    return [f"/sglang launch {shlex.join((where, a.model_path, *flags))}" for flags in flag_sets]
+
+
+def _triage_report_json(report: Any) -> dict[str, Any]:
+    from bot.core.flags import redacted
+
+    a = report.attempt
+    remedies = report.planned.budget.remedies if report.planned is not None else ()
+    return {
+        "attempt": a.id, "target": a.target_label, "log": a.log_path, "stale": report.stale,
+        "finding": asdict(report.finding) if report.finding is not None else None,
+        "gpus": report.gpus, "versions": report.versions, "disk": report.disk, "xid": list(report.xid),
+        "peer_access": report.peer_access, "label_evidence": list(report.label_evidence),
+        "remedies": [{"change": r.change, "effect": r.effect,
+                      "argv": list(redacted(r.flags.to_argv())) if r.flags else None} for r in remedies],
+        "experiments": [asdict(e) for e in report.experiments],
+    }
+
+
+def _triage_file(args: argparse.Namespace) -> int:
     import shlex
 
     from bot.core.diagnosis import LaunchContext, diagnose_excerpt
@@ -313,7 +439,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
     given = shlex.split(args.launch) if args.launch else []
     launch = command_flags(given)
     context = LaunchContext.from_argv(given) if args.launch else None
-    finding = diagnose_excerpt(_read_log(args.logfile), stalled_minutes=args.stalled_minutes, context=context)
+    finding = diagnose_excerpt(_read_log(args.what), stalled_minutes=args.stalled_minutes, context=context)
     experiments = label_experiments(finding.label, launch) if launch else ()
     if args.json:
         print(json.dumps({**asdict(finding), "experiments": [asdict(e) for e in experiments]}, indent=2))
@@ -383,12 +509,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     budget = sub.add_parser("budget", help="will an SGLang launch fit, and why (before the 10-minute load)")
     budget.add_argument("--model", required=True, help="model directory (config.json), a config.json file, or a "
-                        "Hugging Face id (org/name) in the local cache")
-    budget.add_argument("--gpu", required=True, help='GPU model, e.g. "RTX A6000"')
-    budget.add_argument("--gpus", type=int, default=1, help="how many GPUs the launch may use")
+                        "Hugging Face id (org/name) in the local cache; with --container, the model's directory or "
+                        "Hub id in that container")
+    budget.add_argument("--container", help="read the model, the installed SGLang and each GPU's live free memory in "
+                        "this container (same answer as /sglang budget); then --gpu and the options up to "
+                        "--weights-gib are not given")
+    budget.add_argument("--inventory", help="with --container: inventory file (default: $GPUOPS_INVENTORY or "
+                        "inventory.yml)")
+    budget.add_argument("--gpu", help='GPU model, e.g. "RTX A6000" (required without --container)')
+    budget.add_argument("--gpus", type=int, help="how many GPUs the launch may use (default 1)")
     budget.add_argument("--total-mib", type=int, help="GPU memory, when the GPU name is not known")
     budget.add_argument("--free-mib", help="free MiB per GPU as nvidia-smi shows them, comma-separated")
-    budget.add_argument("--sglang", default="current", help="SGLang version, e.g. 0.5.9 (default: current)")
+    budget.add_argument("--sglang", help="SGLang version, e.g. 0.5.9 (default: current)")
     budget.add_argument("--weights-gib", type=float,
                         help="weights per GPU an earlier load of this checkpoint logged, same tp/pp/quantization "
                              "(`Load weight end ... mem usage=`): used instead of the estimate")
@@ -397,11 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
     budget.set_defaults(func=cmd_budget)
 
-    triage = sub.add_parser("triage", help="name the first cause of a failed SGLang launch from its log")
-    triage.add_argument("logfile", help="log file, or - for stdin")
+    triage = sub.add_parser("triage", help="name the first cause of a failed SGLang launch: from a log file, or "
+                            "from an attempt's own log in its container (same answer as /sglang triage)")
+    triage.add_argument("what", metavar="LOGFILE|ATTEMPT|CONTAINER",
+                        help="a log file (- for stdin); or an attempt id, or a container (its latest attempt), "
+                             "whose own log is read over SSH")
     triage.add_argument("--json", action="store_true")
-    triage.add_argument("--launch", help="the launch command (its flags decide some generic symptoms)")
-    triage.add_argument("--stalled-minutes", type=float, help="how long the log has not grown (a hang)")
+    triage.add_argument("--launch", help="with a log file: the launch command (its flags decide some generic symptoms)")
+    triage.add_argument("--stalled-minutes", type=float,
+                        help="with a log file: how long the log has not grown (a hang)")
+    triage.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     triage.set_defaults(func=cmd_triage)
 
     lab = sub.add_parser("lab", help="run the embedded lab with a console that shows what Slack would show")

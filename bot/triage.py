@@ -12,21 +12,25 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
-from bot.core.attempts import Attempt, AttemptStatus, user_flags
+from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
 from bot.core.diagnosis import Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import parse_port_holders, port_evidence, ports_named, transformers_evidence
-from bot.errors import GpuopsError, RemoteError
+from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_xids
 from bot.launch import container_of
 from bot.status import SmiFailed, Transport, read_node, read_peer_access
+
+if TYPE_CHECKING:
+    from bot.store import AttemptStore, Store
 
 log = logging.getLogger(__name__)
 # findings whose next check is the GPUs' peer access (custom all-reduce, NCCL's P2P transport)
@@ -47,6 +51,33 @@ class TriageReport:
     experiments: tuple[Experiment, ...] = ()  # for the other findings: the label's flag experiments
     peer_access: str | None = None  # for transport findings: the launch GPUs' P2P matrix, summarised
     label_evidence: tuple[str, ...] = ()  # what the label calls for: who holds the port, which transformers
+
+
+async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target | None,
+                       channel: str | None = None) -> Attempt:
+    """The attempt a triage reads: the one ``spec`` names by id, else the latest on ``target``'s container, else
+    the latest launched (from ``channel``, when the triage is asked in one)."""
+    if spec and is_attempt_id(spec):
+        attempt = await attempts.get(spec)
+        if attempt is None:
+            raise UsageError(f"no attempt `{spec}` is recorded (the history lists them)")
+    elif target is not None:
+        assert target.vmid is not None
+        attempt = await attempts.latest(target.node, target.vmid)
+    else:
+        attempt = next((a for a in await attempts.recent(count=50) if a.pid and channel in (None, a.channel)), None)
+    if attempt is None or attempt.pid is None:
+        raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
+    return attempt
+
+
+async def record_triage(attempts: AttemptStore, store: Store, report: TriageReport, user: str, channel: str) -> None:
+    """The label goes on the attempt (its history line and its thread's summary show it), and into the audit."""
+    attempt = report.attempt
+    if report.finding is not None:
+        await attempts.save(replace(attempt, observed={**attempt.observed, "triage": report.finding.label}))
+    await store.audit(action="sglang.triage", user=user, channel=channel, attempt=attempt.id,
+                      result=report.finding.label if report.finding else f"stale: {report.stale}")
 
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt,

@@ -40,7 +40,7 @@ from bot.launch import (
     start,
 )
 from bot.slack import post_messages, upload_png
-from bot.triage import triage_attempt
+from bot.triage import find_attempt, record_triage, triage_attempt
 from handlers.common import authorize
 
 
@@ -272,17 +272,7 @@ async def history(services: Services, client: Any, respond: Any, target: Target 
 async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,
                  channel: str, thread_ts: str | None = None) -> None:
     attempts = services.attempts
-    if spec and is_attempt_id(spec):
-        attempt = await attempts.get(spec)
-    elif target is not None:
-        assert target.vmid is not None
-        attempt = await attempts.latest(target.node, target.vmid)
-    else:
-        attempt = next((a for a in await attempts.recent(count=50) if a.channel == channel and a.pid), None)
-    if spec and is_attempt_id(spec) and attempt is None:
-        raise UsageError(f"no attempt `{spec}` is recorded (`/sglang history` lists them)")
-    if attempt is None or attempt.pid is None:
-        raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
+    attempt = await find_attempt(attempts, spec, target, channel)
     report = await triage_attempt(services.transport, services.inventory, attempt,
                                   lambda: attempts.recent(attempt.node, attempt.vmid, 20))
     choices: list[tuple[str, str]] = []
@@ -294,7 +284,4 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
         choices.append((f"launch with {experiment.change}", await _pending_launch(services, request, experiment.argv)))
     await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
                         thread_ts=thread_ts or attempt.thread_ts, pace=services.pace)
-    if report.finding is not None:
-        await attempts.save(replace(attempt, observed={**attempt.observed, "triage": report.finding.label}))
-    await services.store.audit(action="sglang.triage", user=user, channel=channel, attempt=attempt.id,
-                               result=report.finding.label if report.finding else f"stale: {report.stale}")
+    await record_triage(attempts, services.store, report, user, channel)

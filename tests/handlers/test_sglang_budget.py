@@ -111,3 +111,37 @@ async def test_budget_of_a_hub_id_reads_the_snapshot_the_containers_cache_names(
         assert "models--Qwen--Qwen3-8B/refs/main" in text and "huggingface-cli download Qwen/Qwen3-8B" in text
     finally:
         shutil.rmtree(repo.parent)
+
+
+async def test_gpuops_budget_of_a_container_is_the_slack_answer_in_a_terminal(lab, tmp_path):
+    """`gpuops budget --container` reads the model, SGLang's version and the live free memory in the container,
+    as /sglang budget does: the printed table is the one the use case computes, and the chart is written."""
+    import asyncio
+    import json
+
+    from bot.budget import plan_budget
+    from bot.core.inventory import resolve_targets
+    from bot.views import budget_text
+    from tests.edges.test_cli import gpuops
+
+    model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+    flags = tuple(SEED_FLAGS.split()) + ("--mem-fraction-static", "0.85")
+    target = resolve_targets("sglang-a6000", lab.services.inventory)[0]
+    planned = await plan_budget(lab.services.transport, lab.services.inventory, target, model, flags)
+    inventory = str(lab.workdir / "inventory.yml")
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
+    chart = tmp_path / "budget.png"
+    out = await asyncio.to_thread(gpuops, "budget", "--container", "sglang-a6000", "--model", model,
+                                  "--inventory", inventory, "--chart", str(chart), "--", *flags, env=env)
+    assert out.returncode == 4, out.stderr  # 4: it will fail
+    assert out.stdout.strip() == budget_text(planned.budget, planned.title).strip()
+    assert "SGLang 0.5.9" in out.stdout and "Not enough memory" in out.stdout
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((await asyncio.to_thread(gpuops, "budget", "--container", "sglang-a6000", "--model", model,
+                                               "--inventory", inventory, "--json", "--", *flags, env=env)).stdout)
+    assert data["verdict"] == "fails" and data["remedies"][0]["change"] == planned.budget.remedies[0].change
+    mixed = await asyncio.to_thread(gpuops, "budget", "--container", "sglang-a6000", "--model", model,
+                                    "--gpu", "RTX A6000", "--inventory", inventory, "--", *flags, env=env)
+    assert mixed.returncode == 2 and "read there: drop --gpu" in mixed.stderr
+    nothing = await asyncio.to_thread(gpuops, "budget", "--model", model, "--", *flags, env=env)
+    assert nothing.returncode == 2 and "--gpu is required" in nothing.stderr

@@ -189,3 +189,51 @@ async def test_a_server_that_failed_after_a_long_run_is_triaged_from_its_logs_en
     number = next(i for i, x in enumerate(lines, 1) if "Watchdog timeout (self.watchdog_timeout=300)" in x)
     assert number > 19000 and f"L{number}: " in text
     assert "a long log: read its first 512 KiB and last 1536 KiB" in text
+
+
+async def test_gpuops_triage_in_a_terminal_gives_the_slack_answer_for_an_attempt_or_container(lab, tmp_path):
+    """`gpuops triage <attempt|container>` reads the attempt's own log over SSH, as /sglang triage does, and
+    records its label on the attempt; a name that is neither a file nor a target says what it looked for."""
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from tests.edges.test_cli import gpuops
+
+    attempt = await failed_launch(lab, "sigquit_after_oom")
+    inventory = str(lab.workdir / "inventory.yml")
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
+    by_id = await asyncio.to_thread(gpuops, "triage", attempt.id, "--inventory", inventory, env=env)
+    assert by_id.returncode == 0, by_id.stderr
+    assert (f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *kv_pool_oom* "
+            "(high confidence, startup: KV pool)") in by_id.stdout
+    assert "Also in the log, not the cause: child_process_died" in by_id.stdout
+    lines = Path(attempt.log_path).read_text().split("\n")
+    number = next(i for i, x in enumerate(lines, 1) if x.startswith("RuntimeError: Not enough memory"))
+    assert f"L{number}: RuntimeError: Not enough memory" in by_id.stdout
+    assert "no process holds GPU memory" in by_id.stdout and "sglang 0.5.9" in by_id.stdout
+    assert "`--mamba-ssm-dtype bfloat16` — " in by_id.stdout  # the budget engine's remedies, as in Slack
+    relaunch = next(x for x in by_id.stdout.splitlines() if x.strip().startswith("/sglang launch sglang-a6000 "))
+    assert relaunch.endswith("--mamba-ssm-dtype bfloat16") and "--force" not in relaunch  # what its button launches
+    saved = await lab.services.attempts.get(attempt.id)
+    assert saved.observed["triage"] == "kv_pool_oom"
+    audit = (await lab.services.store.audit_entries(5))[0]
+    assert audit["action"] == "sglang.triage" and audit["user"].startswith("cli:") and audit["attempt"] == attempt.id
+
+    by_container = await asyncio.to_thread(gpuops, "triage", "sglang-a6000", "--json", "--inventory", inventory,
+                                           env=env)
+    assert by_container.returncode == 0, by_container.stderr
+    data = json.loads(by_container.stdout)
+    assert data["attempt"] == attempt.id and data["finding"]["label"] == "kv_pool_oom" and data["stale"] is None
+    assert data["finding"]["evidence"][0]["line_no"] == number
+    assert any(r["change"] == "--mamba-ssm-dtype bfloat16" for r in data["remedies"])
+
+    # a log another run wrote is refused as stale here too (exit 3: not diagnosed)
+    Path(attempt.log_path).write_text("gpuops attempt a20200101-000000-0000 started 2020-01-01T00:00:00Z\n"
+                                      + "\n".join(lines[1:]))
+    stale = await asyncio.to_thread(gpuops, "triage", attempt.id, "--inventory", inventory, env=env)
+    assert stale.returncode == 3 and "stale log" in stale.stdout and "was not written by attempt" in stale.stdout
+
+    typo = await asyncio.to_thread(gpuops, "triage", "sglang-a600", "--inventory", inventory, env=env)
+    assert typo.returncode == 2 and "no log file sglang-a600 here" in typo.stderr and "unknown target" in typo.stderr
+    assert "Traceback" not in typo.stderr
