@@ -3,7 +3,8 @@
 A thread is linked to a container; every attempt on that container that finishes (ready, failed,
 stopped) becomes an observation in the thread's record, which may decide its hypotheses, and the one
 summary message at the top of the thread is edited in place. This runs on a mention in the thread,
-when a followed launch finishes, and when the sampler finds a ready server gone.
+when a followed launch finishes, when the sampler finds a ready server gone, and when a triage is
+answered in an attempt's thread.
 """
 
 from __future__ import annotations
@@ -63,3 +64,19 @@ async def container_changed(services: Services, client: Any, node: str, vmid: in
             await refresh_summary(services, client, await synced(services, incident, attempts), attempts)
     except Exception:
         log.exception("updating the incident threads of %s:%s failed", node, vmid)
+
+
+async def triage_answered(services: Services, client: Any, attempt: Attempt, label: str | None, now: float) -> None:
+    """A /sglang triage answered in the attempt's thread: when that thread is an incident, the triage's first cause
+    becomes its hypothesis (as `@gpuops triage` there does), and every thread following the container shows the
+    label on the attempt. Like :func:`container_changed`, a failure here never costs the triage its answer."""
+    try:
+        if label and attempt.thread_ts:
+            incident = await services.incidents.get(attempt.channel, attempt.thread_ts)
+            if incident is not None:
+                if incident.node is None:  # the thread is about this attempt's container from now on
+                    incident = replace(incident, node=attempt.node, vmid=attempt.vmid)
+                await services.incidents.save(incident.propose_triage(label, attempt.id, now))
+    except Exception:
+        log.exception("recording the triage of %s in its thread failed", attempt.id)
+    await container_changed(services, client, attempt.node, attempt.vmid)

@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncApp
 from bot import views
 from bot.app import Services
 from bot.core.attempts import is_attempt_id
-from bot.core.incident import Incident, Observation, parse_mention, triage_hypothesis
+from bot.core.incident import Incident, Observation, parse_mention
 from bot.core.inventory import Target, resolve_targets
 from bot.core.status import is_clean, memory_evidence
 from bot.errors import GpuopsError, UsageError
@@ -109,8 +109,8 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         attempts = await container_attempts(services, incident)
         latest = attempts[0] if attempts else None
         label = latest.observed.get("triage") if latest else None
-        if latest and label and not any(h.author == "gpuops" and label in h.text for h in incident.hypotheses):
-            incident, _ = incident.add_hypothesis(triage_hypothesis(label, latest.id), "gpuops", now)
+        if latest and label:
+            incident = incident.propose_triage(label, latest.id, now)
     elif verb == "history":
         attempts = await container_attempts(services, incident)
         where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"

@@ -29,7 +29,7 @@ from bot.core.flags import redacted, with_flag
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
 from bot.errors import GpuopsError, TargetError, UsageError
-from bot.incidents import container_changed
+from bot.incidents import container_changed, triage_answered
 from bot.launch import (
     HISTORY_FOR_WEIGHTS,
     LaunchRequest,
@@ -40,7 +40,7 @@ from bot.launch import (
     start,
 )
 from bot.slack import post_messages, upload_png
-from bot.triage import find_attempt, record_triage, triage_attempt
+from bot.triage import TriageReport, find_attempt, record_triage, triage_attempt
 from handlers.common import authorize
 
 
@@ -102,7 +102,9 @@ def register(app: AsyncApp, services: Services) -> None:
             elif isinstance(request, SglangStopRequest):
                 await ask_stop(services, client, respond, request.target, target, user, channel)
             elif isinstance(request, SglangTriageRequest):
-                await triage(services, client, respond, request.target, target, user, channel)
+                report = await triage(services, client, respond, request.target, target, user, channel)
+                await triage_answered(services, client, report.attempt,
+                                      report.finding.label if report.finding else None, time.time())
             else:
                 await history(services, client, respond, target, channel)
         except GpuopsError as exc:
@@ -270,7 +272,7 @@ async def history(services: Services, client: Any, respond: Any, target: Target 
 
 
 async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,
-                 channel: str, thread_ts: str | None = None) -> None:
+                 channel: str, thread_ts: str | None = None) -> TriageReport:
     attempts = services.attempts
     attempt = await find_attempt(attempts, spec, target, channel)
     report = await triage_attempt(services.transport, services.inventory, attempt,
@@ -285,3 +287,4 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
     await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
                         thread_ts=thread_ts or attempt.thread_ts, pace=services.pace)
     await record_triage(attempts, services.store, report, user, channel)
+    return report

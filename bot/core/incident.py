@@ -68,6 +68,14 @@ class Incident:
         hypothesis = Hypothesis(f"H{len(self.hypotheses) + 1}", text.strip()[:500], author, at)
         return replace(self, hypotheses=(*self.hypotheses, hypothesis)), hypothesis
 
+    def propose_triage(self, label: str, attempt_id: str, at: float) -> Incident:
+        """A triage's first cause as the thread's hypothesis, once per label (a repeat of the same finding, or
+        a log no rule explains, adds none)."""
+        if label == "unknown" or any(h.author == "gpuops" and h.text.startswith(f"the first cause is {label} (")
+                                     for h in self.hypotheses):
+            return self
+        return self.add_hypothesis(triage_hypothesis(label, attempt_id), "gpuops", at)[0]
+
     def decide(self, hypothesis_id: str, status: str, by: str, why: str, tested_by: str | None = None) -> Incident:
         if status not in ("confirmed", "refuted", "open"):
             raise ValueError(f"status {status!r}")

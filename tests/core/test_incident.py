@@ -96,3 +96,17 @@ def triage_proposed(label):
 def attempt_result(at, attempt, outcome, changes, label=None):
     return Observation(at, "attempt", f"{attempt} {outcome}", attempt=attempt, outcome=outcome, label=label,
                        changes=tuple(changes))
+
+
+def test_a_triage_proposes_its_first_cause_once_and_never_an_unknown():
+    incident = Incident("C1", "1.0").propose_triage("kv_pool_oom", "a1", 10.0)
+    assert [(h.id, h.author, h.text) for h in incident.hypotheses] == [
+        ("H1", "gpuops", "the first cause is kv_pool_oom (proposed by triage of a1)")]
+    assert incident.propose_triage("kv_pool_oom", "a2", 20.0) == incident  # the same finding again: no new one
+    assert incident.propose_triage("unknown", "a2", 20.0) == incident  # nothing named: nothing to test
+    # a person's hypothesis naming the label is not the triage's: the triage still proposes its own
+    people, _ = Incident("C1", "2.0").add_hypothesis("the first cause is kv_pool_oom (I think)", "U0ALICE", 5.0)
+    assert [h.id for h in people.propose_triage("kv_pool_oom", "a1", 10.0).hypotheses] == ["H1", "H2"]
+    # another label is another hypothesis
+    assert incident.propose_triage("nccl_error", "a3", 30.0).hypotheses[1].text.startswith(
+        "the first cause is nccl_error (")

@@ -71,3 +71,30 @@ async def test_the_triage_experiment_decides_its_hypothesis_in_the_thread(lab):
                            in blocks_to_text(c.blocks)][-1].blocks)
     assert "the first cause is torch_compile_error" in text
     assert "`- --enable-torch-compile (on)` started: the failure went with it" in text
+
+
+async def test_a_slash_triage_answered_in_an_incident_thread_proposes_its_hypothesis_there(lab):
+    """`/sglang triage` from the channel answers in the attempt's thread; when that thread is an incident, the
+    triage's first cause is its hypothesis and the summary shows it at once, as `@gpuops triage` would."""
+    failed = await failed_launch(lab, "kv_pool_oom")
+    await lab.mention("note looking at this one", failed.thread_ts)
+    calls = await wait_text(lab, "Incident summary", method="chat.postMessage")
+    summary_ts = next(c for c in calls if c.method == "chat.postMessage"
+                      and "Incident summary" in blocks_to_text(c.blocks)).answer["ts"]
+    await lab.slash("/sglang", f"triage {failed.id}", user_id="U0EVE")
+    calls = await wait_text(lab, "the first cause is kv_pool_oom", method="chat.update")
+    text = summary_text(calls, summary_ts)
+    assert "*H1* the first cause is kv_pool_oom (proposed by triage of" in text
+    assert f"`{failed.id}` failed" in text and "triage: kv_pool_oom" in text
+    incident = await lab.services.incidents.get(failed.channel, failed.thread_ts)
+    assert [h.text for h in incident.hypotheses] == [f"the first cause is kv_pool_oom (proposed by triage of "
+                                                     f"{failed.id})"]
+
+    def edits(cs):
+        return sum(1 for c in cs if c.method == "chat.update" and c.params.get("ts") == summary_ts)
+
+    before = edits(lab.standin.calls)
+    await lab.slash("/sglang", f"triage {failed.id}", user_id="U0EVE")  # again: no second hypothesis
+    calls = await lab.standin.wait_for(lambda cs: edits(cs) > before, 30)  # the summary was refreshed after it
+    assert sum(1 for c in calls if c.method == "chat.postMessage" and "Triage of" in blocks_to_text(c.blocks)) == 2
+    assert len((await lab.services.incidents.get(failed.channel, failed.thread_ts)).hypotheses) == 1
