@@ -242,6 +242,19 @@ RULES: tuple[Rule, ...] = (
          "find the child's own traceback (often just before or after this line)", 0),
 )
 RULE_BY_LABEL = {r.label: r for r in RULES}
+
+# In a traceback cut before its exception line, these frames name the step that failed, not a path a failure
+# merely passes through: the speculative draft worker being built, the model class being looked up for the
+# checkpoint's architecture, a weight tensor being allocated. The deepest one decides. Frames that unrelated
+# failures run through too (a verify step while serving, a compiled graph) stay a lead, never a finding.
+_CUT_SITES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((label, re.compile(pattern), site)
+                                                                   for label, pattern, site in (
+    ("speculative_decoding_error", r"self\.draft_worker = \w*Worker\(", "building the speculative draft worker"),
+    ("unsupported_architecture", r"\b(?:get_model_cls_by_arch_name|resolve_model_cls|get_model_architecture)\(|"
+                                 r", in (?:get_model_cls_by_arch_name|resolve_model_cls|_?get_model_architecture)$",
+     "looking up the model class for the checkpoint's architecture"),
+    ("weight_load_oom", r"Parameter\(\s*torch\.empty\(", "allocating a weight tensor on the GPU"),
+))
 _COMPILED = [(r, r.compiled()) for r in RULES]
 
 _PREFIX = re.compile(r"^\S+Z? (?:stdout|stderr) [FP] ")  # kubernetes/containerd log prefixes
@@ -425,6 +438,8 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         if rule.strength <= 1 and _cut_inside_traceback(lines, order):
             if (imported := _import_failure(lines, order, notes)) is not None:
                 return imported
+            if (site := _cut_site(lines, order, notes, {h[1].label for h in hits})) is not None:
+                return site
             frames = tuple(sorted({h[1].label for h in causes}))
             return replace(_unknown(lines, order, notes), explanation=(
                 "the log is cut inside a traceback, before its exception line; the frames pass through "
@@ -455,6 +470,8 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
                            (Evidence(index + 1, lines[index].strip()[:400]),), (), notes)
     if (imported := _import_failure(lines, order, notes)) is not None:
         return imported
+    if (site := _cut_site(lines, order, notes, {h[1].label for h in hits})) is not None:
+        return site
     full_pool = _full_pool_at_the_end(lines, order)
     if full_pool is not None:
         index, usage = full_pool
@@ -543,6 +560,29 @@ def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:
     starts = [i for i, x in enumerate(content) if "Traceback (most recent call last)" in x]
     tail = content[starts[-1]:] if starts else content
     return not any(_EXCEPTION_LINE.search(x) for x in tail)
+
+
+def _cut_site(lines: list[str], order: list[int], notes: tuple[str, ...], seen: set[str]) -> Finding | None:
+    """A traceback cut before its exception line, whose deepest frame names the step that failed (_CUT_SITES):
+    that step's label, with low confidence and the frame as its evidence."""
+    if not _cut_inside_traceback(lines, order):
+        return None
+    content = [i for i in order if lines[i].strip()]
+    starts = [n for n, i in enumerate(content) if "Traceback (most recent call last)" in lines[i]]
+    found = None
+    for i in content[starts[-1]:] if starts else content:
+        for label, pattern, site in _CUT_SITES:
+            if pattern.search(lines[i].rstrip()):
+                found = (i, label, site)
+    if found is None:
+        return None
+    index, label, site = found
+    rule = RULE_BY_LABEL[label]
+    return Finding(label, _phase(lines, order, order.index(index), rule.phase), "low",
+                   f"the log is cut inside a traceback, before its exception line, while {site}: {rule.explanation}",
+                   "find the rest of this log (it was cut: rotated, truncated, or the process was killed mid-write); "
+                   f"meanwhile: {rule.next_step}", (Evidence(index + 1, lines[index].strip()[:400]),),
+                   tuple(sorted(seen - {label})), notes)
 
 
 def _with_context(hits: list[tuple[int, Rule, int]], lines: list[str], order: list[int],

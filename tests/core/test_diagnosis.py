@@ -321,6 +321,30 @@ def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as
     assert finding.next_step.endswith("launch without --enable-torch-compile")
 
 
+@pytest.mark.parametrize(("case_id", "label", "site", "frame"), [
+    # real partial cases: the frames stop inside the step that failed, the exception line is not in the text
+    ("sglang-pr3582", "speculative_decoding_error", "building the speculative draft worker",
+     "self.draft_worker = EAGLEWorker("),
+    ("sglang-467", "unsupported_architecture", "looking up the model class",
+     "model_class = get_model_cls_by_arch_name(architectures)"),
+    ("sglang-465", "weight_load_oom", "allocating a weight tensor", "weight = Parameter(torch.empty("),
+])
+def test_a_traceback_cut_inside_the_step_that_failed_names_that_step_with_low_confidence(case_id, label, site,
+                                                                                         frame):
+    case = BY_ID[case_id]
+    finding = triage(case)
+    assert (finding.label, finding.confidence, finding.phase) == (label, "low", "startup")
+    assert finding.explanation.startswith(f"the log is cut inside a traceback, before its exception line, while {site}")
+    (evidence,) = finding.evidence
+    lines = case["log_excerpt"].split("\n")
+    assert lines[evidence.line_no - 1].strip() == evidence.text and evidence.text.startswith(frame)
+    assert finding.next_step.startswith("find the rest of this log")
+    # the same frames with the exception line after them: the exception decides, not the site
+    whole = diagnose(case["log_excerpt"] + "\nRuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                     "ProcessGroupNCCL.cpp:1970, unhandled system error")
+    assert whole.label == "nccl_error"
+
+
 def test_a_log_stopping_in_nccl_setup_is_a_hang_at_distributed_init_and_later_stages_win():
     # real NCCL_DEBUG=INFO lines of a 16-rank job's communicator setup; the text stops there
     nccl = (FIXTURES / "other-logs" / "nccl-info-setup.txt").read_text().splitlines()
