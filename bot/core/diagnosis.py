@@ -245,7 +245,8 @@ RULE_BY_LABEL = {r.label: r for r in RULES}
 
 # In a traceback cut before its exception line, these frames name the step that failed, not a path a failure
 # merely passes through: the speculative draft worker being built, the model class being looked up for the
-# checkpoint's architecture, a weight tensor being allocated. The deepest one decides. Frames that unrelated
+# checkpoint's architecture, a weight tensor being allocated, inductor writing a graph's code. The deepest one
+# decides. Frames that unrelated
 # failures run through too (a verify step while serving, a compiled graph) stay a lead, never a finding.
 _CUT_SITES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((label, re.compile(pattern), site)
                                                                    for label, pattern, site in (
@@ -254,6 +255,9 @@ _CUT_SITES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((label, re.comp
                                  r", in (?:get_model_cls_by_arch_name|resolve_model_cls|_?get_model_architecture)$",
      "looking up the model class for the checkpoint's architecture"),
     ("weight_load_oom", r"Parameter\(\s*torch\.empty\(", "allocating a weight tensor on the GPU"),
+    # inductor's code generation and the loading of the module it wrote: compile time, not a compiled graph running
+    ("torch_compile_error", r", in (?:compile_fx_inner|fx_codegen_and_compile|codegen_and_compile|compile_to_module|"
+                            r"compile_to_fn|load_by_key_path)$", "torch.compile generated and loaded a graph's code"),
 ))
 _COMPILED = [(r, r.compiled()) for r in RULES]
 

@@ -312,13 +312,13 @@ def test_a_startup_log_that_just_stops_says_how_far_it_got(case_id, where):
 
 
 def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as_a_test():
-    # a real partial case: inductor frames, then the text stops mid-frame; the label rests on the thread
-    case = next(c for c in CASES if c["id"] == "sglang-2133")
-    finding = diagnose(case["log_excerpt"])
-    assert finding.label == "unknown" and finding.also_seen == ("torch_compile_error",)
+    # a real partial case: the frames run through the speculative verify step while serving (which any kernel
+    # failure there does too), then the text stops; the label rests on the thread
+    finding = triage(BY_ID["sglang-8336"])
+    assert finding.label == "unknown" and finding.also_seen == ("speculative_decoding_error",)
     assert finding.explanation.startswith("the log is cut inside a traceback, before its exception line")
     assert finding.next_step.startswith("find the rest of this log")
-    assert finding.next_step.endswith("launch without --enable-torch-compile")
+    assert finding.next_step.endswith("then check the draft model")
 
 
 @pytest.mark.parametrize(("case_id", "label", "site", "frame"), [
@@ -328,6 +328,8 @@ def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as
     ("sglang-467", "unsupported_architecture", "looking up the model class",
      "model_class = get_model_cls_by_arch_name(architectures)"),
     ("sglang-465", "weight_load_oom", "allocating a weight tensor", "weight = Parameter(torch.empty("),
+    ("sglang-2133", "torch_compile_error", "torch.compile generated and loaded a graph's code",
+     'File "/root/anaconda3/lib/python3.12/site-packages/torch/_inductor/codecache.py", line 3062'),
 ])
 def test_a_traceback_cut_inside_the_step_that_failed_names_that_step_with_low_confidence(case_id, label, site,
                                                                                          frame):
