@@ -87,7 +87,7 @@ def cmd_smi_parse(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from bot.core.inventory import resolve_targets
-    from bot.core.report import target_view
+    from bot.core.report import status_data, target_view
     from bot.status import read_status, with_launches
     from bot.views import status_text
 
@@ -95,7 +95,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         targets = resolve_targets(args.target, services.inventory, services.settings.local_gpus)
         report = await read_status(services.transport, services.inventory, targets,
                                    limits=services.limits, deadline_s=services.settings.status_deadline_s)
-        print(status_text(await with_launches(report, services.attempts)))
+        report = await with_launches(report, services.attempts)
+        if args.json:
+            print(json.dumps({**status_data(report.statuses, report.launches), "elapsed_s": round(report.elapsed_s, 3)},
+                             indent=2))
+        else:
+            print(status_text(report))
         # exit 3 when any target needs attention: scripts and cron can act on it
         return 0 if all(target_view(s).state == "ok" for s in report.statuses) else 3
 
@@ -148,7 +153,14 @@ def cmd_history(args: argparse.Namespace) -> int:
             where = target.label
         else:
             found, where = await services.attempts.recent(count=args.count), "all containers"
-        print(blocks_to_text(history_message(found, where).blocks))
+        if args.json:
+            from bot.core.flags import redacted
+
+            # the records as stored, with the state they are in and no secret flag's value
+            print(json.dumps([{**a.to_dict(), "status": a.status.value, "argv": list(redacted(a.argv))}
+                              for a in found], indent=2, default=str))
+        else:
+            print(blocks_to_text(history_message(found, where).blocks))
         return 0
 
     return _with_services(args, work)
@@ -484,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="GPU status of nodes/containers (same answer as /gpu status)")
     status.add_argument("target", nargs="?", default="all")
+    status.add_argument("--json", action="store_true", help="print the targets, GPUs and processes as JSON")
     status.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     status.set_defaults(func=cmd_status)
 
@@ -495,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     history = sub.add_parser("history", help="launch attempts recorded in Redis (same answer as /sglang history)")
     history.add_argument("container", nargs="?", help="a container name or node:vmid (default: all)")
     history.add_argument("--count", type=int, default=15)
+    history.add_argument("--json", action="store_true",
+                         help="print the attempt records (secret flag values redacted) as JSON")
     history.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     history.set_defaults(func=cmd_history)
 

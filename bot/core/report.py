@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bot.core.gpu import Gpu, GpuProcess, ProcessListing
 from bot.core.status import GpuRow, ProcessView, TargetState, TargetStatus
@@ -138,3 +139,35 @@ def target_view(status: TargetStatus, launches: Mapping[Launch, str] | None = No
         process_lines=(PROCESS_HEADER, *procs) if procs else (),
         detail_lines=detail,
     )
+
+
+def status_data(statuses: tuple[TargetStatus, ...], launches: Mapping[Launch, str] | None = None) -> dict[str, Any]:
+    """The status answer as plain data (``gpuops status --json``): each target with the state and flags the
+    table shows, its GPUs with their readings (a cell that held no value is null, its text under ``unreadable``),
+    and each GPU's processes with the container that owns them and the recorded launch they belong to."""
+    targets = []
+    for status in statuses:
+        view = target_view(status, launches)
+        target, snap = status.target, status.snapshot
+        targets.append({
+            "target": target.label, "kind": target.kind, "node": target.node, "vmid": target.vmid,
+            "container": target.name, "state": view.state, "problem": status.problem,
+            "driver_version": snap.driver_version if snap else None,
+            "cuda_version": snap.cuda_version if snap else None,
+            "processes_read": status.process_view.value, "flags": list(view.flag_lines),
+            "error_lines": list(view.detail_lines),
+            "gpus": [{
+                "index": r.gpu.index, "name": r.gpu.name, "memory_used_mib": r.gpu.memory_used_mib,
+                "memory_total_mib": r.gpu.memory_total_mib, "memory_free_mib": r.gpu.memory_free_mib,
+                "utilization_pct": r.gpu.utilization_pct, "temperature_c": r.gpu.temperature_c,
+                "power_draw_w": r.gpu.power_draw_w, "power_limit_w": r.gpu.power_limit_w, "uuid": r.gpu.uuid,
+                "pci_bus_id": r.gpu.pci_bus_id, "unreadable": dict(r.gpu.raw), "flags": list(r.flags),
+                "held_by_other_containers_mib": {str(vmid): mib
+                                                 for vmid, mib in sorted(r.other_containers_mib.items())},
+                "processes": [{
+                    "pid": p.pid, "name": p.name, "used_mib": p.used_mib, "container_vmid": p.vmid,
+                    "launch": _launch_of(p, target.node, launches or {}),
+                } for p in r.processes],
+            } for r in status.rows],
+        })
+    return {"targets": targets}

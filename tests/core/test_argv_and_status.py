@@ -120,6 +120,30 @@ def test_a_process_in_a_launchs_group_is_named_after_the_launch():
     assert process_lines((row,), "pve6", launches)[0].endswith("python3")  # the same numbers on another node
 
 
+def test_status_data_carries_the_tables_readings_flags_and_launches():
+    from bot.core.inventory import Target
+    from bot.core.report import status_data
+    from bot.core.status import GpuRow, TargetState, TargetStatus
+
+    row = GpuRow(gpu(0, used=40000, raw={"power.draw": "[N/A]"}),
+                 (GpuProcess(4242, "python3", 40000, vmid=129, group=61), GpuProcess(777, "Xorg", 5)),
+                 ("hot: 91°C",), {131: 2048})
+    ok = TargetStatus(Target("node", "pve5"), TargetState.OK, (row,))
+    down = TargetStatus(Target("node", "pve7"), TargetState.UNREACHABLE, problem="connection refused")
+    data = status_data((ok, down), {("pve5", 129, 61): "a20261203-101500-1a2b (ready, port 30000)"})
+    pve5, pve7 = data["targets"]
+    assert pve5["state"] == "attention" and pve5["flags"] == ["GPU 0: hot: 91°C", "GPU 0: 2048 MiB held by CT 131"]
+    (g,) = pve5["gpus"]
+    assert (g["memory_used_mib"], g["memory_free_mib"], g["power_draw_w"], g["unreadable"]) == (
+        40000, 9140, None, {"power.draw": "[N/A]"})
+    assert g["held_by_other_containers_mib"] == {"131": 2048}
+    assert g["processes"] == [
+        {"pid": 4242, "name": "python3", "used_mib": 40000, "container_vmid": 129,
+         "launch": "a20261203-101500-1a2b (ready, port 30000)"},
+        {"pid": 777, "name": "Xorg", "used_mib": 5, "container_vmid": None, "launch": None}]
+    assert (pve7["state"], pve7["problem"], pve7["gpus"]) == ("unreachable", "connection refused", [])
+
+
 def gpu(index=0, used=1, total=49140, **kw):
     return Gpu(index=index, name="NVIDIA RTX A6000", memory_used_mib=used, memory_total_mib=total,
                uuid=f"GPU-{index}", **kw)

@@ -56,11 +56,22 @@ async def test_status_in_a_terminal(tmp_path):
         import asyncio
 
         out = await asyncio.to_thread(gpuops, "status", "--inventory", str(inventory), env=env)
+        as_json = await asyncio.to_thread(gpuops, "status", "pve5", "--json", "--inventory", str(inventory), env=env)
     finally:
         await node.stop()
     assert out.returncode == 3, out.stderr  # 3: a target needs attention
     assert "== pve5 [ATTENTION] driver 580.126.09 · CUDA 13.0 · 2 GPUs" in out.stdout
     assert "GPU 0: orphaned memory: 12001 MiB held, no process listed" in out.stdout
+    # the same reading as data: the exit code, the flags and the numbers the table shows
+    assert as_json.returncode == 3, as_json.stderr
+    (pve5,) = json.loads(as_json.stdout)["targets"]
+    assert (pve5["target"], pve5["state"], pve5["driver_version"], pve5["cuda_version"]) == (
+        "pve5", "attention", "580.126.09", "13.0")
+    assert "GPU 0: orphaned memory: 12001 MiB held, no process listed" in pve5["flags"]
+    gpu0, gpu1 = pve5["gpus"]
+    assert (gpu0["memory_used_mib"], gpu0["memory_total_mib"], gpu0["memory_free_mib"]) == (12001, 49140, 37139)
+    assert gpu0["processes"] == [] and gpu0["flags"] == ["orphaned memory: 12001 MiB held, no process listed"]
+    assert gpu1["memory_used_mib"] == 1 and gpu1["flags"] == []
 
 
 def test_lab_script_plays_the_skeleton_end_to_end():
@@ -223,7 +234,8 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
                                                         "ct-idle": {"node": "pve19", "vmid": 320}}}))
     store = AttemptStore(connect(redis_url))
     now = time.time()
-    await store.save(Attempt("a-cli-1", "U1", "C1", "pve19", 319, "ct-cli", "/models/m", ("--tp", "2"), 30000,
+    await store.save(Attempt("a-cli-1", "U1", "C1", "pve19", 319, "ct-cli", "/models/m",
+                             ("--tp", "2", "--api-key", "sk-cli-secret"), 30000,
                              now - 60, (Transition(AttemptStatus.LAUNCHING, now - 60),
                                         Transition(AttemptStatus.FAILED, now - 30, "kv_pool_oom")),
                              error_line="RuntimeError: Not enough memory."))
@@ -238,6 +250,8 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
         health = await asyncio.to_thread(gpuops, "health", "--inventory", str(inventory), env=env)
         history = await asyncio.to_thread(gpuops, "history", "ct-cli", "--inventory", str(inventory), env=env)
         idle = await asyncio.to_thread(gpuops, "history", "ct-idle", "--inventory", str(inventory), env=env)
+        as_json = await asyncio.to_thread(gpuops, "history", "ct-cli", "--json", "--inventory", str(inventory),
+                                          env=env)
     finally:
         await node.stop()
     assert health.returncode == 3, health.stderr  # a finding: exit 3, like status
@@ -250,6 +264,12 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     assert idle.returncode == 0, idle.stderr
     assert "No attempts recorded yet on pve19:320 (ct-idle)" in idle.stdout and "a-cli-1" not in idle.stdout
     assert "a-cli-1" in history.stdout and "failed" in history.stdout and "Not enough memory" in history.stdout
+    assert "sk-cli-secret" not in history.stdout + as_json.stdout  # a secret flag's value is never shown
+    (record,) = json.loads(as_json.stdout)
+    assert (record["id"], record["status"], record["error_line"]) == ("a-cli-1", "failed", "RuntimeError: Not enough "
+                                                                                             "memory.")
+    assert record["argv"] == ["--tp", "2", "--api-key", "<redacted>"] and record["transitions"][-1]["note"] == \
+        "kv_pool_oom"
 
 
 def test_budget_reads_a_local_draft_models_config(tmp_path):
