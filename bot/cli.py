@@ -397,7 +397,11 @@ def _triage_attempt(args: argparse.Namespace) -> int:
         attempt = await find_attempt(services.attempts, args.what, target)
         report = await triage_attempt(services.transport, services.inventory, attempt,
                                       lambda: services.attempts.recent(attempt.node, attempt.vmid, 20))
-        await record_triage(services.attempts, services.store, report, f"cli:{getpass.getuser()}", "")
+        try:
+            who = getpass.getuser()
+        except (KeyError, OSError):  # no login name for this uid (a bare container)
+            who = str(os.getuid())
+        await record_triage(services.attempts, services.store, report, f"cli:{who}", "")
         if args.json:
             print(json.dumps(_triage_report_json(report), indent=2))
         else:

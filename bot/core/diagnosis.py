@@ -246,8 +246,8 @@ RULE_BY_LABEL = {r.label: r for r in RULES}
 # In a traceback cut before its exception line, these frames name the step that failed, not a path a failure
 # merely passes through: the speculative draft worker being built, the model class being looked up for the
 # checkpoint's architecture, a weight tensor being allocated, inductor writing a graph's code. The deepest one
-# decides. Frames that unrelated
-# failures run through too (a verify step while serving, a compiled graph) stay a lead, never a finding.
+# decides. Frames that unrelated failures run through too (a verify step while serving, a compiled graph running)
+# stay a lead, never a finding.
 _CUT_SITES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((label, re.compile(pattern), site)
                                                                    for label, pattern, site in (
     ("speculative_decoding_error", r"self\.draft_worker = \w*Worker\(", "building the speculative draft worker"),

@@ -237,3 +237,28 @@ async def test_gpuops_triage_in_a_terminal_gives_the_slack_answer_for_an_attempt
     typo = await asyncio.to_thread(gpuops, "triage", "sglang-a600", "--inventory", inventory, env=env)
     assert typo.returncode == 2 and "no log file sglang-a600 here" in typo.stderr and "unknown target" in typo.stderr
     assert "Traceback" not in typo.stderr
+
+
+async def test_recording_a_triage_keeps_what_the_follower_saved_meanwhile(redis_url):
+    """The label is added to the attempt as it is in Redis when the triage ends, not to the copy read when it
+    began: a launch that failed while its log was being read stays failed."""
+    import time
+
+    from bot.core.attempts import Attempt, AttemptStatus, Transition
+    from bot.core.diagnosis import diagnose
+    from bot.store import AttemptStore, Store, connect
+    from bot.triage import TriageReport, record_triage
+
+    client = connect(redis_url)
+    attempts, store = AttemptStore(client), Store(client)
+    now = time.time()
+    began = Attempt("a20261204-060000-0001", "U1", "C1", "pve5", 129, "sglang-a6000", "/models/m", ("--tp", "2"),
+                    30000, now, (Transition(AttemptStatus.LAUNCHING, now),), pid=4242)
+    await attempts.save(began)
+    await attempts.save(began.moved(AttemptStatus.FAILED, now + 5, "kv_pool_oom"))  # the follower, meanwhile
+    finding = diagnose("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
+    report = TriageReport(began, finding, None, 1, "GPUs now: -", {}, "free disk: unknown", (), None)
+    await record_triage(attempts, store, report, "cli:root", "")
+    saved = await attempts.get(began.id)
+    assert saved.status is AttemptStatus.FAILED and saved.observed["triage"] == "kv_pool_oom"
+    await client.aclose()
