@@ -133,7 +133,10 @@ def cmd_health(args: argparse.Namespace) -> int:
 
     async def work(services: Any) -> int:
         report = await Scheduler(services, client=None).report(args.target, "cli", time.time())
-        print(blocks_to_text(health_message(report).blocks))
+        if args.json:
+            print(json.dumps(report.to_dict(), indent=2, default=str))
+        else:
+            print(blocks_to_text(health_message(report).blocks))
         return 3 if report.findings or report.unreachable else 0
 
     return _with_services(args, work)
@@ -506,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     health = sub.add_parser("health", help="the daily GPU health report, now (same answer as /gpu health)")
     health.add_argument("target", nargs="?", default="all")
+    health.add_argument("--json", action="store_true", help="print the report (per-GPU day, findings) as JSON")
     health.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     health.set_defaults(func=cmd_health)
 

@@ -248,6 +248,8 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis_url, "HOME": str(tmp_path)}
     try:
         health = await asyncio.to_thread(gpuops, "health", "--inventory", str(inventory), env=env)
+        health_json = await asyncio.to_thread(gpuops, "health", "pve19", "--json", "--inventory", str(inventory),
+                                              env=env)
         history = await asyncio.to_thread(gpuops, "history", "ct-cli", "--inventory", str(inventory), env=env)
         idle = await asyncio.to_thread(gpuops, "history", "ct-idle", "--inventory", str(inventory), env=env)
         as_json = await asyncio.to_thread(gpuops, "history", "ct-cli", "--json", "--inventory", str(inventory),
@@ -256,6 +258,11 @@ async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
         await node.stop()
     assert health.returncode == 3, health.stderr  # a finding: exit 3, like status
     assert "pve19 GPU 1: Xid 79 once, GPU has fallen off the bus" in health.stdout
+    assert health_json.returncode == 3, health_json.stderr
+    data = json.loads(health_json.stdout)
+    assert any(f.startswith("pve19 GPU 1: Xid 79 once, GPU has fallen off the bus") for f in data["findings"])
+    assert sorted((g["target"], g["gpu"]) for g in data["gpus"]) == [("pve19", 0), ("pve19", 1)]
+    assert all(g["memory_total_mib"] == 49140 for g in data["gpus"])
     assert "pve19: ECC off on GPU 0, 1; 1 Xid event(s) in 24 h (journalctl)" in health.stdout
     assert "`a-cli-2` on pve-gone:400 port 30000 could not be checked (node `pve-gone` is not in this inventory)" \
         in health.stdout
