@@ -9,8 +9,11 @@ the app posts back to "Slack" is printed as text.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,6 +100,19 @@ class Lab:
         await self.standin.stop()
         for node in self.nodes.values():
             await node.stop()
+
+    async def terminal(self, args: list[str]) -> tuple[int, str]:
+        """``gpuops <args>`` run as a person would in a terminal beside the bot: its own process, on this lab's
+        inventory and Redis (the same records the app writes); returns its exit status and what it printed."""
+        if args[:1] in (["lab"], ["demo"], ["serve"]):
+            return 2, f"gpuops {args[0]}: not from inside the lab (it runs its own)"
+        assert self.services is not None
+        redis = self.services.settings.redis_url or (
+            self.services.embedded_redis.url if self.services.embedded_redis is not None else "")
+        env = {**os.environ, "GPUOPS_INVENTORY": str(self.workdir / "inventory.yml"), "REDIS_URL": redis}
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", *args], capture_output=True,
+                                       text=True, env=env, timeout=300, check=False)
+        return done.returncode, (done.stdout + done.stderr).rstrip("\n")
 
     async def click(self, action_id: str, value: str, user_id: str = "U0ALICE") -> tuple[int, list[Call]]:
         """A signed button click, as Slack sends it; returns the HTTP status and the calls it caused."""
@@ -220,14 +236,24 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             out(f"\nseed arc: {'all steps happened as scripted' if ok else 'a step did not happen'}")
             return 0 if ok else 1
         model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
-        out("Type a slash command (e.g. `/gpu status`), or `quit`. Container 129's model is at\n"
-            f"  {model}\n  e.g. /sglang budget sglang-a6000 {model} --tp 2 --mem-fraction-static 0.85")
+        out("Type a slash command (e.g. `/gpu status`), a terminal command (e.g. `gpuops history`), or `quit`.\n"
+            f"Container 129's model is at\n  {model}\n"
+            f"  e.g. /sglang budget sglang-a6000 {model} --tp 2 --mem-fraction-static 0.85")
         while True:
             line = await asyncio.to_thread(_read_line)
             if line is None or line.strip() in ("quit", "exit"):
                 return 0
+            if line.strip().startswith("gpuops"):
+                try:
+                    args = shlex.split(line)[1:]
+                except ValueError as exc:
+                    out(f"cannot read that line: {exc}")
+                    continue
+                status, text = await lab.terminal(args)
+                out(f"$ {line.strip()}\n{text}\n(exit {status})\n")
+                continue
             if not line.strip().startswith("/"):
-                out("commands start with /, e.g. /gpu status")
+                out("commands start with / (Slack) or gpuops (terminal), e.g. /gpu status")
                 continue
             name, _, text = line.strip().partition(" ")
             status, ack, calls = await lab.slash(name, text)

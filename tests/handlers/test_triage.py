@@ -262,3 +262,15 @@ async def test_recording_a_triage_keeps_what_the_follower_saved_meanwhile(redis_
     saved = await attempts.get(began.id)
     assert saved.status is AttemptStatus.FAILED and saved.observed["triage"] == "kv_pool_oom"
     await client.aclose()
+
+
+async def test_the_labs_terminal_answers_from_the_same_records_as_the_app(lab):
+    """In `./dev lab`, a `gpuops ...` line runs the terminal command on the lab's inventory and Redis: the attempt
+    the app recorded is there, and its triage is the one Slack gives."""
+    attempt = await failed_launch(lab, "kv_pool_oom")
+    status, text = await lab.terminal(["history", "sglang-a6000"])
+    assert status == 0 and attempt.id in text and "failed" in text
+    status, text = await lab.terminal(["triage", "sglang-a6000"])
+    assert status == 0 and f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *kv_pool_oom*" in text
+    status, text = await lab.terminal(["lab"])
+    assert status == 2 and "not from inside the lab" in text
