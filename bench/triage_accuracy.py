@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
         if quality == "prose":
             print(f"skip {cid}: prose only (no log lines)")
             continue
-        if not case.get("label"):
+        if not isinstance(case.get("label"), str) or not case["label"]:
             print(f"skip {cid}: no label to score against")
             continue
         try:
@@ -71,7 +71,9 @@ def main(argv: list[str]) -> int:
         if right and case.get("phase"):  # the phase a right finding gives: startup, runtime, import, request
             phase_n += 1
             phase_ok += finding.phase.split(":")[0] == case["phase"]
-        secondary = case.get("secondary_labels") or []
+        given = case.get("secondary_labels") or []
+        secondary = [given] if isinstance(given, str) else [x for x in given if isinstance(x, str)] \
+            if isinstance(given, list) else []
         if secondary:
             echo_n += 1
             echo_ok += finding.label not in secondary

@@ -27,6 +27,18 @@ def test_triage_bench_scores_log_lines_given_as_a_list_the_same(tmp_path):
     assert re.fullmatch(r"triage: top-1 \d+/\d+ \(full\+error_line\), partial \d+/\d+, echoes avoided \d+/\d+",
                         original)
     assert listed.splitlines()[-1] == original and "skip line" in listed
+    # cases whose label or secondary labels are not text are skipped or read as far as they go, never the end of
+    # the run: the other cases keep their score
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text((FIXTURES / "sglang-failures/cases.jsonl").read_text() + "\n".join(json.dumps(
+        {**cases[0], "id": f"odd-{n}", **change}) for n, change in enumerate(
+            [{"label": ["kv_pool_oom"]}, {"label": 5}, {"secondary_labels": 7}, {"secondary_labels": "x"},
+             {"secondary_labels": [None, "child_process_died"]}])) + "\n")
+    scored = bench("triage_accuracy.py", odd)
+    assert "skip odd-0: no label to score against" in scored and "skip odd-1: no label to score against" in scored
+    counts = [int(n) for pair in re.findall(r"(\d+)/(\d+)", scored.splitlines()[-1]) for n in pair]
+    before = [int(n) for pair in re.findall(r"(\d+)/(\d+)", original) for n in pair]
+    assert counts[5] == before[5] + 2  # echo cases: the text "x" and the list holding one label; 7 is none
 
 
 def test_budget_bench_reads_numbers_written_as_text_the_same(tmp_path):
