@@ -26,6 +26,8 @@ from bot.core.startup_log import (
 )
 
 ECHO = "child_process_died"
+NO_FAILURE = "no_failure"  # the server came up and nothing after that reports an error
+NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first cause to test
 
 
 @dataclass(frozen=True)
@@ -493,7 +495,7 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in echoes[:2])
         return Finding(ECHO, rule.phase, "low", rule.explanation + "; the child's own error is not in this text",
                        rule.next_step, evidence, (), notes)
-    return _unknown(lines, order, notes)
+    return _no_failure(lines, order, notes) or _unknown(lines, order, notes)
 
 
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+|^\s{2,}\S')
@@ -631,6 +633,23 @@ def _stall(lines: list[str], order: list[int], minutes: float | None) -> Finding
 
 
 _TELLING = re.compile(r"Error|Exception|Traceback|failed|Failed|error:|FATAL|Killed|Aborted|timed out", re.I)
+
+
+def _no_failure(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding | None:
+    """A log in which the server said it is ready and nothing after that reports an error: a healthy start,
+    not a failure no rule knows (a later error would be quoted as unknown)."""
+    ready = [position for position, i in enumerate(order) if _READY.search(lines[i])]
+    if not ready:
+        return None
+    after = [i for i in order[ready[-1] + 1:] if _TELLING.search(lines[i]) and not _BENIGN.search(lines[i])]
+    if after:
+        return None
+    index = order[ready[-1]]
+    return Finding(NO_FAILURE, "runtime", "medium",
+                   f"no failure in this log: the server reported ready (line {index + 1}) and nothing after that "
+                   "reports an error", "if requests fail, check the server's /health and /v1/models and the "
+                   "clients' errors; this log shows a healthy start",
+                   (Evidence(index + 1, lines[index].strip()[:400]),), (), notes)
 
 
 def _unknown(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding:

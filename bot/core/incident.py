@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bot.core.attempts import Attempt
+from bot.core.diagnosis import NOT_A_CAUSE
 from bot.core.experiments import made_budget_change, made_experiment
 
 # how triage words the hypothesis it proposes, and how it is recognised again
@@ -70,8 +71,8 @@ class Incident:
 
     def propose_triage(self, label: str, attempt_id: str, at: float) -> Incident:
         """A triage's first cause as the thread's hypothesis, once per label (a repeat of the same finding, or
-        a log no rule explains, adds none)."""
-        if label == "unknown" or any(h.author == "gpuops" and h.text.startswith(f"the first cause is {label} (")
+        a log no rule explains or one that shows no failure, adds none)."""
+        if label in NOT_A_CAUSE or any(h.author == "gpuops" and h.text.startswith(f"the first cause is {label} (")
                                      for h in self.hypotheses):
             return self
         return self.add_hypothesis(triage_hypothesis(label, attempt_id), "gpuops", at)[0]

@@ -359,3 +359,33 @@ def test_a_log_stopping_in_nccl_setup_is_a_hang_at_distributed_init_and_later_st
                    if '"id": "sglang-startup-007"' in x)["log_excerpt"]
     later = diagnose("\n".join(nccl + startup) + "\n" + nccl[-1])
     assert later.label == "cuda_graph_capture_error" and "after CUDA graph capture began" in later.explanation
+
+
+STARTUP = [json.loads(line) for line in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if line]
+
+
+def _excerpt_text(case):
+    excerpt = case.get("log_excerpt")
+    if isinstance(excerpt, str) and excerpt.startswith("["):
+        import ast
+
+        excerpt = ast.literal_eval(excerpt)
+    return "\n".join(excerpt) if isinstance(excerpt, list) else str(excerpt or "")
+
+
+def test_a_healthy_start_is_no_failure_and_an_error_after_ready_is_not():
+    healthy = [c for c in STARTUP if "fired up and ready to roll" in _excerpt_text(c)]
+    assert len(healthy) >= 10  # real startup logs that reached ready
+    for case in healthy:
+        text = _excerpt_text(case)
+        finding = diagnose(text, stalled_minutes=45.0)  # an idle server's log stops growing: still no failure
+        assert finding.label == "no_failure", case["id"]
+        (evidence,) = finding.evidence
+        assert "fired up and ready to roll" in evidence.text and text.split("\n")[evidence.line_no - 1].strip() == \
+            evidence.text
+    # the same log, then a real serving failure: the failure is named, not "no failure"
+    oom = next(line for c in CASES if c["label"] == "runtime_oom" and c["quality"] != "partial"
+               for line in c["log_excerpt"].split("\n") if "out of memory. Try to lower your batch size" in line)
+    assert diagnose(_excerpt_text(healthy[0]) + "\n" + oom).label == "runtime_oom"
+    # and an error no rule knows, after ready, stays unknown with its lines quoted
+    assert diagnose(_excerpt_text(healthy[0]) + "\nException in callback: something failed").label == "unknown"

@@ -104,6 +104,7 @@ def test_a_triage_proposes_its_first_cause_once_and_never_an_unknown():
         ("H1", "gpuops", "the first cause is kv_pool_oom (proposed by triage of a1)")]
     assert incident.propose_triage("kv_pool_oom", "a2", 20.0) == incident  # the same finding again: no new one
     assert incident.propose_triage("unknown", "a2", 20.0) == incident  # nothing named: nothing to test
+    assert incident.propose_triage("no_failure", "a2", 20.0) == incident  # a healthy log names no cause either
     # a person's hypothesis naming the label is not the triage's: the triage still proposes its own
     people, _ = Incident("C1", "2.0").add_hypothesis("the first cause is kv_pool_oom (I think)", "U0ALICE", 5.0)
     assert [h.id for h in people.propose_triage("kv_pool_oom", "a1", 10.0).hypotheses] == ["H1", "H2"]

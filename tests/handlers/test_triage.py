@@ -274,3 +274,18 @@ async def test_the_labs_terminal_answers_from_the_same_records_as_the_app(lab):
     assert status == 0 and f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *kv_pool_oom*" in text
     status, text = await lab.terminal(["lab"])
     assert status == 2 and "not from inside the lab" in text
+
+
+async def test_triage_of_a_server_that_came_up_says_no_failure_and_proposes_no_relaunch(lab):
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16 --force", user_id="U0ADMIN")
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    await lab.slash("/sglang", f"triage {attempt.id}", user_id="U0EVE")
+    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
+    report = post_with(calls, "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *no_failure* (medium confidence, runtime)" in text
+    assert "no failure in this log: the server reported ready" in text
+    assert buttons(report) == []  # nothing to relaunch
