@@ -12,13 +12,16 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.core import argv as remote
 from bot.core.argv import LogExcerpt, hub_cache, hub_repo_dir, hub_snapshot_dir, is_hub_id
 from bot.core.gpu import SmiSnapshot
 from bot.core.model import CheckpointIndex, ModelSpec, read_index
 from bot.errors import GpuopsError, UsageError
+
+if TYPE_CHECKING:
+    from bot.core.inventory import Inventory, Target
 
 
 def _snapshot_json(snapshot: SmiSnapshot) -> dict[str, Any]:
@@ -205,7 +208,6 @@ def cmd_budget(args: argparse.Namespace) -> int:
     from bot.core.flags import parse_sglang_flags
     from bot.core.gpus import gpu_matches, gpu_total_mib
     from bot.core.model import ModelConfigError, read_config
-    from bot.views import budget_text
 
     if args.gpus is None:
         args.gpus = 1
@@ -231,7 +233,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
             named = ", ".join(f"{known} ({mib} MiB)" for known, mib in candidates.items())
             raise UsageError(f"GPU {args.gpu!r} could be {named}: name one, or give --total-mib (or --free-mib)")
         raise UsageError(f"unknown GPU {args.gpu!r}: give --total-mib (or --free-mib)")
-    flags = parse_sglang_flags(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
+    flags = parse_sglang_flags(_flag_args(args))
     if flags.gpus_needed > args.gpus:
         raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp {flags.dp}), "
                          f"--gpus is {args.gpus}")
@@ -251,6 +253,21 @@ def cmd_budget(args: argparse.Namespace) -> int:
                                         draft_config=_draft_config(flags.speculative_draft_model_path),
                                         mtp_in_checkpoint=index.mtp_tensors))
     title = f"{model.name} on {args.gpus}x {args.gpu}, tp={flags.tp}" + (f" pp={flags.pp}" if flags.pp > 1 else "")
+    return _print_budget(args, budget, title, [(total or max(free)) / 1024 for _ in range(flags.tp)])
+
+
+def _flag_args(args: argparse.Namespace) -> list[str]:
+    """The SGLang flags after ``--``."""
+    return list(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
+
+
+VERDICT_EXIT = {"fits": 0, "degraded": 3, "fails": 4}
+
+
+def _print_budget(args: argparse.Namespace, budget: Any, title: str, totals_gib: list[float]) -> int:
+    """A budget as a table or JSON, its chart when asked; the exit status says the verdict."""
+    from bot.views import budget_text
+
     if args.json:
         print(json.dumps(_budget_json(budget), indent=2))
     else:
@@ -258,9 +275,19 @@ def cmd_budget(args: argparse.Namespace) -> int:
     if args.chart:
         from bot.chart import budget_png
 
-        totals = [(total or max(free)) / 1024 for _ in range(flags.tp)]
-        Path(args.chart).write_bytes(budget_png(budget, totals, title))
-    return {"fits": 0, "degraded": 3, "fails": 4}[budget.verdict.value]
+        Path(args.chart).write_bytes(budget_png(budget, totals_gib, title))
+    return VERDICT_EXIT[budget.verdict.value]
+
+
+def _one_container(spec: str, inventory: Inventory, not_one: str) -> Target:
+    """The one container ``spec`` names in the inventory (``not_one``: the usage error when it names none or
+    several)."""
+    from bot.core.inventory import resolve_targets
+
+    found = resolve_targets(spec, inventory)
+    if len(found) != 1 or found[0].kind != "container":
+        raise UsageError(not_one)
+    return found[0]
 
 
 def _container_budget(args: argparse.Namespace) -> int:
@@ -273,29 +300,14 @@ def _container_budget(args: argparse.Namespace) -> int:
         raise UsageError(f"with --container the GPUs, their free memory and the SGLang version are read there: "
                          f"drop {', '.join(given)}")
     from bot.budget import plan_budget
-    from bot.core.inventory import resolve_targets
     from bot.launch import HISTORY_FOR_WEIGHTS
-    from bot.views import budget_text
-
-    flags = tuple(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
 
     async def work(services: Any) -> int:
-        found = resolve_targets(args.container, services.inventory)
-        if len(found) != 1 or found[0].kind != "container":
-            raise UsageError(f"`{args.container}` is not one container")
-        target = found[0]
-        assert target.vmid is not None
+        target = _one_container(args.container, services.inventory, f"`{args.container}` is not one container")
         history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
-        planned = await plan_budget(services.transport, services.inventory, target, args.model, flags, history)
-        if args.json:
-            print(json.dumps(_budget_json(planned.budget), indent=2))
-        else:
-            print(budget_text(planned.budget, planned.title))
-        if args.chart:
-            from bot.chart import budget_png
-
-            Path(args.chart).write_bytes(budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title))
-        return {"fits": 0, "degraded": 3, "fails": 4}[planned.budget.verdict.value]
+        planned = await plan_budget(services.transport, services.inventory, target, args.model,
+                                    tuple(_flag_args(args)), history)
+        return _print_budget(args, planned.budget, planned.title, list(planned.gpu_totals_gib))
 
     return _with_services(args, work)
 
@@ -354,16 +366,20 @@ def _checkpoint(directory: Path, model: ModelSpec) -> CheckpointIndex:
 
 
 def _budget_json(budget: Any) -> dict[str, Any]:
-    from bot.core.flags import redacted
-
     data = {k: v for k, v in asdict(budget).items() if k not in ("lines", "remedies", "version")}
     data["version"] = str(budget.version)
     data["verdict"] = budget.verdict.value
     data["lines"] = [asdict(line) for line in budget.lines]
-    data["remedies"] = [{"change": r.change, "effect": r.effect,
-                         "argv": list(redacted(r.flags.to_argv())) if r.flags else None}
-                        for r in budget.remedies]
+    data["remedies"] = _remedies_json(budget.remedies)
     return data
+
+
+def _remedies_json(remedies: Any) -> list[dict[str, Any]]:
+    """Each remedy with the flags it launches (secret values redacted)."""
+    from bot.core.flags import redacted
+
+    return [{"change": r.change, "effect": r.effect, "argv": list(redacted(r.flags.to_argv())) if r.flags else None}
+            for r in remedies]
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
@@ -386,17 +402,12 @@ def _triage_attempt(args: argparse.Namespace) -> int:
     import getpass
 
     from bot.core.attempts import is_attempt_id
-    from bot.core.inventory import resolve_targets
     from bot.triage import find_attempt, record_triage, triage_attempt
     from bot.views import blocks_to_text, triage_message
 
     async def work(services: Any) -> int:
-        target = None
-        if not is_attempt_id(args.what):
-            found = resolve_targets(args.what, services.inventory)
-            if len(found) != 1 or found[0].kind != "container":
-                raise UsageError(f"no log file {args.what} here, and it names no one container or attempt")
-            target = found[0]
+        target = None if is_attempt_id(args.what) else _one_container(
+            args.what, services.inventory, f"no log file {args.what} here, and it names no one container or attempt")
         attempt = await find_attempt(services.attempts, args.what, target)
         report = await triage_attempt(services.transport, services.inventory, attempt,
                                       lambda: services.attempts.recent(attempt.node, attempt.vmid, 20))
@@ -433,8 +444,6 @@ def _relaunch_commands(report: Any) -> list[str]:
 
 
 def _triage_report_json(report: Any) -> dict[str, Any]:
-    from bot.core.flags import redacted
-
     a = report.attempt
     remedies = report.planned.budget.remedies if report.planned is not None else ()
     return {
@@ -442,8 +451,7 @@ def _triage_report_json(report: Any) -> dict[str, Any]:
         "finding": asdict(report.finding) if report.finding is not None else None,
         "gpus": report.gpus, "versions": report.versions, "disk": report.disk, "xid": list(report.xid),
         "peer_access": report.peer_access, "label_evidence": list(report.label_evidence),
-        "remedies": [{"change": r.change, "effect": r.effect,
-                      "argv": list(redacted(r.flags.to_argv())) if r.flags else None} for r in remedies],
+        "remedies": _remedies_json(remedies),
         "experiments": [asdict(e) for e in report.experiments],
     }
 

@@ -558,14 +558,20 @@ def _import_failure(lines: list[str], order: list[int], notes: tuple[str, ...]) 
                    rule.next_step, evidence, (), notes)
 
 
+def _last_traceback(lines: list[str], order: list[int]) -> list[int]:
+    """The non-empty lines (file indices, in time order) from the last traceback's start, or all of them when
+    the text holds no traceback header."""
+    content = [i for i in order if lines[i].strip()]
+    starts = [n for n, i in enumerate(content) if "Traceback (most recent call last)" in lines[i]]
+    return content[starts[-1]:] if starts else content
+
+
 def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:
     """True when the text stops in a traceback's frames, before the traceback's exception line."""
-    content = [lines[i] for i in order if lines[i].strip()]
-    if not content or not _FRAME.search(content[-1]):
+    tail = _last_traceback(lines, order)
+    if not tail or not _FRAME.search(lines[tail[-1]]):
         return False
-    starts = [i for i, x in enumerate(content) if "Traceback (most recent call last)" in x]
-    tail = content[starts[-1]:] if starts else content
-    return not any(_EXCEPTION_LINE.search(x) for x in tail)
+    return not any(_EXCEPTION_LINE.search(lines[i]) for i in tail)
 
 
 def _cut_site(lines: list[str], order: list[int], notes: tuple[str, ...], seen: set[str]) -> Finding | None:
@@ -573,10 +579,8 @@ def _cut_site(lines: list[str], order: list[int], notes: tuple[str, ...], seen: 
     that step's label, with low confidence and the frame as its evidence."""
     if not _cut_inside_traceback(lines, order):
         return None
-    content = [i for i in order if lines[i].strip()]
-    starts = [n for n, i in enumerate(content) if "Traceback (most recent call last)" in lines[i]]
     found = None
-    for i in content[starts[-1]:] if starts else content:
+    for i in _last_traceback(lines, order):
         for label, pattern, site in _CUT_SITES:
             if pattern.search(lines[i].rstrip()):
                 found = (i, label, site)
