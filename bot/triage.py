@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
-from bot.core.diagnosis import Finding, LaunchContext, diagnose_excerpt
+from bot.core.diagnosis import OCCUPIED, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
@@ -142,6 +142,10 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     if finding.label == "port_in_use":
         launches = {a.pid: a.id for a in (await others() if others else ()) if a.pid and a.id != attempt.id}
         label_evidence = await _port_holders(transport, attempt, python, finding, text, launches)
+    elif finding.label == OCCUPIED:
+        label_evidence = (f"the GPU line above says who holds the node's GPUs now; `/gpu free {attempt.node}:"
+                          f"{attempt.vmid}` (this container) or `/gpu free {attempt.node}` (every container on the "
+                          "node) lists them by PID and stops only the ones you confirm",)
     elif finding.label == "transformers_too_old":
         line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
         label_evidence = (line,) if line else ()

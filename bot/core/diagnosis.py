@@ -28,6 +28,12 @@ from bot.core.startup_log import (
 ECHO = "child_process_died"
 NO_FAILURE = "no_failure"  # the server came up and nothing after that reports an error
 NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first cause to test
+# not a label of the failure corpus: other processes hold memory on the launch's GPUs (an earlier run's leftovers)
+OCCUPIED = "gpu_memory_occupied"
+OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
+                "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
+OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
+                 "stops them by PID after a confirmation; then relaunch unchanged")
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,8 @@ RULES: tuple[Rule, ...] = (
     Rule("flashinfer_workspace_oom", (r"Failed to allocate memory for batch_prefill_tmp_v with size",),
          "runtime", "FlashInfer's fixed workspace overflowed on a large batch",
          "lower --chunked-prefill-size or --max-running-requests", 3),
-    Rule("runtime_oom", (r"(?:Decode|Prefill) out of memory\. Try to lower your batch size",),
+    Rule("runtime_oom", (r"(?:(?:Decode|Prefill) out|\bOut) of memory\. Try to lower your batch size",  # newer: "Out"
+                         r"alloc_req_slots runs out of memory"),  # the request-slot pool (req_to_token)
          "runtime", "the token pool ran out while serving", "lower --max-running-requests or the context length", 3),
     Rule("context_exceeds_kv_pool", (r"Input length \(\d+ tokens\) exceeds the maximum allowed length \(\d+ tokens\)",),
          "request", "--context-length is larger than the KV pool can hold, so long prompts are rejected",
@@ -93,6 +100,12 @@ RULES: tuple[Rule, ...] = (
                                r"The client socket has timed out after \S+ while trying to connect to"),
          "startup", "ranks never met: rendezvous or a collective timed out",
          "check --dist-init-addr, firewalls and that every node started", 3),
+    # SGLang's tensor-parallel check: one rank's GPU has far less free memory than another's before the load.
+    # Logged as a warning when the check is switched off (then context: a later exception names the cause)
+    Rule(OCCUPIED, (r"The memory capacity is unbalanced",),
+         "startup", OCCUPIED_WHY, OCCUPIED_NEXT, 1),
+    Rule(OCCUPIED, (r"\w+(?:Error|Exception): The memory capacity is unbalanced",),
+         "startup", OCCUPIED_WHY, OCCUPIED_NEXT, 3),
     Rule("gpu_p2p_unsupported", (r"peer access is not supported between these two devices",),
          "startup", "custom all-reduce needs CUDA P2P, which these GPUs or this VM/container lack",
          "add --disable-custom-all-reduce", 3),
@@ -452,7 +465,7 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
                 + ", ".join(frames)), also_seen=frames, next_step=(
                 "find the rest of this log (it was cut: rotated, truncated, or the process was killed mid-write); "
                 f"to test the frames' lead meanwhile: {rule.next_step}"))
-        same = [h for h in causes if h[1].label == rule.label]
+        same = list({h[2]: h for h in causes if h[1].label == rule.label}.values())  # one per line
         evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in same[:3])
         also = tuple(sorted({h[1].label for h in hits if h[1].label != rule.label}))
         confidence = "high" if rule.strength >= 3 else "medium" if rule.strength == 2 else "low"
@@ -462,6 +475,11 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
             explanation = ("NCCL could not allocate its buffers: its own last error is a CUDA out-of-memory "
                            "(they live outside the static pool that --mem-fraction-static sizes)")
             next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
+        if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
+            explanation += (f" (the emptiest GPU had {free.group('least')} GB free against {free.group('here')} GB "
+                            "on this rank's)")
+        if (oom := _torch_oom_note(lines, order, chosen[0])) is not None:
+            notes = (*notes, oom)
         if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):
             explanation = "torch.compile ran out of GPU memory while compiling (the compiler's error wraps a CUDA OOM)"
             next_step = ("lower --torch-compile-max-bs or --mem-fraction-static (compiling needs room outside the "
@@ -496,6 +514,53 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         return Finding(ECHO, rule.phase, "low", rule.explanation + "; the child's own error is not in this text",
                        rule.next_step, evidence, (), notes)
     return _no_failure(lines, order, notes) or _unknown(lines, order, notes)
+
+
+# SGLang's balance check names the least free memory over the ranks and this rank's own (GB), across versions
+_UNBALANCED = re.compile(r"(?:min_per_gpu_memory|pre_model_load_memory|min_available_device_memory)=(?P<least>[\d.]+)"
+                         r".*?local_(?:gpu|device)_memory=(?P<here>[\d.]+)")
+# torch's CUDA out-of-memory message (torch >= 2.1) sizes the GPU and lists each process holding memory on it
+_SIZE = r"[\d.]+ (?:[KMG]iB|bytes)"
+_TORCH_OOM = re.compile(rf"Tried to allocate (?P<tried>{_SIZE})\. GPU (?P<gpu>\d+) has a total capacity of "
+                        rf"(?P<total>{_SIZE}) of which (?P<free>{_SIZE}) is free\.")
+_HOLDER = re.compile(rf"Process (?P<pid>\d+) has (?P<size>{_SIZE}) memory in use")
+_THIS_PROCESS = re.compile(rf"this process has (?P<size>{_SIZE}) memory in use")
+_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def _bytes(size: str) -> float:
+    number, unit = size.split()
+    return float(number) * _UNITS[unit]
+
+
+def _torch_oom_note(lines: list[str], order: list[int], position: int) -> str | None:
+    """What torch's out-of-memory message at the cause says about the GPU: its size, what was free, and who
+    held the rest. Memory other processes held is memory the launch's budget never counted (an earlier run's
+    leftovers, another server): the note says so before anyone moves --mem-fraction-static."""
+    # a terminal or a log viewer may wrap the message: read the cause's line with the next few, spaces collapsed
+    text = re.sub(r"\s+", " ", " ".join(lines[i] for i in order[position:position + 4]))
+    report = _TORCH_OOM.search(text)
+    if report is None:
+        return None
+    rest = text[report.end():]
+    this = _THIS_PROCESS.search(rest)
+    holders = [(m.group("pid"), m.group("size")) for m in _HOLDER.finditer(rest)]
+    note = (f"torch's report: GPU {report.group('gpu')} has {report.group('total')}, {report.group('free')} free "
+            f"when {report.group('tried')} more was asked")
+    listed = ", ".join(f"PID {pid} {size}" for pid, size in holders[:4]) + (", ..." if len(holders) > 4 else "")
+    if this is None:
+        # torch could not match its own PID (a container's PID namespace): the list includes this process
+        return note + (f"; processes holding it (this one among them): {listed}" if holders else "")
+    note += f"; this process held {this.group('size')}"
+    others = sum(_bytes(size) for _, size in holders)
+    if not holders:
+        return note
+    plural = "es" if len(holders) > 1 else ""
+    note += f"; {len(holders)} other process{plural} held {others / (1 << 30):.2f} GiB ({listed})"
+    if others >= min(1 << 30, 0.05 * _bytes(report.group("total"))):
+        note += (" - memory this launch's budget did not count (an earlier run's leftovers or another server): "
+                 "`/gpu status` shows who holds the GPU now, `/gpu free` stops them by PID after a confirmation")
+    return note
 
 
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+|^\s{2,}\S')

@@ -23,7 +23,7 @@ TRIAGE_HYPOTHESIS = re.compile(r"^the first cause is (\w+) \(proposed by triage 
 def triage_hypothesis(label: str, attempt_id: str) -> str:
     return f"the first cause is {label} (proposed by triage of {attempt_id})"
 RESIDUAL_MEMORY = re.compile(r"leftover|left-?over|residual|stale (?:gpu )?memory|orphan|previous run|old process|"
-                             r"memory (?:still )?held|zombie", re.I)
+                             r"memory (?:still )?held|zombie|occupied", re.I)  # triage's gpu_memory_occupied
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,18 @@ class Incident:
                     h.id, "refuted", "gpuops",
                     f"the GPUs were clean ({clean[0].text}) and the failure repeated in {repeats[0].attempt}",
                     repeats[0].attempt)
+                continue
+            # held memory seen, then freed, and the failed launch relaunched unchanged starts: the leftovers were it
+            held_before = any(o.kind == "status" and o.clean_gpus is False and o.at < clean[0].at
+                              for o in self.observations)
+            started = next((o for o in self.observations if o.kind == "attempt" and o.at > clean[0].at
+                            and o.outcome in ("ready", "failed")), None)
+            if held_before and failures_before and started is not None and started.outcome == "ready" \
+                    and not started.changes:
+                incident = incident.decide(
+                    h.id, "confirmed", "gpuops",
+                    f"memory held on the GPUs was freed ({clean[0].text}) and {started.attempt} started with the "
+                    "same flags", started.attempt)
         return incident
 
     def _decide_by_experiments(self) -> Incident:

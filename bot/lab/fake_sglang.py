@@ -8,8 +8,10 @@ live on without answering (a hung server); SIGUSR2 makes each generation slow (a
 
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
-``p2p_unsupported``, ``port_in_use``, ``hang``);
-an empty queue means ``auto``: gpuops' own budget engine decides from the flags and free memory.
+``p2p_unsupported``, ``port_in_use``, ``hang``, ``gpu_memory_occupied``);
+an empty queue means ``auto``: SGLang's tensor-parallel memory-balance check first (some launch GPUs with far less
+free memory than another: ``gpu_memory_occupied``), then gpuops' own budget engine decides from the flags and free
+memory.
 """
 
 from __future__ import annotations
@@ -93,6 +95,23 @@ def model_dir(model_path: str) -> Path:
     return Path(hub_snapshot_dir(repo, (Path(repo) / "refs" / "main").read_text()))
 
 
+def free_mib(state: dict[str, Any], gpus: list[int]) -> tuple[int, ...]:
+    """Each launch GPU's free memory as SGLang reads it before loading: less what every process and leftover holds."""
+    by_index = {g["index"]: g for g in state["gpus"]}
+    return tuple(by_index[i]["memory_total_mib"] - by_index[i].get("memory_used_mib", 1)
+                 - by_index[i].get("orphaned_mib", 0)
+                 - sum(p["used_mib"] for p in state["processes"] if p["gpu_uuid"] == by_index[i]["uuid"])
+                 for i in gpus)
+
+
+def unbalanced_line(free_mib: tuple[int, ...]) -> str:
+    """SGLang's refusal when one rank's GPU has less than 90 % of another's free memory (model_runner.py's
+    wording, with this lab's numbers: the least free over the ranks and the emptiest rank's own)."""
+    least, local = min(free_mib) / 1024, max(free_mib) / 1024
+    return ("RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            f"min_per_gpu_memory={least:.2f}, local_gpu_memory={local:.2f}, local_gpu_memory * 0.9={local * 0.9:.2f}")
+
+
 def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, Any],
                  gpus: list[int]) -> tuple[str, int]:
     """Decide with gpuops' own arithmetic: fail the way the budget predicts, else start."""
@@ -106,10 +125,8 @@ def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, An
     model = read_config(json.loads((model_dir(args.model_path) / "config.json").read_text()))
     flags = parse_sglang_flags(extra)
     by_index = {g["index"]: g for g in state["gpus"]}
-    used = {i: by_index[i].get("memory_used_mib", 1) + by_index[i].get("orphaned_mib", 0)
-            + sum(p["used_mib"] for p in state["processes"] if p["gpu_uuid"] == by_index[i]["uuid"]) for i in gpus}
     total = min(by_index[i]["memory_total_mib"] for i in gpus)
-    free = tuple(by_index[i]["memory_total_mib"] - used[i] for i in gpus)
+    free = free_mib(state, gpus)
     budget = compute_budget(BudgetInput(model, flags, GpuPlan("lab", total, len(gpus), free),
                                         parse_version(version)), with_remedies=False)
     hold = int((budget.pre_gib * budget.mem_fraction_static) * 1024) if budget.error_text is None else \
@@ -195,6 +212,9 @@ def main(argv: list[str]) -> int:
     gpus = state["containers"].get(vmid, {}).get("gpus", [0])[: args.tp]
     outcome, delay = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
     hold_mib = 40000
+    free = free_mib(state, gpus)
+    if outcome == "auto" and len(gpus) > 1 and min(free) < 0.9 * max(free):
+        outcome = "gpu_memory_occupied"
     if outcome == "auto":
         outcome, hold_mib = auto_outcome(args, extra, state, gpus)
     holder = Holder(state_dir, vmid, os.getpid())
@@ -207,8 +227,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR2, lambda signum, frame: SLOW.set())
     log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
                 "torch_compile_error": "torch_compile_error.log", "p2p_unsupported": "p2p_unsupported.log",
-                "port_in_use": "port_in_use.log", "hang": "ready.log"}[outcome]
+                "port_in_use": "port_in_use.log", "hang": "ready.log", "gpu_memory_occupied": "ready.log"}[outcome]
     lines = (LOGS / log_name).read_text().splitlines()
+    if outcome == "gpu_memory_occupied":  # refused at distributed init, before any weight is loaded
+        lines = [*lines[:next(i for i, x in enumerate(lines) if "Init torch distributed ends" in x)],
+                 unbalanced_line(free)]
     if outcome == "hang":
         lines = lines[:5]  # stops after weight loading began, and never says more
     print(f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, tp_size={args.tp}) "

@@ -389,3 +389,44 @@ def test_a_healthy_start_is_no_failure_and_an_error_after_ready_is_not():
     assert diagnose(_excerpt_text(healthy[0]) + "\n" + oom).label == "runtime_oom"
     # and an error no rule knows, after ready, stays unknown with its lines quoted
     assert diagnose(_excerpt_text(healthy[0]) + "\nException in callback: something failed").label == "unknown"
+
+
+def _tsv(name):
+    return [tuple(row.split("\t")) for row in (FIXTURES / "other-logs" / name).read_text().splitlines()]
+
+
+def test_gpus_other_processes_hold_and_pools_in_their_newer_words_are_named():
+    rows = _tsv("memory-owner-lines.tsv")
+    assert len(rows) == 3
+    for label, line in rows:
+        assert diagnose(line).label == label, line
+    # SGLang's balance check at start-up: other processes hold memory, and the numbers say how much
+    finding = diagnose(rows[0][1])
+    assert (finding.label, finding.confidence, finding.phase) == ("gpu_memory_occupied", "high", "startup")
+    assert "16.28 GB free against 46.81 GB" in finding.explanation and "/gpu free" in finding.next_step
+    assert len(finding.evidence) == 1  # the line matches both forms of the rule; it is quoted once
+    # the request-slot pool and the token pool running out while serving are one label, whatever the version says
+    assert {diagnose(line).phase for _, line in rows[1:]} == {"runtime"}
+
+
+def test_torch_oom_report_says_how_much_other_processes_held():
+    shared, container_like, small = (FIXTURES / "other-logs" / "torch-oom-reports.txt").read_text().splitlines()
+    note = diagnose(shared).notes[-1]
+    # 33.69 + 1.78 + 2.51 + 2.23 GiB + (860 + 862) MiB = 41.89 GiB, besides this process's 802.00 MiB
+    assert "GPU 0 has 44.42 GiB, 24.69 MiB free when 50.00 MiB more was asked" in note
+    assert "this process held 802.00 MiB; 7 other processes held 41.89 GiB" in note
+    assert "PID 795630 33.69 GiB" in note and "..." in note and "did not count" in note and "/gpu free" in note
+    # torch could not find its own PID (a container's namespace): the list is given, nobody is blamed
+    note = diagnose(container_like).notes[-1]
+    assert note.endswith("processes holding it (this one among them): PID 3449556 78.37 GiB, PID 2789996 414.00 MiB")
+    # 26.06 MiB + 1.08 GiB + 468.00 MiB = 1.56 GiB of a 14.56 GiB GPU: more than 5 % of it is flagged
+    note = diagnose(small).notes[-1]
+    assert "3 other processes held 1.56 GiB" in note and "did not count" in note
+    # a process that held the whole GPU itself: nobody else to name (a real case, wrapped by the terminal)
+    lsglang = BY_ID["lsglang-7"]
+    finding = triage(lsglang)
+    assert finding.label == "weight_load_oom"
+    assert finding.notes[-1] == ("torch's report: GPU 1 has 47.37 GiB, 4.31 MiB free when 24.00 MiB more was "
+                                 "asked; this process held 47.35 GiB")
+    # a message cut before the GPU's size (sglang-5285) adds no note
+    assert triage(BY_ID["sglang-5285"]).notes == ()

@@ -111,3 +111,27 @@ def test_a_triage_proposes_its_first_cause_once_and_never_an_unknown():
     # another label is another hypothesis
     assert incident.propose_triage("nccl_error", "a3", 30.0).hypotheses[1].text.startswith(
         "the first cause is nccl_error (")
+
+
+def test_leftover_memory_is_confirmed_when_freeing_it_lets_the_same_launch_start():
+    incident = Incident("C", "1.0")
+    incident = incident.observe(Observation(10, "attempt", "a1", attempt="a1", outcome="failed",
+                                            label="gpu_memory_occupied"))
+    incident, _ = incident.add_hypothesis(
+        "the first cause is gpu_memory_occupied (proposed by triage of a1)", "gpuops", 11)
+    incident = incident.observe(Observation(20, "status", "GPUs not clean: GPU 0 30000 MiB", clean_gpus=False))
+    incident = incident.observe(Observation(30, "status", "GPUs clean: 2 GPUs", clean_gpus=True))
+    assert incident.hypotheses[0].status == "open"
+    # a relaunch that changed a flag proves nothing about the memory
+    changed = incident.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready",
+                                           changes=("--mem-fraction-static 0.85 -> 0.8",)))
+    assert changed.hypotheses[0].status == "open"
+    same = incident.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready"))
+    decided = same.hypotheses[0]
+    assert (decided.status, decided.tested_by) == ("confirmed", ("a2",)) and "same flags" in decided.why
+    # GPUs that were never seen holding memory: a start after a clean snapshot is not evidence of leftovers
+    never_held = Incident("C", "1.0").observe(Observation(10, "attempt", "a1", attempt="a1", outcome="failed"))
+    never_held, _ = never_held.add_hypothesis("leftover memory", "U1", 11)
+    never_held = never_held.observe(Observation(30, "status", "GPUs clean", clean_gpus=True))
+    never_held = never_held.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready"))
+    assert never_held.hypotheses[0].status == "open"

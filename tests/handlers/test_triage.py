@@ -289,3 +289,45 @@ async def test_triage_of_a_server_that_came_up_says_no_failure_and_proposes_no_r
     assert f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *no_failure* (medium confidence, runtime)" in text
     assert "no failure in this log: the server reported ready" in text
     assert buttons(report) == []  # nothing to relaunch
+
+
+async def test_memory_left_on_one_gpu_is_refused_by_sglangs_balance_check_and_triage_names_it(lab):
+    """Leftover memory on one of a tp=2 launch's GPUs: the stand-in refuses at distributed init, as SGLang's
+    balance check does, and the triage names the leftovers with the `/gpu free` that lists them."""
+    import asyncio
+    from pathlib import Path
+
+    node = lab.nodes["pve5"]
+    state = node.read_state()
+    state["gpus"][0]["orphaned_mib"] = 30000  # a killed server's memory, still held on GPU 0 only
+    node.write_state(state)
+    node.set_scenario(129, [], delay_s=0.02)  # no forced outcome: the stand-in checks the balance itself
+    before = {a.id for a in await lab.services.attempts.recent("pve5", 129, 50)}
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")
+    attempt = None
+    for _ in range(300):
+        new = [a for a in await lab.services.attempts.recent("pve5", 129, 50) if a.id not in before]
+        if new and new[0].status.value == "failed":
+            attempt = new[0]
+            break
+        await asyncio.sleep(0.1)
+    assert attempt is not None, "the forced launch over leftover memory did not fail"
+    log = Path(attempt.log_path).read_text()
+    assert "Load weight begin" not in log and "RuntimeError: The memory capacity is unbalanced" in log
+    await lab.slash("/sglang", f"triage {attempt.id}", user_id="U0EVE")
+    report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *gpu_memory_occupied* (high confidence" in text
+    # the numbers are the lab's: GPU 0 holds 30000 MiB more than GPU 1 does
+    free = [(g["memory_total_mib"] - g.get("memory_used_mib", 1) - g.get("orphaned_mib", 0)) / 1024
+            for g in state["gpus"][:2]]
+    assert f"the emptiest GPU had {min(free):.2f} GB free against {max(free):.2f} GB" in text
+    assert "`/gpu free pve5:129` (this container) or `/gpu free pve5` (every container on the node)" in text
+    assert not buttons(report)  # no flag change fixes memory someone else holds
+    for _ in range(50):  # the label is recorded once the answer is posted
+        recorded = (await lab.services.attempts.get(attempt.id)).observed.get("triage")
+        if recorded:
+            break
+        await asyncio.sleep(0.1)
+    assert recorded == "gpu_memory_occupied"
