@@ -26,6 +26,10 @@ from bot.core.startup_log import (
 )
 
 ECHO = "child_process_died"
+# SGLang's wrapper around a capture failure, in each runner's words: "Capture cuda graph failed:", the piecewise
+# prefill runner's "Capture prefill CUDA graph failed:", "Capture extend cuda graph failed:" (quoted without its colon
+# when nothing follows)
+CAPTURE_WRAPPER = r"Capture (?:\w+ ){0,2}(?i:cuda) graph failed\b:?"
 NO_FAILURE = "no_failure"  # the server came up and nothing after that reports an error
 NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first cause to test
 # not a label of the failure corpus: other processes hold memory on the launch's GPUs (an earlier run's leftovers)
@@ -58,8 +62,7 @@ RULES: tuple[Rule, ...] = (
                          r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests"),
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
-    Rule("cuda_graph_oom", (r"Capture cuda graph failed:.*(?:CUDA out of memory|CUDA error: out of memory|"
-                            r"OutOfMemoryError)",),
+    Rule("cuda_graph_oom", (CAPTURE_WRAPPER + r".*(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",),
          "startup", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
     Rule("flashinfer_workspace_oom", (r"Failed to allocate memory for batch_prefill_tmp_v with size",),
@@ -180,6 +183,7 @@ RULES: tuple[Rule, ...] = (
          "startup", "the chosen attention backend does not support this GPU generation",
          "choose another --attention-backend (e.g. flashinfer or triton)", 3),
     Rule("quant_unsupported_on_gpu", (r"type fp8e4nv not supported in this architecture",
+                                      r"fp8e4nv data type is not supported on CUDA arch < 89",  # newer Triton
                                       r"The quantization method \S+ is not supported for the current GPU"),
          "startup", "the quantization format has no kernel on this GPU architecture (e.g. FP8 on Ampere)",
          "use a quantization this GPU supports (AWQ/GPTQ on Ampere)", 3),
@@ -246,7 +250,7 @@ RULES: tuple[Rule, ...] = (
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 1),
     Rule("cuda_graph_capture_error", (r"operation not permitted when stream is capturing",
                                       r"Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture",
-                                      r"Capture cuda graph failed:"),
+                                      CAPTURE_WRAPPER),
          "startup", "CUDA-graph capture failed for a reason other than memory",
          "launch with --disable-cuda-graph to confirm, then lower --cuda-graph-max-bs", 1),
     Rule("weight_load_oom", (r"(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",), "startup",
@@ -281,7 +285,8 @@ _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
 _OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError")
 _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Loading safetensors|loading shards|"
                            r"Load weight begin|weight_utils")
-_CAPTURE_CONTEXT = re.compile(r"Capture cuda graph|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
+_CAPTURE_WRAPPER = re.compile(CAPTURE_WRAPPER)
+_CAPTURE_CONTEXT = re.compile(rf"{CAPTURE_LINE}|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
 # SGLang's life-cycle lines (bot.core.startup_log), shared by the phase of a finding and the diagnosis of a
 # stalled log
@@ -437,9 +442,10 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
             continue
         for rule, patterns in _COMPILED:
             if any(p.search(line) for p in patterns):
-                if rule.label == "cuda_graph_capture_error" and "Capture cuda graph failed:" in line:
-                    tail = " ".join(lines[order[j]] for j in range(position, min(len(order), position + 4)))
-                    hits.append((position, RULE_BY_LABEL[_wrapper_label(tail.split("failed:", 1)[1])], index))
+                if rule.label == "cuda_graph_capture_error" and (wrapper := _CAPTURE_WRAPPER.search(line)):
+                    tail = " ".join([line[wrapper.end():], *(lines[order[j]] for j in
+                                                             range(position + 1, min(len(order), position + 4)))])
+                    hits.append((position, RULE_BY_LABEL[_wrapper_label(tail)], index))
                 elif rule.label == "weight_load_oom":
                     hits.append((position, RULE_BY_LABEL[_oom_label(lines, order, position)], index))
                 else:

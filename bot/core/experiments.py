@@ -34,25 +34,30 @@ class _Move:
     why: str
     shown: str | None = None  # how a drop is named when not after its flag
     shows_value: bool = False  # a drop named with the flag's value ("drop --quantization fp8")
+    only_value: str = ""  # a drop made only when the flag's value starts so ("fp8": an FP8 KV cache)
 
 
-MOVES: dict[str, _Move] = {
-    "gpu_p2p_unsupported": _Move(True, ("--disable-custom-all-reduce",),
-                                 "custom all-reduce needs peer access these GPUs lack; NCCL does without"),
-    "cuda_graph_capture_error": _Move(True, ("--disable-cuda-graph",),
-                                      "the same launch without CUDA graphs: if it starts, capture is the cause"),
-    "torch_compile_error": _Move(False, ("--enable-torch-compile", "--torch-compile-max-bs"),
-                                 "the same launch without torch.compile: if it starts, the compiler is the cause"),
-    "speculative_decoding_error": _Move(
+# a label's experiments, each offered when the failed launch's flags allow it (a drop needs the flag given)
+MOVES: dict[str, tuple[_Move, ...]] = {
+    "gpu_p2p_unsupported": (_Move(True, ("--disable-custom-all-reduce",),
+                                  "custom all-reduce needs peer access these GPUs lack; NCCL does without"),),
+    "cuda_graph_capture_error": (_Move(True, ("--disable-cuda-graph",),
+                                       "the same launch without CUDA graphs: if it starts, capture is the cause"),),
+    "torch_compile_error": (_Move(False, ("--enable-torch-compile", "--torch-compile-max-bs"),
+                                  "the same launch without torch.compile: if it starts, the compiler is the cause"),),
+    "speculative_decoding_error": (_Move(
         False, SPECULATIVE_FLAGS,
         "the same launch without speculative decoding: if it starts, the draft/verify path is the cause",
-        "--speculative-algorithm (and its settings)"),
-    "mamba_cache_error": _Move(True, ("--disable-radix-cache",), "the hybrid state pool without its radix cache"),
-    "attention_backend_unsupported": _Move(False, ("--attention-backend",),
-                                           "let SGLang choose the attention backend for this GPU"),
-    "quant_unsupported_on_gpu": _Move(False, ("--quantization",),
-                                      "load the checkpoint as it is stored, without the online quantization",
-                                      shows_value=True),
+        "--speculative-algorithm (and its settings)"),),
+    "mamba_cache_error": (_Move(True, ("--disable-radix-cache",), "the hybrid state pool without its radix cache"),),
+    "attention_backend_unsupported": (_Move(False, ("--attention-backend",),
+                                            "let SGLang choose the attention backend for this GPU"),),
+    # FP8 kernels need compute capability 8.9 (Ada/Hopper): an online FP8 quantization or an FP8 KV cache on Ampere
+    "quant_unsupported_on_gpu": (
+        _Move(False, ("--quantization",), "load the checkpoint as it is stored, without the online quantization",
+              shows_value=True),
+        _Move(False, ("--kv-cache-dtype",), "keep the KV cache in the model's dtype: FP8 needs an Ada or newer GPU",
+              shows_value=True, only_value="fp8")),
 }
 MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
 MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
@@ -70,32 +75,27 @@ BUDGET_FLAGS = frozenset({"--mem-fraction-static", "--mamba-ssm-dtype", "--max-r
 def label_experiments(label: str, argv: Sequence[str]) -> tuple[Experiment, ...]:
     """The flag experiment for a finding's label, given the failed launch's flags (none when the flags
     already make the change, or the label's next step is not a flag)."""
-    move = MOVES.get(label)
     try:
         flags = parse_sglang_flags(argv)
     except UsageError:
         return ()
-    if move is None:
-        return ()
-    given = without_flags(argv, move.flags[0]) != tuple(argv)
-    if move.add and not given:
-        return (Experiment(move.flags[0], with_flag(argv, move.flags[0], None), move.why),)
-    if not move.add and given:
-        shown = move.shown or move.flags[0]
-        if move.shows_value:
-            shown += f" {getattr(flags, move.flags[0].removeprefix('--').replace('-', '_'))}"
-        return (Experiment(f"drop {shown}", without_flags(argv, *move.flags), move.why),)
-    return ()
+    found = []
+    for move in MOVES.get(label, ()):
+        given = without_flags(argv, move.flags[0]) != tuple(argv)
+        value = str(getattr(flags, move.flags[0].removeprefix("--").replace("-", "_"), ""))
+        if move.add and not given:
+            found.append(Experiment(move.flags[0], with_flag(argv, move.flags[0], None), move.why))
+        elif not move.add and given and value.startswith(move.only_value):
+            shown = (move.shown or move.flags[0]) + (f" {value}" if move.shows_value else "")
+            found.append(Experiment(f"drop {shown}", without_flags(argv, *move.flags), move.why))
+    return tuple(found)
 
 
 def made_experiment(label: str, changes: Sequence[str]) -> str | None:
     """The change among an attempt's ``changes`` (bot.core.attempts.changes_between) that made ``label``'s
     experiment, or None."""
-    move = MOVES.get(label)
-    if move is None:
-        return None
-    wanted = ("+" if move.add else "-", move.flags[0])
-    return next((c for c in changes if _changed_flag(c) == wanted), None)
+    wanted = {("+" if move.add else "-", move.flags[0]) for move in MOVES.get(label, ())}
+    return next((c for c in changes if _changed_flag(c) in wanted), None)
 
 
 def made_budget_change(label: str, changes: Sequence[str]) -> str | None:

@@ -396,8 +396,8 @@ def _tsv(name):
 
 
 def test_gpus_other_processes_hold_and_pools_in_their_newer_words_are_named():
-    rows = _tsv("memory-owner-lines.tsv")
-    assert len(rows) == 3
+    rows = _tsv("newer-first-cause-lines.tsv")
+    assert len(rows) == 4
     for label, line in rows:
         assert diagnose(line).label == label, line
     # SGLang's balance check at start-up: other processes hold memory, and the numbers say how much
@@ -406,7 +406,7 @@ def test_gpus_other_processes_hold_and_pools_in_their_newer_words_are_named():
     assert "16.28 GB free against 46.81 GB" in finding.explanation and "/gpu free" in finding.next_step
     assert len(finding.evidence) == 1  # the line matches both forms of the rule; it is quoted once
     # the request-slot pool and the token pool running out while serving are one label, whatever the version says
-    assert {diagnose(line).phase for _, line in rows[1:]} == {"runtime"}
+    assert {diagnose(line).phase for _, line in rows[1:3]} == {"runtime"}
 
 
 def test_torch_oom_report_says_how_much_other_processes_held():
@@ -430,3 +430,15 @@ def test_torch_oom_report_says_how_much_other_processes_held():
                                  "asked; this process held 47.35 GiB")
     # a message cut before the GPU's size (sglang-5285) adds no note
     assert triage(BY_ID["sglang-5285"]).notes == ()
+
+
+def test_capture_wrappers_of_every_runner_and_newer_triton_fp8_wording():
+    text = (FIXTURES / "other-logs" / "prefill-graph-capture.txt").read_text()
+    finding = diagnose(text)
+    # the breakable prefill runner's wrapper, quoted without a colon: capture failed, not for memory
+    assert (finding.label, finding.phase) == ("cuda_graph_capture_error", "startup: CUDA graphs")
+    assert finding.evidence[0].line_no == 4
+    # the same wrapper around an out-of-memory is the capture's OOM (a real torch message, placed after it)
+    oom = (FIXTURES / "other-logs" / "torch-oom-reports.txt").read_text().splitlines()[0]
+    wrapped = text.rsplit("\n", 2)[0] + "\nException: Capture prefill CUDA graph failed: " + oom.split(": ", 1)[1]
+    assert diagnose(wrapped).label == "cuda_graph_oom"

@@ -68,3 +68,15 @@ def test_setting_a_flag_never_eats_the_next_one_after_a_switch_sglang_does_not_m
     argv = ("--disable-custom-all-reduce", "--mem-fraction-static", "0.8")
     assert with_flag(argv, "--disable-custom-all-reduce", None) == ("--mem-fraction-static", "0.8",
                                                                       "--disable-custom-all-reduce")
+
+
+def test_fp8_the_gpu_cannot_run_drops_the_online_quantization_or_the_fp8_kv_cache_whichever_was_asked():
+    argv = launch_flags("sglang-13471")  # MiniMax-M2 at tp 4, no quantization flag: nothing to drop
+    assert label_experiments("quant_unsupported_on_gpu", argv) == ()
+    fp8_cache = with_flag(argv, "--kv-cache-dtype", "fp8_e4m3")
+    (experiment,) = label_experiments("quant_unsupported_on_gpu", fp8_cache)
+    assert experiment.change == "drop --kv-cache-dtype fp8_e4m3" and experiment.argv == argv
+    assert label_experiments("quant_unsupported_on_gpu", with_flag(argv, "--kv-cache-dtype", "bf16")) == ()
+    both = with_flag(fp8_cache, "--quantization", "fp8")
+    assert [e.change for e in label_experiments("quant_unsupported_on_gpu", both)] == [
+        "drop --quantization fp8", "drop --kv-cache-dtype fp8_e4m3"]

@@ -135,3 +135,14 @@ def test_leftover_memory_is_confirmed_when_freeing_it_lets_the_same_launch_start
     never_held = never_held.observe(Observation(30, "status", "GPUs clean", clean_gpus=True))
     never_held = never_held.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready"))
     assert never_held.hypotheses[0].status == "open"
+
+
+def test_either_experiment_of_a_label_decides_its_triage_hypothesis():
+    from bot.core.attempts import changes_between
+
+    argv = ("--tp", "2", "--kv-cache-dtype", "fp8_e4m3")
+    incident, _ = Incident("C1", "1.0").add_hypothesis(
+        "the first cause is quant_unsupported_on_gpu (proposed by triage of a1)", "gpuops", 10.0)
+    incident = incident.observe(Observation(20.0, "attempt", "a2 ready", attempt="a2", outcome="ready",
+                                            changes=changes_between(argv, ("--tp", "2"))))
+    assert incident.hypotheses[0].status == "confirmed" and "--kv-cache-dtype" in incident.hypotheses[0].why
