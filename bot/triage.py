@@ -21,9 +21,16 @@ from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
 from bot.core.diagnosis import OCCUPIED, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
+from bot.core.gpu import GpuProcess
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
-from bot.core.label_evidence import parse_port_holders, port_evidence, ports_named, transformers_evidence
+from bot.core.label_evidence import (
+    oom_holders_evidence,
+    parse_port_holders,
+    port_evidence,
+    ports_named,
+    transformers_evidence,
+)
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_xids
 from bot.launch import container_of
@@ -104,7 +111,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
                       ok_exit=(0, 1)),
         transport.run(attempt.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
     )
-    gpus, xid = await _node_evidence(transport, inventory, attempt)
+    gpus, xid, processes = await _node_evidence(transport, inventory, attempt)
     try:
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
@@ -146,6 +153,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         label_evidence = (f"the GPU line above says who holds the node's GPUs now; `/gpu free {attempt.node}:"
                           f"{attempt.vmid}` (this container) or `/gpu free {attempt.node}` (every container on the "
                           "node) lists them by PID and stops only the ones you confirm",)
+    elif finding.oom is not None and finding.oom.holders:
+        label_evidence = oom_holders_evidence(finding.oom, attempt.node, processes)
     elif finding.label == "transformers_too_old":
         line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
         label_evidence = (line,) if line else ()
@@ -214,8 +223,10 @@ def _disk(df: str) -> str:
     return f"free disk on {row[5]}: {int(row[3]) / 1024 / 1024:.1f} GiB of {int(row[1]) / 1024 / 1024:.1f} GiB"
 
 
-async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt) -> tuple[str, tuple[str, ...]]:
-    """The node's GPUs now (who holds them) and the Xid events since the attempt started."""
+async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt
+                         ) -> tuple[str, tuple[str, ...], tuple[GpuProcess, ...]]:
+    """The node's GPUs now (who holds them, as a line and as its processes) and the Xid events since the
+    attempt started."""
     node = inventory.node(attempt.node)
     hours = max(1, int((time.time() - attempt.created_at) // 3600) + 1)
     host, kernel = await asyncio.gather(
@@ -228,7 +239,9 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
             raise host
         gpus = f"GPUs: could not read the node ({getattr(host, 'user_message', host)})"
         bus: dict[str, int] = {}
+        processes: tuple[GpuProcess, ...] = ()
     else:
+        processes = tuple(host.processes)
         held = [f"GPU {g.index}: PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB"
                 for g in host.gpus for p in host.processes_of(g)]
         memory = "; ".join(f"GPU {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB" for g in host.gpus)
@@ -236,10 +249,10 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
         bus = gpus_by_bus((g.index, g.pci_bus_id) for g in host.gpus)
     if isinstance(kernel, BaseException):
         if isinstance(kernel, RemoteError):
-            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",)
+            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",), processes
         if not isinstance(kernel, Exception):
             raise kernel
         log.warning("reading Xid events on %s failed", attempt.node, exc_info=kernel)  # evidence, not the triage
-        return gpus, ("kernel log not read: internal error (logged)",)
+        return gpus, ("kernel log not read: internal error (logged)",), processes
     events, _source = kernel
-    return gpus, tuple(xid_findings(attempt.node, events, bus))
+    return gpus, tuple(xid_findings(attempt.node, events, bus)), processes

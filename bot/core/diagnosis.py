@@ -376,6 +376,7 @@ class Finding:
     evidence: tuple[Evidence, ...]
     also_seen: tuple[str, ...] = ()  # other labels in the text (echoes, consequences)
     notes: tuple[str, ...] = field(default=())
+    oom: TorchOom | None = None  # torch's out-of-memory report at the cause, when the cause is one
 
 
 def _clean(line: str) -> str:
@@ -484,13 +485,13 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
             explanation += (f" (the emptiest GPU had {free.group('least')} GB free against {free.group('here')} GB "
                             "on this rank's)")
-        if (oom := _torch_oom_note(lines, order, chosen[0])) is not None:
-            notes = (*notes, oom)
+        if (oom := torch_oom(lines, order, chosen[0])) is not None:
+            notes = (*notes, _torch_oom_note(oom))
         if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):
             explanation = "torch.compile ran out of GPU memory while compiling (the compiler's error wraps a CUDA OOM)"
             next_step = ("lower --torch-compile-max-bs or --mem-fraction-static (compiling needs room outside the "
                          "static pool), or launch without --enable-torch-compile")
-        return Finding(rule.label, phase, confidence, explanation, next_step, evidence, also, notes)
+        return Finding(rule.label, phase, confidence, explanation, next_step, evidence, also, notes, oom)
     for index in order:  # weak signal: weights left almost nothing free
         m = _TINY_AVAIL.search(lines[index])
         if m and float(m.group("avail")) < 0.2 * (float(m.group("avail")) + float(m.group("usage"))):
@@ -534,36 +535,67 @@ _THIS_PROCESS = re.compile(rf"this process has (?P<size>{_SIZE}) memory in use")
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
-def _bytes(size: str) -> float:
+def size_bytes(size: str) -> float:
+    """torch's printed size ("78.37 GiB", "0 bytes") in bytes."""
     number, unit = size.split()
     return float(number) * _UNITS[unit]
 
 
-def _torch_oom_note(lines: list[str], order: list[int], position: int) -> str | None:
-    """What torch's out-of-memory message at the cause says about the GPU: its size, what was free, and who
-    held the rest. Memory other processes held is memory the launch's budget never counted (an earlier run's
-    leftovers, another server): the note says so before anyone moves --mem-fraction-static."""
-    # a terminal or a log viewer may wrap the message: read the cause's line with the next few, spaces collapsed
+@dataclass(frozen=True)
+class TorchOom:
+    """torch's CUDA out-of-memory message: the GPU (as the process numbered it), its size, what was free, what
+    was asked, what this process held (None when torch could not find its own PID, as in a container's PID
+    namespace: it is then among ``holders``) and each process torch listed, by its PID on the host."""
+
+    gpu: int
+    total: str
+    free: str
+    tried: str
+    this_process: str | None
+    holders: tuple[tuple[int, str], ...]
+
+    @property
+    def others_bytes(self) -> float:
+        return sum(size_bytes(size) for _, size in self.holders)
+
+    @property
+    def others_uncounted(self) -> bool:
+        """Other processes held a share of the GPU that matters (1 GiB, or 5 % of a small GPU)."""
+        return self.this_process is not None and self.others_bytes >= min(1 << 30, 0.05 * size_bytes(self.total))
+
+
+def torch_oom(lines: list[str], order: list[int], position: int) -> TorchOom | None:
+    """torch's out-of-memory message at the cause's line, if that line is one. A terminal or a log viewer may wrap
+    the message: the line is read with the next few, spaces collapsed."""
+    if not _OOM.search(lines[order[position]]):  # the cause is another error: a later OOM report is not its
+        return None
     text = re.sub(r"\s+", " ", " ".join(lines[i] for i in order[position:position + 4]))
     report = _TORCH_OOM.search(text)
     if report is None:
         return None
     rest = text[report.end():]
     this = _THIS_PROCESS.search(rest)
-    holders = [(m.group("pid"), m.group("size")) for m in _HOLDER.finditer(rest)]
-    note = (f"torch's report: GPU {report.group('gpu')} has {report.group('total')}, {report.group('free')} free "
-            f"when {report.group('tried')} more was asked")
-    listed = ", ".join(f"PID {pid} {size}" for pid, size in holders[:4]) + (", ..." if len(holders) > 4 else "")
-    if this is None:
+    return TorchOom(int(report.group("gpu")), report.group("total"), report.group("free"), report.group("tried"),
+                    this.group("size") if this else None,
+                    tuple((int(m.group("pid")), m.group("size")) for m in _HOLDER.finditer(rest)))
+
+
+def _torch_oom_note(oom: TorchOom) -> str:
+    """What torch said about the GPU: its size, what was free, and who held the rest. Memory other processes
+    held is memory the launch's budget never counted (an earlier run's leftovers, another server): the note says
+    so before anyone moves --mem-fraction-static."""
+    note = f"torch's report: GPU {oom.gpu} has {oom.total}, {oom.free} free when {oom.tried} more was asked"
+    listed = ", ".join(f"PID {pid} {size}" for pid, size in oom.holders[:4]) + (", ..." if len(oom.holders) > 4
+                                                                                else "")
+    if oom.this_process is None:
         # torch could not match its own PID (a container's PID namespace): the list includes this process
-        return note + (f"; processes holding it (this one among them): {listed}" if holders else "")
-    note += f"; this process held {this.group('size')}"
-    others = sum(_bytes(size) for _, size in holders)
-    if not holders:
+        return note + (f"; processes holding it (this one among them): {listed}" if oom.holders else "")
+    note += f"; this process held {oom.this_process}"
+    if not oom.holders:
         return note
-    plural = "es" if len(holders) > 1 else ""
-    note += f"; {len(holders)} other process{plural} held {others / (1 << 30):.2f} GiB ({listed})"
-    if others >= min(1 << 30, 0.05 * _bytes(report.group("total"))):
+    plural = "es" if len(oom.holders) > 1 else ""
+    note += f"; {len(oom.holders)} other process{plural} held {oom.others_bytes / (1 << 30):.2f} GiB ({listed})"
+    if oom.others_uncounted:
         note += (" - memory this launch's budget did not count (an earlier run's leftovers or another server): "
                  "`/gpu status` shows who holds the GPU now, `/gpu free` stops them by PID after a confirmation")
     return note

@@ -1,6 +1,7 @@
 """Evidence a finding's label calls for beyond the log itself: who holds the port a launch could
-not bind, and which transformers the container has against the one that wrote the checkpoint's
-config. Pure: the edges read /proc and the versions; these functions read their answers."""
+not bind, which transformers the container has against the one that wrote the checkpoint's
+config, and which of the processes torch named when the GPU ran out still hold memory. Pure: the
+edges read /proc, the versions and the node's GPUs; these functions read their answers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from bot.core.diagnosis import TorchOom
+from bot.core.gpu import GpuProcess
 
 # how the binders SGLang uses name the port they could not take (formats of torch, asyncio/uvicorn and pyzmq)
 _PORT_IN_LINE = (
@@ -101,3 +105,29 @@ def transformers_older(installed: str | None, written_by: str | None) -> bool | 
     if have is None or want is None:
         return None
     return have < want
+
+
+def oom_holders_evidence(oom: TorchOom, node: str, processes: Iterable[GpuProcess]) -> tuple[str, ...]:
+    """Each process torch named in its out-of-memory report (by host PID: NVML reports those, in a container
+    too) against the node's GPU processes now: one still holding memory was not the launch's, and its memory
+    is what the budget did not count."""
+    now = {p.pid: p for p in processes if p.pid is not None}
+    lines = []
+    holding = False
+    for pid, size in oom.holders[:6]:
+        if size.startswith("0 "):
+            continue
+        current = now.get(pid)
+        if current is None:
+            lines.append(f"PID {pid} held {size} when the launch ran out; it holds no GPU memory now (exited, or "
+                         "it was the launch itself)")
+            continue
+        holding = True
+        owner = f"CT {current.vmid}" if current.vmid else "the host"
+        used = f"{current.used_mib} MiB" if current.used_mib is not None else "memory"
+        lines.append(f"PID {pid} ({owner}: {current.name or 'no name'}) held {size} when the launch ran out and "
+                     f"still holds {used}")
+    if holding:
+        lines.append(f"memory the launch's budget did not count: `/gpu free {node}` lists those PIDs and stops only "
+                     "the ones you confirm")
+    return tuple(lines)

@@ -58,3 +58,30 @@ def test_transformers_installed_against_the_version_that_wrote_the_config():
     assert "not older" in (transformers_evidence(written, written) or "")
     assert transformers_evidence(None, None) is None
     assert "does not say which version" in (transformers_evidence("4.57.1", None) or "")
+
+
+def test_processes_torch_named_at_an_oom_that_still_hold_memory_are_the_uncounted_ones():
+    from bot.core.diagnosis import diagnose
+    from bot.core.gpu import GpuProcess
+    from bot.core.label_evidence import oom_holders_evidence
+
+    shared, container_like, small = (FIXTURES / "other-logs" / "torch-oom-reports.txt").read_text().splitlines()
+    oom = diagnose(small).oom
+    assert oom is not None and oom.this_process == "12.90 GiB" and oom.others_uncounted
+    assert oom.holders == ((244271, "26.06 MiB"), (238746, "1.08 GiB"), (244515, "468.00 MiB"))
+    # the node now: one of them still holds memory, in container 131; the others are gone
+    now = (GpuProcess(238746, "python3 serve.py", 1106, gpu_index=0, vmid=131), GpuProcess(9, "Xorg", 4, gpu_index=0))
+    lines = oom_holders_evidence(oom, "pve5", now)
+    assert lines[1] == ("PID 238746 (CT 131: python3 serve.py) held 1.08 GiB when the launch ran out and still "
+                        "holds 1106 MiB")
+    assert lines[0].startswith("PID 244271 held 26.06 MiB when the launch ran out; it holds no GPU memory now")
+    assert lines[-1].startswith("memory the launch's budget did not count: `/gpu free pve5`")
+    # nobody left holding memory: no call to free anything
+    assert not any("/gpu free" in x for x in oom_holders_evidence(oom, "pve5", now[1:]))
+    # a report listing a process with no memory does not name it
+    listed = diagnose(shared).oom
+    assert listed is not None and (796037, "0 bytes") in listed.holders
+    assert not any("796037" in x for x in oom_holders_evidence(listed, "pve5", ()))
+    # torch could not find its own PID in the container: the holders include the failed launch, none is blamed
+    container = diagnose(container_like).oom
+    assert container is not None and container.this_process is None and not container.others_uncounted

@@ -331,3 +331,29 @@ async def test_memory_left_on_one_gpu_is_refused_by_sglangs_balance_check_and_tr
             break
         await asyncio.sleep(0.1)
     assert recorded == "gpu_memory_occupied"
+
+
+async def test_an_oom_whose_torch_report_names_a_process_still_holding_memory_says_so(lab):
+    """torch's report lists processes by host PID; the triage reads the node now and names the one that still
+    holds memory (a real torch message, its PIDs set to the lab's own processes)."""
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    attempt = await failed_launch(lab, "kv_pool_oom")
+    node = lab.nodes["pve5"]
+    other = node.spawn_holder(0, "python3 other_server.py", 1106, 131)  # another container's server, still there
+    message = (FIXTURES / "other-logs" / "torch-oom-reports.txt").read_text().splitlines()[2]
+    message = message.replace("Process 238746", f"Process {other}").replace("Process 244515", "Process 4194000")
+    log_path = Path(attempt.log_path)
+    header = log_path.read_text().split("\n", 1)[0]
+    # the launch's own log, as a loader that ran out of memory would have written it
+    log_path.write_text(f"{header}\n{message.split('] ', 2)[2]}\n")
+    await lab.slash("/sglang", f"triage {attempt.id}", user_id="U0EVE")
+    report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert f"PID {other} (CT 131: python3 other_server.py) held 1.08 GiB when the launch ran out and still " \
+           "holds 1106 MiB" in text
+    assert "PID 4194000 held 468.00 MiB when the launch ran out; it holds no GPU memory now" in text
+    assert "`/gpu free pve5` lists those PIDs" in text
+    assert "*weight_load_oom*" in text and "3 other processes held 1.56 GiB" in text
