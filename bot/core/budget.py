@@ -118,6 +118,18 @@ SUPPORT: dict[str, Support] = {
 
 # --------------------------------------------------------------------------- inputs
 
+def context_gib(tp: int) -> float:
+    """What the CUDA context (and NCCL's buffers at tp > 1) take of each GPU before loading: observed 0.7-1.1 GiB."""
+    return 0.75 + (0.35 if tp > 1 else 0.0)
+
+
+def unbalanced_text(least_gib: float, local_gib: float) -> str:
+    """SGLang's tensor-parallel memory-balance refusal (model_runner's check after distributed init)."""
+    return ("The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            f"min_per_gpu_memory={least_gib:.2f}, local_gpu_memory={local_gib:.2f}, "
+            f"local_gpu_memory * 0.9={local_gib * 0.9:.2f}")
+
+
 @dataclass(frozen=True)
 class GpuPlan:
     """The GPUs a launch will use: name, total MiB each, and free MiB each when read live."""
@@ -132,7 +144,7 @@ class GpuPlan:
         """Free GiB per GPU after CUDA context + NCCL, and how it was obtained."""
         if self.pre_gib is not None:
             return self.pre_gib, "given (measured by SGLang's `Load weight begin` on this host)"
-        overhead = 0.75 + (0.35 if tp > 1 else 0.0)  # CUDA context (+NCCL buffers), observed 0.7-1.1 GiB
+        overhead = context_gib(tp)
         if self.free_mib:
             return min(self.free_mib) / 1024 - overhead, (
                 f"min free {min(self.free_mib)} MiB over the GPUs minus ~{overhead:.2f} GiB CUDA context/NCCL")
@@ -658,6 +670,15 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
         pre_why = (f"min free {min(inp.gpus.free_mib)} MiB over the GPUs minus the {earlier.context_gib:.2f} GiB "
                    f"CUDA context/NCCL took in {earlier.source}")
     w.line("free before load (pre)", pre, pre_why)
+    free = inp.gpus.free_mib[:tp]
+    if tp > 1 and len(free) > 1 and inp.gpus.pre_gib is None and error is None:
+        # after distributed init every rank compares the least free memory over the ranks with its own
+        least, local = min(free) / 1024 - context_gib(tp), max(free) / 1024 - context_gib(tp)
+        if least < 0.9 * local:
+            error = unbalanced_text(least, local)
+            w.line("GPU balance", None, f"free memory differs across the launch GPUs ({', '.join(map(str, free))} "
+                   "MiB): SGLang refuses to start when one rank has less than 90 % of another's, as other "
+                   "processes hold some of it")
 
     # weights
     attn_tp = tp // flags.dp if flags.enable_dp_attention and flags.dp > 1 and tp % flags.dp == 0 else tp

@@ -1534,3 +1534,24 @@ def test_nextn_on_a_checkpoint_saved_without_its_mtp_layers_is_flagged_before_th
     plain = parse_sglang_flags(["--tp", "2", "--mem-fraction-static", "0.88", "--context-length", "32768"])
     assert not any("MTP" in r for r in compute_budget(BudgetInput(model, plain, gpus, parse_version("current"),
                                                                    mtp_in_checkpoint=False)).reasons)
+
+
+def test_memory_held_on_one_launch_gpu_fails_sglangs_balance_check_before_anything_loads():
+    flags = parse_sglang_flags([*SEED, "--mem-fraction-static", "0.85", "--context-length", "65536",
+                                "--mamba-ssm-dtype", "bfloat16"])
+
+    def on(free):
+        return compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), flags, GpuPlan("NVIDIA RTX A6000", 49140, 2,
+                                                                                    free_mib=free),
+                                          parse_version("0.5.9")))
+
+    # after the ~1.10 GiB CUDA context/NCCL: 44000 MiB -> 41.87 GiB, 49139 MiB -> 46.89 GiB; 0.9 x 46.89 = 42.20
+    b = on((49139, 44000))
+    assert b.verdict is VerdictKind.FAILS
+    assert b.error_text == ("The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+                            "min_per_gpu_memory=41.87, local_gpu_memory=46.89, local_gpu_memory * 0.9=42.20")
+    assert any(x.label == "GPU balance" and "49139, 44000 MiB" in x.why for x in b.lines)
+    free = b.remedies[0]
+    assert free.change.startswith("free the GPUs first") and "on clean GPUs: " in free.effect
+    # 44500 MiB -> 42.36 GiB: within 90 % of the other, SGLang starts (and the launch fits)
+    assert on((49139, 44500)).error_text is None

@@ -313,6 +313,9 @@ async def test_memory_left_on_one_gpu_is_refused_by_sglangs_balance_check_and_tr
             break
         await asyncio.sleep(0.1)
     assert attempt is not None, "the forced launch over leftover memory did not fail"
+    # the pre-flight said so before the launch: the budget knows SGLang's balance check
+    forced = post_with(await wait_text(lab, "launching anyway", method="chat.postMessage"), "launching anyway")
+    assert "The memory capacity is unbalanced" in blocks_to_text(forced.blocks)
     log = Path(attempt.log_path).read_text()
     assert "Load weight begin" not in log and "RuntimeError: The memory capacity is unbalanced" in log
     await lab.slash("/sglang", f"triage {attempt.id}", user_id="U0EVE")
