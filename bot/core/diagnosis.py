@@ -104,9 +104,10 @@ RULES: tuple[Rule, ...] = (
          "startup", "ranks never met: rendezvous or a collective timed out",
          "check --dist-init-addr, firewalls and that every node started", 3),
     # SGLang's tensor-parallel check: one rank's GPU has far less free memory than another's before the load.
-    # Logged as a warning when the check is switched off (then context: a later exception names the cause)
+    # Logged as a warning when the check is switched off: then any failure after it is named first (the warning
+    # is listed beside it), and the warning alone is named with low confidence
     Rule(OCCUPIED, (r"The memory capacity is unbalanced",),
-         "startup", OCCUPIED_WHY, OCCUPIED_NEXT, 1),
+         "startup", OCCUPIED_WHY, OCCUPIED_NEXT, 0),
     Rule(OCCUPIED, (r"\w+(?:Error|Exception): The memory capacity is unbalanced",),
          "startup", OCCUPIED_WHY, OCCUPIED_NEXT, 3),
     Rule("gpu_p2p_unsupported", (r"peer access is not supported between these two devices",),

@@ -442,3 +442,15 @@ def test_capture_wrappers_of_every_runner_and_newer_triton_fp8_wording():
     oom = (FIXTURES / "other-logs" / "torch-oom-reports.txt").read_text().splitlines()[0]
     wrapped = text.rsplit("\n", 2)[0] + "\nException: Capture prefill CUDA graph failed: " + oom.split(": ", 1)[1]
     assert diagnose(wrapped).label == "cuda_graph_oom"
+
+
+def test_the_balance_check_as_a_warning_yields_to_the_failure_after_it():
+    (_, refusal), *_ = _tsv("newer-first-cause-lines.tsv")
+    warning = refusal.removeprefix("RuntimeError: ")  # the check switched off: SGLang logs the same words, and goes on
+    alone = diagnose(warning)
+    assert (alone.label, alone.confidence) == ("gpu_memory_occupied", "low")
+    oom = (FIXTURES / "other-logs" / "torch-oom-reports.txt").read_text().splitlines()[0]
+    then = diagnose("\n".join([warning, oom]))
+    assert then.label == "weight_load_oom" and "gpu_memory_occupied" in then.also_seen
+    # raised, it is the cause whatever follows
+    assert diagnose("\n".join([refusal, oom])).label == "gpu_memory_occupied"
