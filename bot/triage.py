@@ -21,10 +21,11 @@ from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
 from bot.core.diagnosis import OCCUPIED, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
-from bot.core.gpu import GpuProcess
+from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import (
+    occupied_evidence,
     oom_holders_evidence,
     parse_port_holders,
     port_evidence,
@@ -111,7 +112,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
                       ok_exit=(0, 1)),
         transport.run(attempt.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
     )
-    gpus, xid, processes = await _node_evidence(transport, inventory, attempt)
+    gpus, xid, snapshot = await _node_evidence(transport, inventory, attempt)
     try:
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
@@ -150,11 +151,10 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         launches = {a.pid: a.id for a in (await others() if others else ()) if a.pid and a.id != attempt.id}
         label_evidence = await _port_holders(transport, attempt, python, finding, text, launches)
     elif finding.label == OCCUPIED:
-        label_evidence = (f"the GPU line above says who holds the node's GPUs now; `/gpu free {attempt.node}:"
-                          f"{attempt.vmid}` (this container) or `/gpu free {attempt.node}` (every container on the "
-                          "node) lists them by PID and stops only the ones you confirm",)
+        label_evidence = occupied_evidence(attempt.node, attempt.vmid, snapshot)
+        finding = replace(finding, next_step=finding.next_step.replace("<container>", f"{attempt.node}:{attempt.vmid}"))
     elif finding.oom is not None and finding.oom.holders:
-        label_evidence = oom_holders_evidence(finding.oom, attempt.node, processes)
+        label_evidence = oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     elif finding.label == "transformers_too_old":
         line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
         label_evidence = (line,) if line else ()
@@ -224,9 +224,9 @@ def _disk(df: str) -> str:
 
 
 async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt
-                         ) -> tuple[str, tuple[str, ...], tuple[GpuProcess, ...]]:
-    """The node's GPUs now (who holds them, as a line and as its processes) and the Xid events since the
-    attempt started."""
+                         ) -> tuple[str, tuple[str, ...], SmiSnapshot | None]:
+    """The node's GPUs now (who holds them: as a line, and the reading itself when there is one) and the Xid
+    events since the attempt started."""
     node = inventory.node(attempt.node)
     hours = max(1, int((time.time() - attempt.created_at) // 3600) + 1)
     host, kernel = await asyncio.gather(
@@ -239,9 +239,9 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
             raise host
         gpus = f"GPUs: could not read the node ({getattr(host, 'user_message', host)})"
         bus: dict[str, int] = {}
-        processes: tuple[GpuProcess, ...] = ()
+        snapshot = None
     else:
-        processes = tuple(host.processes)
+        snapshot = host
         held = [f"GPU {g.index}: PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB"
                 for g in host.gpus for p in host.processes_of(g)]
         memory = "; ".join(f"GPU {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB" for g in host.gpus)
@@ -249,10 +249,10 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
         bus = gpus_by_bus((g.index, g.pci_bus_id) for g in host.gpus)
     if isinstance(kernel, BaseException):
         if isinstance(kernel, RemoteError):
-            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",), processes
+            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",), snapshot
         if not isinstance(kernel, Exception):
             raise kernel
         log.warning("reading Xid events on %s failed", attempt.node, exc_info=kernel)  # evidence, not the triage
-        return gpus, ("kernel log not read: internal error (logged)",), processes
+        return gpus, ("kernel log not read: internal error (logged)",), snapshot
     events, _source = kernel
-    return gpus, tuple(xid_findings(attempt.node, events, bus)), processes
+    return gpus, tuple(xid_findings(attempt.node, events, bus)), snapshot

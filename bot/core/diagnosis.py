@@ -484,8 +484,8 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
                            "(they live outside the static pool that --mem-fraction-static sizes)")
             next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
         if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
-            explanation += (f" (the emptiest GPU had {free.group('least')} GB free against {free.group('here')} GB "
-                            "on this rank's)")
+            explanation += (f" (one GPU had only {free.group('least')} GB free against {free.group('here')} GB on "
+                            "this rank's)")
         if (oom := torch_oom(lines, order, chosen[0])) is not None:
             notes = (*notes, _torch_oom_note(oom))
         if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from bot.core.diagnosis import TorchOom
-from bot.core.gpu import GpuProcess
+from bot.core.gpu import GpuProcess, SmiSnapshot
+from bot.core.status import DEFAULT_THRESHOLDS
 
 # how the binders SGLang uses name the port they could not take (formats of torch, asyncio/uvicorn and pyzmq)
 _PORT_IN_LINE = (
@@ -131,3 +132,28 @@ def oom_holders_evidence(oom: TorchOom, node: str, processes: Iterable[GpuProces
         lines.append(f"memory the launch's budget did not count: `/gpu free {node}` lists those PIDs and stops only "
                      "the ones you confirm")
     return tuple(lines)
+
+
+def occupied_evidence(node: str, vmid: int, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
+    """Who holds the node's GPUs now, for SGLang's balance refusal: processes `/gpu free` can stop by PID, and
+    memory no listed process holds, which it cannot (a killed process's memory not yet returned, or a process
+    nvidia-smi does not list)."""
+    free_cmds = f"`/gpu free {node}:{vmid}` (this container) or `/gpu free {node}` (every container on the node)"
+    if snapshot is None:
+        return (f"the node's GPUs could not be read now; {free_cmds} lists what holds them by PID",)
+    lines = []
+    for gpu in snapshot.gpus:
+        used = gpu.memory_used_mib
+        if used is None or used < DEFAULT_THRESHOLDS.orphaned_memory_mib:
+            continue
+        held = snapshot.processes_of(gpu)
+        if held:
+            who = ", ".join(f"PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB" for p in held[:3])
+            lines.append(f"GPU {gpu.index}: {used} MiB in use, held by {who}: {free_cmds} stops them by PID after a "
+                         "confirmation")
+        else:
+            lines.append(f"GPU {gpu.index}: {used} MiB in use that no listed process holds (orphaned: a killed "
+                         "process's memory not yet returned, or a process nvidia-smi does not list); no PID for "
+                         f"`/gpu free` to stop: `fuser -v /dev/nvidia*` on {node} names what still has the GPU open, "
+                         "and restarting the container that held it returns the memory")
+    return tuple(lines) or ("no GPU of the node holds memory now: whatever held it has exited; relaunch unchanged",)

@@ -85,3 +85,23 @@ def test_processes_torch_named_at_an_oom_that_still_hold_memory_are_the_uncounte
     # torch could not find its own PID in the container: the holders include the failed launch, none is blamed
     container = diagnose(container_like).oom
     assert container is not None and container.this_process is None and not container.others_uncounted
+
+
+def test_memory_on_the_node_for_a_balance_refusal_names_pids_to_free_or_says_none_holds_it():
+    from bot.core.gpu import Gpu, GpuProcess, SmiSnapshot
+    from bot.core.label_evidence import occupied_evidence
+
+    gpus = (Gpu(0, "NVIDIA RTX A6000", 30001, 49140), Gpu(1, "NVIDIA RTX A6000", 1, 49140))
+    held = SmiSnapshot("query", gpus, processes=(GpuProcess(4242, "python3", 30000, gpu_index=0, vmid=129),))
+    (line,) = occupied_evidence("pve5", 129, held)
+    assert line == ("GPU 0: 30001 MiB in use, held by PID 4242 (CT 129) 30000 MiB: `/gpu free pve5:129` (this "
+                    "container) or `/gpu free pve5` (every container on the node) stops them by PID after a "
+                    "confirmation")
+    # the same memory with no process listed: nothing for /gpu free to stop, and the way to find it
+    (line,) = occupied_evidence("pve5", 129, SmiSnapshot("query", gpus))
+    assert "no listed process holds (orphaned" in line and "`fuser -v /dev/nvidia*` on pve5" in line
+    assert "/gpu free pve5" not in line.split("no PID for")[0]
+    # nothing held any more, or the node not readable
+    clean = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1, 49140),))
+    assert occupied_evidence("pve5", 129, clean)[0].startswith("no GPU of the node holds memory now")
+    assert "could not be read" in occupied_evidence("pve5", 129, None)[0]
