@@ -242,9 +242,12 @@ def _need(cfg: dict[str, Any], key: str, where: str) -> Any:
 
 
 def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
-    """Parse a config.json (flat, or a multimodal wrapper with ``text_config``)."""
-    text = config.get("text_config") or config
-    where = "config.json" + (" text_config" if text is not config else "")
+    """Parse a config.json (flat, or a multimodal wrapper whose language model is its ``text_config``, or
+    InternVL's ``llm_config``, or DeepSeek-VL2's ``language_config``)."""
+    nested = next((key for key in ("text_config", "llm_config", "language_config")
+                   if isinstance(config.get(key), dict) and config[key]), None)
+    text = config[nested] if nested else config
+    where = "config.json" + (f" {nested}" if nested else "")
     architecture = (config.get("architectures") or text.get("architectures") or ["?"])[0]
     model_type = str(config.get("model_type") or text.get("model_type") or "?")
     hidden = int(_need(text, "hidden_size", where))
@@ -290,6 +293,8 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         # GraniteMoeHybrid without experts (Granite 4.0-H-Micro): each layer's MLP is its shared_mlp
         intermediate = int(text["shared_intermediate_size"])
     vision = config.get("vision_config") or {}
+    if config.get("downsample_ratio") and isinstance(vision, dict):  # InternVL: its projector sees shuffled pixels
+        vision = {**vision, "downsample_ratio": config["downsample_ratio"]}
     vision_params, vision_projector = _vision_params(vision, hidden)
     quant = _quantization(config, text, kinds)
     mtp = _get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers")  # None: the config does not say
@@ -548,6 +553,10 @@ def _vision_params(vision: dict[str, Any], text_hidden: int) -> tuple[int, int]:
         merge = h * int(kernel[0]) * int(kernel[1])
         table = int(vision.get("init_pos_emb_height") or 0) * int(vision.get("init_pos_emb_width") or 0) * h
         return params + table, merge * merge + merge * out
+    if vision.get("downsample_ratio"):
+        # InternVL's mlp1: LayerNorm and Linear over the pixel-shuffled width (h / ratio^2), then Linear out -> out
+        shuffled = int(h / float(vision["downsample_ratio"]) ** 2)
+        return params, 2 * shuffled + shuffled * out + out * out
     merge = h * int(_get(vision, "spatial_merge_size", default=2) or 2) ** 2
     mergers = 1 + len(vision.get("deepstack_visual_indexes") or [])
     return params + mergers * (merge * merge + merge * out), 0

@@ -160,6 +160,24 @@ def test_a_gated_vision_tower_counts_three_mlp_matrices_as_its_print_shows():
     assert _vision_params(vision, 3584) == (printed, 0) and printed == 674_529_280
 
 
+def test_internvl_reads_its_llm_config_and_counts_the_pixel_shuffle_projector():
+    from bot.core.model import weight_parts
+
+    # the shapes are those the same notebook prints for the loaded model (its module tree)
+    ivl = spec("OpenGVLab__InternVL3-1B-Pretrained")
+    parts = {p.name: p.params for p in weight_parts(ivl)}
+    assert (ivl.layers, ivl.hidden, ivl.kv_heads, ivl.model_type) == (24, 896, 2, "internvl_chat")
+    assert parts["embeddings"] == parts["lm_head"] == 151_674 * 896  # Embedding(151674, 896), untied lm_head
+    assert parts["mlp"] == 24 * 3 * 896 * 4864  # gate/up (896 -> 4864), down (4864 -> 896)
+    assert parts["vision tower"] == 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096)  # qkv + proj, fc1 + fc2
+    # mlp1: LayerNorm(4096), Linear(4096 -> 896), Linear(896 -> 896): 1024 x 4 channels after the pixel shuffle
+    assert parts["vision projector"] == 2 * 4096 + 4096 * 896 + 896 * 896
+    # all of the printed model, by hand: ViT blocks with biases, norms and layer scales 24 x 12,598,272, its patch
+    # (603,136), class (1,024) and position (1,025 x 1,024) embeddings, mlp1 with biases 4,482,816, the LM with its
+    # q/k/v biases and norms 629,697,920: 938,193,024; the estimate leaves the small terms out, within 0.5 %
+    assert abs(sum(parts.values()) - 938_193_024) / 938_193_024 < 0.005
+
+
 def test_qwen36_geometry_and_state_by_hand():
     q = spec("Qwen__Qwen3.6-27B")
     assert (q.full_layers, q.linear_layers, q.mtp_layers) == (16, 48, 1)
