@@ -136,6 +136,19 @@ RULES: tuple[Rule, ...] = (
                                r"GatedRepoError|LocalEntryNotFoundError)"),
          "startup", "downloading the model or tokenizer from the Hub failed",
          "download the model first and launch from the local path", 2),
+    # not labels of the failure corpus (its README: looked for, not found as SGLang logs), but failures a bring-up
+    # meets: a checkpoint that ships its own code, and a full disk (downloads, compile caches, the log itself)
+    Rule("trust_remote_code_required", (r"contains custom code which must be executed to correctly load",
+                                        r"Please pass the argument `trust_remote_code=True`",
+                                        r"requires you to execute the configuration file in that repo",
+                                        r"set the option `trust_remote_code=True` to remove this error"),
+         "startup", "the checkpoint ships its own modeling or config code, which transformers runs only when asked",
+         "read the repository's code (it runs in the container), then relaunch with --trust-remote-code", 3),
+    Rule("disk_full", (r"\[Errno 28\] No space left on device", r"No space left on device"),
+         "startup", "a disk filled up: the model download, a compile cache (torch inductor, Triton, FlashInfer) or "
+                    "the log could not be written",
+         "free space in the container (the Hugging Face cache, ~/.cache, /tmp/torchinductor_*), or point HF_HOME "
+         "and TORCHINDUCTOR_CACHE_DIR at a larger disk", 3),
     Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
                                       r"Unsupported architectures?:", r"model with architecture \S+ is not supported",
                                       r"No attention attribute in layer",

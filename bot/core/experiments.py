@@ -50,6 +50,9 @@ MOVES: dict[str, tuple[_Move, ...]] = {
         "the same launch without speculative decoding: if it starts, the draft/verify path is the cause",
         "--speculative-algorithm (and its settings)"),),
     "mamba_cache_error": (_Move(True, ("--disable-radix-cache",), "the hybrid state pool without its radix cache"),),
+    "trust_remote_code_required": (_Move(True, ("--trust-remote-code",),
+                                         "let transformers run the checkpoint's own code (read it first: it runs in "
+                                         "the container)"),),
     "attention_backend_unsupported": (_Move(False, ("--attention-backend",),
                                             "let SGLang choose the attention backend for this GPU"),),
     # FP8 kernels need compute capability 8.9 (Ada/Hopper): an online FP8 quantization or an FP8 KV cache on Ampere

@@ -397,7 +397,7 @@ def _tsv(name):
 
 def test_gpus_other_processes_hold_and_pools_in_their_newer_words_are_named():
     rows = _tsv("newer-first-cause-lines.tsv")
-    assert len(rows) == 4
+    assert len(rows) == 6
     for label, line in rows:
         assert diagnose(line).label == label, line
     # SGLang's balance check at start-up: other processes hold memory, and the numbers say how much
@@ -455,3 +455,16 @@ def test_the_balance_check_as_a_warning_yields_to_the_failure_after_it():
     assert then.label == "weight_load_oom" and "gpu_memory_occupied" in then.also_seen
     # raised, it is the cause whatever follows
     assert diagnose("\n".join([refusal, oom])).label == "gpu_memory_occupied"
+
+
+def test_a_checkpoint_that_ships_code_and_a_full_disk_are_named_beyond_the_corpus_labels():
+    rows = dict((line, label) for label, line in _tsv("newer-first-cause-lines.tsv"))
+    remote = next(line for line in rows if "trust_remote_code=True" in line)
+    disk = next(line for line in rows if "Errno 28" in line)
+    finding = diagnose(remote)
+    assert (finding.label, finding.confidence) == ("trust_remote_code_required", "high")
+    assert "--trust-remote-code" in finding.next_step
+    assert diagnose(disk).label == "disk_full"
+    # a full disk is a first cause: the import error it leads to is not (a real ModuleNotFoundError after it)
+    missing = next(line for label, line in _tsv("first-cause-lines.tsv") if "No module named 'mooncake'" in line)
+    assert diagnose("\n".join([disk, missing])).label == "disk_full"

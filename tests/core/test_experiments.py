@@ -80,3 +80,12 @@ def test_fp8_the_gpu_cannot_run_drops_the_online_quantization_or_the_fp8_kv_cach
     both = with_flag(fp8_cache, "--quantization", "fp8")
     assert [e.change for e in label_experiments("quant_unsupported_on_gpu", both)] == [
         "drop --quantization fp8", "drop --kv-cache-dtype fp8_e4m3"]
+
+
+def test_a_checkpoint_that_ships_code_gets_the_trust_remote_code_switch_once():
+    assert label_experiments("trust_remote_code_required", launch_flags("sglang-4814")) == ()  # it has the switch
+    argv = launch_flags("sgl-docs-5")  # Llama-3-8B at tp 2, no switch
+    (experiment,) = label_experiments("trust_remote_code_required", argv)
+    assert experiment.change == "--trust-remote-code" and experiment.argv == (*argv, "--trust-remote-code")
+    assert "read it first" in experiment.why
+    assert label_experiments("trust_remote_code_required", experiment.argv) == ()
