@@ -87,7 +87,8 @@ RULES: tuple[Rule, ...] = (
          "runtime", "a CUDA kernel assertion fired (an index out of bounds)",
          "check token ids vs vocab size and the draft model's context vs the target's", 2),
     Rule("nccl_error", (r"NCCL error: unhandled system error", r"ncclSystemError", r"NCCL error:",
-                        r"Error while creating shared memory segment /dev/shm/nccl-", r"ncclCommInitRank failed",
+                        r"Error while creating shared memory segment", r"ncclCommInitRank failed",
+                        r"NCCL WARN Call to posix_fallocate failed",  # /dev/shm too small for a segment
                         r"NCCL error in: \S+\.(?:cpp|hpp|h|cu):\d+",  # torch's form, any torch version
                         r"\bnccl(?:UnhandledCuda|Internal|Remote|InvalidUsage)Error\b"),
          "startup", "NCCL could not set up or use its transport (shared memory, sockets, P2P)",
@@ -144,7 +145,8 @@ RULES: tuple[Rule, ...] = (
                                         r"set the option `trust_remote_code=True` to remove this error"),
          "startup", "the checkpoint ships its own modeling or config code, which transformers runs only when asked",
          "read the repository's code (it runs in the container), then relaunch with --trust-remote-code", 3),
-    Rule("disk_full", (r"\[Errno 28\] No space left on device", r"No space left on device"),
+    # NCCL's own "No space left" is /dev/shm too small for its segments: an NCCL finding, not a full disk
+    Rule("disk_full", (r"^(?!.*(?:NCCL|/dev/shm|posix_fallocate)).*No space left on device",),
          "startup", "a disk filled up: the model download, a compile cache (torch inductor, Triton, FlashInfer) or "
                     "the log could not be written",
          "free space in the container (the Hugging Face cache, ~/.cache, /tmp/torchinductor_*), or point HF_HOME "

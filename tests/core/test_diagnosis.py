@@ -468,3 +468,10 @@ def test_a_checkpoint_that_ships_code_and_a_full_disk_are_named_beyond_the_corpu
     # a full disk is a first cause: the import error it leads to is not (a real ModuleNotFoundError after it)
     missing = next(line for label, line in _tsv("first-cause-lines.tsv") if "No module named 'mooncake'" in line)
     assert diagnose("\n".join([disk, missing])).label == "disk_full"
+
+
+def test_nccls_own_no_space_is_dev_shm_too_small_not_a_full_disk():
+    text = (FIXTURES / "other-logs" / "nccl-shm-no-space.txt").read_text()
+    finding = diagnose(text)
+    assert finding.label == "nccl_error" and "disk_full" not in finding.also_seen
+    assert "posix_fallocate failed : No space left on device" in finding.evidence[0].text
