@@ -590,10 +590,13 @@ def torch_oom(lines: list[str], order: list[int], position: int) -> TorchOom | N
     if report is None:
         return None
     rest = text[report.end():]
+    if (following := _OOM.search(rest)) is not None:  # another rank's report on the next line: not this one's
+        rest = rest[:following.start()]
     this = _THIS_PROCESS.search(rest)
     return TorchOom(int(report.group("gpu")), report.group("total"), report.group("free"), report.group("tried"),
                     this.group("size") if this else None,
-                    tuple((int(m.group("pid")), m.group("size")) for m in _HOLDER.finditer(rest)))
+                    tuple((int(m.group("pid")), m.group("size")) for m in _HOLDER.finditer(rest)
+                          if not m.group("size").startswith("0 ")))  # a process holding nothing holds nothing
 
 
 def _torch_oom_note(oom: TorchOom) -> str:

@@ -116,8 +116,6 @@ def oom_holders_evidence(oom: TorchOom, node: str, processes: Iterable[GpuProces
     lines = []
     holding = False
     for pid, size in oom.holders[:6]:
-        if size.startswith("0 "):
-            continue
         current = now.get(pid)
         if current is None:
             lines.append(f"PID {pid} held {size} when the launch ran out; it holds no GPU memory now (exited, or "

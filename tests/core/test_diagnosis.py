@@ -415,7 +415,8 @@ def test_torch_oom_report_says_how_much_other_processes_held():
     note = diagnose(shared).notes[-1]
     # 33.69 + 1.78 + 2.51 + 2.23 GiB + (860 + 862) MiB = 41.89 GiB, besides this process's 802.00 MiB
     assert "GPU 0 has 44.42 GiB, 24.69 MiB free when 50.00 MiB more was asked" in note
-    assert "this process held 802.00 MiB; 7 other processes held 41.89 GiB" in note
+    assert "this process held 802.00 MiB; 6 other processes held 41.89 GiB" in note  # and one holding 0 bytes
+    assert "796037" not in note
     assert "PID 795630 33.69 GiB" in note and "..." in note and "did not count" in note and "/gpu free" in note
     # torch could not find its own PID (a container's namespace): the list is given, nobody is blamed
     note = diagnose(container_like).notes[-1]
@@ -429,6 +430,10 @@ def test_torch_oom_report_says_how_much_other_processes_held():
     assert finding.label == "weight_load_oom"
     assert finding.notes[-1] == ("torch's report: GPU 1 has 47.37 GiB, 4.31 MiB free when 24.00 MiB more was "
                                  "asked; this process held 47.35 GiB")
+    # several ranks' reports one after another: each is its own (the first one's holders only)
+    first = diagnose("\n".join([shared, container_like, small])).oom
+    assert first is not None and first.this_process == "802.00 MiB" and len(first.holders) == 6
+    assert 3449556 not in dict(first.holders)
     # a message cut before the GPU's size (sglang-5285) adds no note
     assert triage(BY_ID["sglang-5285"]).notes == ()
 
