@@ -1143,8 +1143,9 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
             still = clean.error_text if clean.verdict is VerdictKind.FAILS else None
             outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
                        "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean, failed)}"
+            where = "per GPU" if len(set(gpus.free_mib)) == 1 else "of the fullest GPU"
             remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
-                                   f"{held_gib:.1f} GiB per GPU is in use before the launch; {outcome}", 0))
+                                   f"{held_gib:.1f} GiB {where} is in use before the launch; {outcome}", 0))
             if still:
                 return remedies + [replace(r, effect=f"after freeing the GPUs: {r.effect}")
                                    for r in find_remedies(on_clean, clean)]

@@ -1571,5 +1571,6 @@ def test_memory_held_on_one_launch_gpu_fails_sglangs_balance_check_before_anythi
     assert any(x.label == "GPU balance" and "49139, 44000 MiB" in x.why for x in b.lines)
     free = b.remedies[0]
     assert free.change.startswith("free the GPUs first") and "on clean GPUs: " in free.effect
+    assert free.effect.startswith("5.0 GiB of the fullest GPU is in use before the launch")  # 49140 - 44000 MiB
     # 44500 MiB -> 42.36 GiB: within 90 % of the other, SGLang starts (and the launch fits)
     assert on((49139, 44500)).error_text is None
