@@ -587,8 +587,8 @@ def torch_oom(lines: list[str], order: list[int], position: int) -> TorchOom | N
         return None
     text = re.sub(r"\s+", " ", " ".join(lines[i] for i in order[position:position + 4]))
     report = _TORCH_OOM.search(text)
-    if report is None:
-        return None
+    if report is None or report.start() >= len(re.sub(r"\s+", " ", lines[order[position]])):
+        return None  # no report, or only a later line's (another rank's)
     rest = text[report.end():]
     if (following := _OOM.search(rest)) is not None:  # another rank's report on the next line: not this one's
         rest = rest[:following.start()]

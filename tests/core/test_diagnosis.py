@@ -434,6 +434,9 @@ def test_torch_oom_report_says_how_much_other_processes_held():
     first = diagnose("\n".join([shared, container_like, small])).oom
     assert first is not None and first.this_process == "802.00 MiB" and len(first.holders) == 6
     assert 3449556 not in dict(first.holders)
+    # a report cut before the GPU's size, then another rank's whole report: that one is not this cause's
+    cut_then_other = diagnose(BY_ID["sglang-5285"]["log_excerpt"] + "\n" + small)
+    assert cut_then_other.label == "cuda_graph_oom" and cut_then_other.oom is None
     # a message cut before the GPU's size (sglang-5285) adds no note
     assert triage(BY_ID["sglang-5285"]).notes == ()
 
