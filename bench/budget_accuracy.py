@@ -255,6 +255,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--configs", required=True)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if not Path(args.cases).is_file():
+        parser.error(f"no cases file {args.cases}")
+    if not (Path(args.configs) / "index.jsonl").is_file():
+        parser.error(f"no index.jsonl in {args.configs} (a folder laid out like shared/corpus/model-configs)")
     configs = load_configs(Path(args.configs))
     cases = []
     for number, row in enumerate(Path(args.cases).read_text().splitlines(), 1):

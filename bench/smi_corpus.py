@@ -9,6 +9,7 @@ its ``expect`` is compared. One line per sample, then ``smi corpus: P/N passed``
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -188,10 +189,12 @@ def check_sample(entry: dict[str, Any], data: bytes) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__)
-        return 2
-    root = Path(argv[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
+    parser.add_argument("corpus", type=Path, help="a folder laid out like shared/corpus/nvidia-smi (index.jsonl and "
+                                                  "the files it names)")
+    root = parser.parse_args(argv).corpus
+    if not (root / "index.jsonl").is_file():
+        parser.error(f"no index.jsonl in {root}")
     entries = [json.loads(line) for line in (root / "index.jsonl").read_text().splitlines() if line.strip()]
     passed = 0
     started = time.perf_counter()

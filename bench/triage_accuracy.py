@@ -33,6 +33,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("cases")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if not Path(args.cases).is_file():
+        parser.error(f"no cases file {args.cases}")
     cases = []
     for number, line in enumerate(Path(args.cases).read_text().splitlines(), 1):
         if line.strip():
