@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
-from bot.core.diagnosis import OCCUPIED, Finding, LaunchContext, diagnose_excerpt
+from bot.core.diagnosis import BUSY, OCCUPIED, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import gpus_by_bus, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import (
+    busy_evidence,
     occupied_evidence,
     oom_holders_evidence,
     parse_port_holders,
@@ -153,6 +154,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     elif finding.label == OCCUPIED:
         label_evidence = occupied_evidence(attempt.node, attempt.vmid, snapshot)
         finding = replace(finding, next_step=finding.next_step.replace("<container>", f"{attempt.node}:{attempt.vmid}"))
+    elif finding.label == BUSY:
+        label_evidence = busy_evidence(snapshot)
     elif finding.oom is not None and finding.oom.holders:
         label_evidence = oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     elif finding.label == "transformers_too_old":

@@ -32,8 +32,10 @@ ECHO = "child_process_died"
 CAPTURE_WRAPPER = r"Capture (?:\w+ ){0,2}(?i:cuda) graph failed\b:?"
 NO_FAILURE = "no_failure"  # the server came up and nothing after that reports an error
 NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first cause to test
-# not a label of the failure corpus: other processes hold memory on the launch's GPUs (an earlier run's leftovers)
+# not labels of the failure corpus: other processes hold memory on the launch's GPUs (an earlier run's leftovers);
+# a GPU that refuses a new CUDA context (exclusive compute mode taken, or a bad device state)
 OCCUPIED = "gpu_memory_occupied"
+BUSY = "gpu_busy"
 OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
                 "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
@@ -151,6 +153,12 @@ RULES: tuple[Rule, ...] = (
                     "the log could not be written",
          "free space in the container (the Hugging Face cache, ~/.cache, /tmp/torchinductor_*), or point HF_HOME "
          "and TORCHINDUCTOR_CACHE_DIR at a larger disk", 3),
+    # the device exists but refuses a new context: exclusive compute mode with another process on it, or a bad state
+    Rule(BUSY, (r"CUDA-capable device\(s\) is/are busy or unavailable", r"cudaErrorDevicesUnavailable"),
+         "startup", "a GPU refused this process a CUDA context: its compute mode lets one process at a time use it "
+                    "and another holds it, or the device is in a state that takes no new work",
+         "check the launch GPUs' compute mode and who holds them (/gpu status); stop the holder by PID (/gpu free) "
+         "or set the mode back to Default on the node (nvidia-smi -c DEFAULT)", 3),
     Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
                                       r"Unsupported architectures?:", r"model with architecture \S+ is not supported",
                                       r"No attention attribute in layer",

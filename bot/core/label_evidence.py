@@ -155,3 +155,23 @@ def occupied_evidence(node: str, vmid: int, snapshot: SmiSnapshot | None) -> tup
                          f"`/gpu free` to stop: `fuser -v /dev/nvidia*` on {node} names what still has the GPU open, "
                          "and restarting the container that held it returns the memory")
     return tuple(lines) or ("no GPU of the node holds memory now: whatever held it has exited; relaunch unchanged",)
+
+
+def busy_evidence(snapshot: SmiSnapshot | None) -> tuple[str, ...]:
+    """Each GPU's compute mode and holders now, for a GPU that refused a CUDA context: an exclusive mode with a
+    process on the GPU is the usual cause; Default mode with nobody on it points at the device's state instead."""
+    if snapshot is None:
+        return ("the node's GPUs could not be read now: check their compute mode with nvidia-smi on the node",)
+    lines = []
+    for gpu in snapshot.gpus:
+        held = snapshot.processes_of(gpu)
+        mode = gpu.compute_mode or "not read"
+        who = ", ".join(f"PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'})" for p in held[:3]) or "no process"
+        exclusive = mode.lower().startswith(("exclusive", "prohibited"))
+        verdict = (" - one process at a time: the holder keeps the launch out" if exclusive and held else
+                   " - no process may use it" if mode.lower().startswith("prohibited") else "")
+        lines.append(f"GPU {gpu.index}: compute mode {mode}, held by {who}{verdict}")
+    if lines and not any("keeps the launch out" in x or "no process may" in x for x in lines):
+        lines.append("no GPU is in an exclusive mode with a holder: a device state then (look for Xid events, "
+                     "or reset the GPU on the node once nothing uses it)")
+    return tuple(lines)

@@ -397,7 +397,7 @@ def _tsv(name):
 
 def test_gpus_other_processes_hold_and_pools_in_their_newer_words_are_named():
     rows = _tsv("newer-first-cause-lines.tsv")
-    assert len(rows) == 6
+    assert len(rows) == 7
     for label, line in rows:
         assert diagnose(line).label == label, line
     # SGLang's balance check at start-up: other processes hold memory, and the numbers say how much

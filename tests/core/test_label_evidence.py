@@ -105,3 +105,23 @@ def test_memory_on_the_node_for_a_balance_refusal_names_pids_to_free_or_says_non
     clean = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1, 49140),))
     assert occupied_evidence("pve5", 129, clean)[0].startswith("no GPU of the node holds memory now")
     assert "could not be read" in occupied_evidence("pve5", 129, None)[0]
+
+
+def test_a_gpu_that_refuses_a_context_shows_its_compute_mode_and_holder():
+    from bot.core.diagnosis import diagnose
+    from bot.core.gpu import Gpu, GpuProcess, SmiSnapshot
+    from bot.core.label_evidence import busy_evidence
+
+    line = next(x.split("\t")[1] for x in (FIXTURES / "other-logs" / "newer-first-cause-lines.tsv").read_text()
+                .splitlines() if x.startswith("gpu_busy\t"))
+    finding = diagnose(line)
+    assert (finding.label, finding.confidence) == ("gpu_busy", "high") and "nvidia-smi -c DEFAULT" in finding.next_step
+    exclusive = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1200, 49140, compute_mode="Exclusive_Process"),
+                                      Gpu(1, "NVIDIA RTX A6000", 1, 49140, compute_mode="Default")),
+                            processes=(GpuProcess(5150, "python3", 1198, gpu_index=0, vmid=131),))
+    lines = busy_evidence(exclusive)
+    assert lines == ("GPU 0: compute mode Exclusive_Process, held by PID 5150 (CT 131) - one process at a time: "
+                     "the holder keeps the launch out", "GPU 1: compute mode Default, held by no process")
+    idle = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1, 49140, compute_mode="Default"),))
+    assert busy_evidence(idle)[-1].startswith("no GPU is in an exclusive mode with a holder: a device state then")
+    assert "could not be read" in busy_evidence(None)[0]
