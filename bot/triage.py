@@ -245,7 +245,7 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
         snapshot = None
     else:
         snapshot = host
-        held = [f"GPU {g.index}: PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB"
+        held = [f"GPU {g.index}: PID {p.pid} ({p.owner}) {p.used_mib} MiB"
                 for g in host.gpus for p in host.processes_of(g)]
         memory = "; ".join(f"GPU {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB" for g in host.gpus)
         gpus = f"GPUs now: {memory}" + (f"; held by {', '.join(held)}" if held else "; no process holds GPU memory")

@@ -34,6 +34,11 @@ class GpuProcess:
     vmid: int | None = None  # LXC container that owns the PID (attributed on the host)
     group: int | None = None  # its process group inside its own PID namespace (NSpgid): a launch's PID there
 
+    @property
+    def owner(self) -> str:
+        """Whose process it is, as the answers name it: "CT 129", or "host"."""
+        return f"CT {self.vmid}" if self.vmid else "host"
+
 
 @dataclass(frozen=True)
 class MigDevice:

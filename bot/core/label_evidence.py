@@ -146,7 +146,7 @@ def occupied_evidence(node: str, vmid: int, snapshot: SmiSnapshot | None) -> tup
             continue
         held = snapshot.processes_of(gpu)
         if held:
-            who = ", ".join(f"PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'}) {p.used_mib} MiB" for p in held[:3])
+            who = ", ".join(f"PID {p.pid} ({p.owner}) {p.used_mib} MiB" for p in held[:3])
             lines.append(f"GPU {gpu.index}: {used} MiB in use, held by {who}: {free_cmds} stops them by PID after a "
                          "confirmation")
         else:
@@ -166,7 +166,7 @@ def busy_evidence(snapshot: SmiSnapshot | None) -> tuple[str, ...]:
     for gpu in snapshot.gpus:
         held = snapshot.processes_of(gpu)
         mode = gpu.compute_mode or "not read"
-        who = ", ".join(f"PID {p.pid} ({f'CT {p.vmid}' if p.vmid else 'host'})" for p in held[:3]) or "no process"
+        who = ", ".join(f"PID {p.pid} ({p.owner})" for p in held[:3]) or "no process"
         exclusive = mode.lower().startswith(("exclusive", "prohibited"))
         verdict = (" - one process at a time: the holder keeps the launch out" if exclusive and held else
                    " - no process may use it" if mode.lower().startswith("prohibited") else "")

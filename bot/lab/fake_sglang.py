@@ -105,15 +105,15 @@ def free_mib(state: dict[str, Any], gpus: list[int]) -> tuple[int, ...]:
 
 
 def unbalanced_line(free_mib: tuple[int, ...]) -> str:
-    """SGLang's refusal when one rank's GPU has less than 90 % of another's free memory (model_runner.py's
-    wording, with this lab's numbers: the least free over the ranks and the emptiest rank's own)."""
-    least, local = min(free_mib) / 1024, max(free_mib) / 1024
-    return ("RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
-            f"min_per_gpu_memory={least:.2f}, local_gpu_memory={local:.2f}, local_gpu_memory * 0.9={local * 0.9:.2f}")
+    """SGLang's refusal when one rank's GPU has less than 90 % of another's free memory, raised as its
+    RuntimeError, with this lab's numbers: the least free over the ranks and the emptiest rank's own."""
+    from bot.core.budget import unbalanced_text
+
+    return "RuntimeError: " + unbalanced_text(min(free_mib) / 1024, max(free_mib) / 1024)
 
 
 def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, Any],
-                 gpus: list[int]) -> tuple[str, int]:
+                 gpus: list[int], free: tuple[int, ...]) -> tuple[str, int]:
     """Decide with gpuops' own arithmetic: fail the way the budget predicts, else start."""
     try:
         from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
@@ -126,7 +126,6 @@ def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, An
     flags = parse_sglang_flags(extra)
     by_index = {g["index"]: g for g in state["gpus"]}
     total = min(by_index[i]["memory_total_mib"] for i in gpus)
-    free = free_mib(state, gpus)
     budget = compute_budget(BudgetInput(model, flags, GpuPlan("lab", total, len(gpus), free),
                                         parse_version(version)), with_remedies=False)
     hold = int((budget.pre_gib * budget.mem_fraction_static) * 1024) if budget.error_text is None else \
@@ -216,7 +215,7 @@ def main(argv: list[str]) -> int:
     if outcome == "auto" and len(gpus) > 1 and min(free) < 0.9 * max(free):
         outcome = "gpu_memory_occupied"
     if outcome == "auto":
-        outcome, hold_mib = auto_outcome(args, extra, state, gpus)
+        outcome, hold_mib = auto_outcome(args, extra, state, gpus, free)
     holder = Holder(state_dir, vmid, os.getpid())
 
     def on_term(signum: int, frame: object) -> None:
