@@ -30,6 +30,8 @@ ECHO = "child_process_died"
 # prefill runner's "Capture prefill CUDA graph failed:", "Capture extend cuda graph failed:" (quoted without its colon
 # when nothing follows)
 CAPTURE_WRAPPER = r"Capture (?:\w+ ){0,2}(?i:cuda) graph failed\b:?"
+# the scheduler building its speculative draft worker: by class, or through the algorithm's factory (newer releases)
+DRAFT_WORKER_FRAME = r"self\.draft_worker = (?:\w*Worker|self\.spec_algorithm\.create_draft_worker)\("
 NO_FAILURE = "no_failure"  # the server came up and nothing after that reports an error
 NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first cause to test
 # not labels of the failure corpus: other processes hold memory on the launch's GPUs (an earlier run's leftovers);
@@ -81,6 +83,14 @@ RULES: tuple[Rule, ...] = (
                                      r"Requested token count exceeds the model's maximum context length of \d+ tokens"),
          "request", "one request is longer than the configured context (a client error, not an engine fault)",
          "shorten the request or raise --context-length", 3),
+    # the same family of asynchronous kernel faults under its other codes: 719 (a kernel faulted: an invalid pointer,
+    # out-of-bounds shared memory), 715 (an illegal instruction), 716 (a misaligned address)
+    Rule("illegal_memory_access", (r"CUDA error: unspecified launch failure", r"cudaErrorLaunchFailure",
+                                   r"an illegal instruction was encountered", r"CUDA error: misaligned address"),
+         "runtime", "a CUDA kernel faulted on the device (unspecified launch failure 719, illegal instruction 715 "
+                    "or misaligned address 716: the family of an illegal memory access)",
+         "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check the node's Xid events (a GPU fault raises the "
+         "same error); try another attention backend or the quantization kernels", 3),
     Rule("illegal_memory_access", (r"an illegal memory access was encountered", r"CUDA Error: 700\b",
                                    r"Failed to encode tensor map: 700", r"Starting GPU coredump generation"),
          "runtime", "a CUDA kernel touched an invalid address (code 700)",
@@ -259,7 +269,9 @@ RULES: tuple[Rule, ...] = (
     Rule("unsupported_feature_combination", (r"'HybridAttnBackend' object has no attribute",
                                              r"Unsupported io_backend"),
          "startup", "these flags are not implemented together for this model family", "drop one of the features", 3),
-    Rule("speculative_decoding_error", (r"self\.draft_worker = EAGLEWorker\(", r"eagle_worker\.py",
+    # frames of the draft worker being built (by class, or through the algorithm's factory in newer releases) and
+    # of any module of SGLang's speculative package (eagle_worker_v2.py, eagle_info.py, multi_layer_eagle_worker.py)
+    Rule("speculative_decoding_error", (DRAFT_WORKER_FRAME, r"eagle_worker\.py", r"sglang/srt/speculative/\w+\.py\"",
                                         r"forward_batch_speculative_generation", r"capture_aux_hidden_states",
                                         r"cannot generate MTP seed"),
          "startup", "the failure is in the speculative (EAGLE/MTP) draft or verify path",
@@ -277,9 +289,11 @@ RULES: tuple[Rule, ...] = (
                                       CAPTURE_WRAPPER),
          "startup", "CUDA-graph capture failed for a reason other than memory",
          "launch with --disable-cuda-graph to confirm, then lower --cuda-graph-max-bs", 1),
+    # an exception's own text: it outranks the frames it was raised through (a draft worker's, a compiled graph's);
+    # what was happening when it was raised decides between loading, capture and serving
     Rule("weight_load_oom", (r"(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",), "startup",
          "the GPU ran out of memory while building or loading the model weights",
-         "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 1),
+         "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 2),
     Rule(ECHO, (r"Received sigquit from a child proces", r"SIGQUIT received\. signum=None"),
          "startup", "a child process (scheduler/detokenizer) died; this line is the parent's echo of it",
          "find the child's own traceback (often just before or after this line)", 0),
@@ -293,7 +307,7 @@ RULE_BY_LABEL = {r.label: r for r in RULES}
 # stay a lead, never a finding.
 _CUT_SITES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((label, re.compile(pattern), site)
                                                                    for label, pattern, site in (
-    ("speculative_decoding_error", r"self\.draft_worker = \w*Worker\(", "building the speculative draft worker"),
+    ("speculative_decoding_error", DRAFT_WORKER_FRAME, "building the speculative draft worker"),
     ("unsupported_architecture", r"\b(?:get_model_cls_by_arch_name|resolve_model_cls|get_model_architecture)\(|"
                                  r", in (?:get_model_cls_by_arch_name|resolve_model_cls|_?get_model_architecture)$",
      "looking up the model class for the checkpoint's architecture"),

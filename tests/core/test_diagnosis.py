@@ -483,3 +483,41 @@ def test_nccls_own_no_space_is_dev_shm_too_small_not_a_full_disk():
     finding = diagnose(text)
     assert finding.label == "nccl_error" and "disk_full" not in finding.also_seen
     assert "posix_fallocate failed : No space left on device" in finding.evidence[0].text
+
+
+def test_an_out_of_memory_raised_through_the_draft_workers_frames_is_named_by_its_own_text():
+    # real frames of a draft worker being built (cut there), then a real weight-load OOM line: the exception's own
+    # text decides, the draft worker's frames are listed beside it
+    frames = BY_ID["sglang-pr3582"]["log_excerpt"]
+    oom_line = next(x for c in CASES if c["label"] == "weight_load_oom" for x in c["log_excerpt"].splitlines()
+                    if "CUDA out of memory" in x)
+    finding = diagnose(frames + "\n" + oom_line)
+    assert (finding.label, finding.confidence) == ("weight_load_oom", "medium")
+    assert "speculative_decoding_error" in finding.also_seen
+    assert finding.evidence[0].text == oom_line.strip()[:400]
+
+
+def test_frames_of_newer_speculative_workers_name_the_speculative_path():
+    # a real trace through SGLang's v2 EAGLE worker (eagle_worker_v2.py, eagle_info_v2.py) whose exception names
+    # no known failure
+    text = (FIXTURES / "other-logs" / "spec-v2-invalid-forward-mode.txt").read_text()
+    finding = diagnose(text)
+    assert (finding.label, finding.confidence) == ("speculative_decoding_error", "low")
+    assert [e.line_no for e in finding.evidence] == [1, 3, 5]
+    assert diagnose(text.replace("speculative/", "managers/")).label == "unknown"  # the package's frames decided
+    # the newer scheduler builds its draft worker through the algorithm's factory: cut there, that step is named
+    cut = ("Traceback (most recent call last):\n"
+           '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 420, in __init__\n'
+           "    self.draft_worker = self.spec_algorithm.create_draft_worker(")
+    site = diagnose(cut)
+    assert site.label == "speculative_decoding_error" and "building the speculative draft worker" in site.explanation
+
+
+def test_kernel_faults_under_their_other_cuda_codes_are_the_illegal_memory_access_family():
+    # real lines: torch's NCCL watchdog carrying the fault (not an NCCL failure), and the RuntimeError itself
+    for line in (FIXTURES / "other-logs" / "cuda-launch-failure.txt").read_text().splitlines():
+        finding = diagnose(line)
+        assert (finding.label, finding.confidence) == ("illegal_memory_access", "high"), line
+        assert "unspecified launch failure 719" in finding.explanation
+    # a code-700 fault keeps its own explanation
+    assert "(code 700)" in diagnose("RuntimeError: CUDA error: an illegal memory access was encountered").explanation
