@@ -450,7 +450,8 @@ def _triage_report_json(report: Any) -> dict[str, Any]:
         "attempt": a.id, "target": a.target_label, "log": a.log_path, "stale": report.stale,
         "finding": asdict(report.finding) if report.finding is not None else None,
         "gpus": report.gpus, "versions": report.versions, "disk": report.disk, "xid": list(report.xid),
-        "peer_access": report.peer_access, "label_evidence": list(report.label_evidence),
+        "oom_kills": list(report.oom_kills), "peer_access": report.peer_access,
+        "label_evidence": list(report.label_evidence),
         "remedies": _remedies_json(remedies),
         "experiments": [asdict(e) for e in report.experiments],
     }

@@ -1,5 +1,5 @@
 """Use case: read a node's hardware fault signals (ECC counters, retired pages, remapped rows,
-Xid events in the kernel log) for the health report.
+Xid events in the kernel log) and the kernel OOM killer's kills for the health report.
 
 Each signal is read where the node exposes it and said plainly where it does not: a driver
 too old for a query field gets the query without that field; a node without a journal is
@@ -9,16 +9,18 @@ read through ``dmesg``; one that shows neither is named as "not readable", never
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from bot.core import argv as remote
 from bot.core.gpu_faults import (
     MEMORY_ERROR_FIELDS,
     GpuMemoryErrors,
     NodeFaults,
+    OomKill,
     XidEvent,
     invalid_query_field,
     memory_errors_from_csv,
+    oom_kills,
     xid_events,
 )
 from bot.errors import CommandFailed, GpuopsError, ParseError, RemoteError
@@ -40,20 +42,29 @@ async def read_memory_errors(transport: Transport, node: str) -> tuple[list[GpuM
             dropped.append(refused)
 
 
-async def read_kernel_xids(transport: Transport, node: str, hours: int, since: float) -> tuple[list[XidEvent], str]:
+@dataclass(frozen=True)
+class KernelEvents:
+    xid: list[XidEvent]
+    oom_kills: list[OomKill]
+    source: str  # journalctl | dmesg
+
+
+async def read_kernel_events(transport: Transport, node: str, hours: int, since: float) -> KernelEvents:
+    """The node's kernel log since ``since``: Xid events and the OOM killer's kills, from the journal, else from the
+    ring buffer."""
     try:
         out = await transport.run(node, remote.kernel_log_journal(hours), timeout_s=30)
         if "No journal files were found" not in out.stdout + out.stderr:
-            return xid_events(out.stdout, since), "journalctl"
+            return KernelEvents(xid_events(out.stdout, since), oom_kills(out.stdout, since), "journalctl")
     except CommandFailed:
         pass  # no journalctl (or no access): the ring buffer may still be readable
     out = await transport.run(node, remote.kernel_log_ring(), timeout_s=30)
-    return xid_events(out.stdout, since), "dmesg"
+    return KernelEvents(xid_events(out.stdout, since), oom_kills(out.stdout, since), "dmesg")
 
 
 async def read_faults(transport: Transport, node: str, now: float, hours: int = 24) -> NodeFaults:
     memory_task = read_memory_errors(transport, node)
-    xid_task = read_kernel_xids(transport, node, hours, now - hours * 3600)
+    xid_task = read_kernel_events(transport, node, hours, now - hours * 3600)
     memory, xid = await asyncio.gather(memory_task, xid_task, return_exceptions=True)
     if isinstance(memory, BaseException):
         if not isinstance(memory, GpuopsError):
@@ -68,8 +79,7 @@ async def read_faults(transport: Transport, node: str, now: float, hours: int = 
         if not isinstance(xid, RemoteError | ParseError):
             raise xid
         return replace(result, xid_problem=f"kernel log not readable: {_short(xid.user_message)}")
-    events, source = xid
-    return replace(result, xid=tuple(events), xid_source=source)
+    return replace(result, xid=tuple(xid.xid), oom_kills=tuple(xid.oom_kills), xid_source=xid.source)
 
 
 def _short(text: str) -> str:

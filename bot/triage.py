@@ -22,10 +22,11 @@ from bot.core.diagnosis import BUSY, OCCUPIED, Finding, LaunchContext, diagnose_
 from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import gpus_by_bus, xid_findings
+from bot.core.gpu_faults import OomKill, gpus_by_bus, oom_kill_findings, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import (
     busy_evidence,
+    killed_by_the_oom_killer,
     occupied_evidence,
     oom_holders_evidence,
     parse_port_holders,
@@ -34,7 +35,7 @@ from bot.core.label_evidence import (
     transformers_evidence,
 )
 from bot.errors import GpuopsError, RemoteError, UsageError
-from bot.faults import read_kernel_xids
+from bot.faults import read_kernel_events
 from bot.launch import container_of
 from bot.status import SmiFailed, Transport, read_node, read_peer_access
 
@@ -55,11 +56,12 @@ class TriageReport:
     gpus: str
     versions: dict[str, str | None]
     disk: str
-    xid: tuple[str, ...]
+    xid: tuple[str, ...]  # the kernel log since the attempt started: Xid events, and why it was not read
     planned: PlannedBudget | None  # for BUDGETED_LABELS findings: the budget with its computed remedies
     experiments: tuple[Experiment, ...] = ()  # for the other findings: the label's flag experiments
     peer_access: str | None = None  # for transport findings: the launch GPUs' P2P matrix, summarised
     label_evidence: tuple[str, ...] = ()  # what the label calls for: who holds the port, which transformers
+    oom_kills: tuple[str, ...] = ()  # the kernel OOM killer's kills on the node since the attempt started
 
 
 async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target | None,
@@ -113,7 +115,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
                       ok_exit=(0, 1)),
         transport.run(attempt.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
     )
-    gpus, xid, snapshot = await _node_evidence(transport, inventory, attempt)
+    gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
+    kill_lines = tuple(oom_kill_findings(attempt.node, kills, attempt.vmid))
     try:
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
@@ -123,14 +126,16 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     text = excerpt.text
     stale = _stale(attempt, stat.stdout if stat.exit_status == 0 else None, text)
     if stale:
-        return TriageReport(attempt, None, stale, 0, gpus, versions, disk, xid, None)
+        return TriageReport(attempt, None, stale, 0, gpus, versions, disk, xid, None, oom_kills=kill_lines)
     mtime = float(stat.stdout.split()[0])
     stalled = None
     if attempt.status is AttemptStatus.LAUNCHING:
         stalled = max(0.0, (time.time() - mtime) / 60)
     config_text = config_out.stdout if config_out.exit_status == 0 else ""
     context = LaunchContext.from_argv(attempt.argv, _model_types(config_text))
-    finding = diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context)
+    # a launch the kernel killed writes nothing of it: the node's kernel log names that cause
+    finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context), kills,
+                                       attempt.vmid)
     planned = None
     if finding.label in BUDGETED_LABELS:
         try:
@@ -162,7 +167,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
         label_evidence = (line,) if line else ()
     return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments,
-                        peer_access, label_evidence)
+                        peer_access, label_evidence, kill_lines)
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,
@@ -227,14 +232,14 @@ def _disk(df: str) -> str:
 
 
 async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt
-                         ) -> tuple[str, tuple[str, ...], SmiSnapshot | None]:
-    """The node's GPUs now (who holds them: as a line, and the reading itself when there is one) and the Xid
-    events since the attempt started."""
+                         ) -> tuple[str, tuple[str, ...], SmiSnapshot | None, list[OomKill]]:
+    """The node's GPUs now (who holds them: as a line, and the reading itself when there is one), and from its
+    kernel log the Xid events and the OOM killer's kills since the attempt started."""
     node = inventory.node(attempt.node)
     hours = max(1, int((time.time() - attempt.created_at) // 3600) + 1)
     host, kernel = await asyncio.gather(
         read_node(transport, attempt.node, node.proc_root),
-        read_kernel_xids(transport, attempt.node, hours, attempt.created_at - 60),
+        read_kernel_events(transport, attempt.node, hours, attempt.created_at - 60),
         return_exceptions=True,
     )
     if isinstance(host, BaseException):
@@ -252,10 +257,9 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
         bus = gpus_by_bus((g.index, g.pci_bus_id) for g in host.gpus)
     if isinstance(kernel, BaseException):
         if isinstance(kernel, RemoteError):
-            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",), snapshot
+            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",), snapshot, []
         if not isinstance(kernel, Exception):
             raise kernel
-        log.warning("reading Xid events on %s failed", attempt.node, exc_info=kernel)  # evidence, not the triage
-        return gpus, ("kernel log not read: internal error (logged)",), snapshot
-    events, _source = kernel
-    return gpus, tuple(xid_findings(attempt.node, events, bus)), snapshot
+        log.warning("reading the kernel log on %s failed", attempt.node, exc_info=kernel)  # evidence, not the triage
+        return gpus, ("kernel log not read: internal error (logged)",), snapshot, []
+    return gpus, tuple(xid_findings(attempt.node, kernel.xid, bus)), snapshot, kernel.oom_kills

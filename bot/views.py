@@ -427,6 +427,7 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
         lines += [f"• kernel: {escape_mrkdwn(x)}" for x in report.xid]
     else:
         lines.append("• kernel: no Xid since the attempt started")
+    lines += [f"• kernel: {escape_mrkdwn(x)}" for x in report.oom_kills]
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     if evidence:
         blocks += monospace_sections(evidence)

@@ -38,6 +38,9 @@ NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first 
 # a GPU that refuses a new CUDA context (exclusive compute mode taken, or a bad device state)
 OCCUPIED = "gpu_memory_occupied"
 BUSY = "gpu_busy"
+# the kernel's OOM killer killed the launch (a container's memory limit or the node's RAM): read in the node's kernel
+# log, not the launch's own (a process killed that way writes nothing)
+HOST_OOM_KILL = "host_oom_kill"
 OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
                 "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
@@ -294,7 +297,11 @@ RULES: tuple[Rule, ...] = (
     Rule("weight_load_oom", (r"(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",), "startup",
          "the GPU ran out of memory while building or loading the model weights",
          "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 2),
-    Rule(ECHO, (r"Received sigquit from a child proces", r"SIGQUIT received\. signum=None"),
+    # the parent's words for a child that died: the SIGQUIT handler, the launcher finding a scheduler dead before it
+    # was ready (then "Exit code: N"), and newer releases' subprocess watchdog
+    Rule(ECHO, (r"Received sigquit from a child proces", r"SIGQUIT received\. signum=None",
+                r"Rank \d+ scheduler is dead\. Please check if there are relevant logs",
+                r"Subprocess \w+ \(pid=\d+\) crashed with exit code -?\d+", r"Failed to initialize scheduler rank \d+"),
          "startup", "a child process (scheduler/detokenizer) died; this line is the parent's echo of it",
          "find the child's own traceback (often just before or after this line)", 0),
 )
@@ -556,9 +563,60 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
     if echoes:
         rule = RULE_BY_LABEL[ECHO]
         evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in echoes[:2])
-        return Finding(ECHO, rule.phase, "low", rule.explanation + "; the child's own error is not in this text",
-                       rule.next_step, evidence, (), notes)
+        exit_line = child_exit(lines, order)
+        explanation = rule.explanation + "; the child's own error is not in this text"
+        next_step = rule.next_step
+        if exit_line is not None:
+            index, child, code = exit_line
+            explanation += f"; {child} exited with code {code}: {exit_meaning(code)}"
+            if index + 1 not in {e.line_no for e in evidence}:
+                evidence = (*evidence, Evidence(index + 1, lines[index].strip()[:400]))
+            if code == -9:
+                next_step = ("read the node's kernel log for the OOM killer (`journalctl -k | grep -i 'killed "
+                             "process'`): a container's memory limit or the node's RAM; then " + next_step)
+        return Finding(ECHO, rule.phase, "low", explanation, next_step, evidence, (), notes)
     return _no_failure(lines, order, notes) or _unknown(lines, order, notes)
+
+
+# how a parent reports its child's end: the watchdog's line, or the launcher's "Exit code: N" after "Rank N scheduler is
+# dead" (a negative code is the signal that ended it)
+_CHILD_CRASHED = re.compile(r"Subprocess (?P<child>\w+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
+_SCHEDULER_DEAD = re.compile(r"Rank (?P<rank>\d+) scheduler is dead")
+_EXIT_CODE = re.compile(r"\bExit code: (?P<code>-?\d+)\s*$")
+_SIGNALS = {
+    -9: "SIGKILL, which nothing inside the process sends: most often the kernel's OOM killer (the container's memory "
+        "limit or the node's RAM, often while the weights pass through host memory), else someone's kill -9",
+    -11: "SIGSEGV, a segmentation fault in native code (a CUDA, NCCL or Triton library, the driver, a compiled "
+         "extension): no Python traceback is printed for it",
+    -6: "SIGABRT, an abort in native code (a C++ check or an uncaught C++ exception in a CUDA, NCCL or kernel library)",
+    -7: "SIGBUS, a bus error: in a container most often a /dev/shm too small for the shared memory mapped there",
+    -15: "SIGTERM, a stop from outside (someone's stop, or the container shutting down)",
+    -3: "SIGQUIT, SGLang's own teardown after a failure in that process: its error, earlier in the full log, is the "
+        "cause",
+}
+
+
+def exit_meaning(code: int) -> str:
+    """What a child's exit code says (multiprocessing gives a signal's death as its negative number)."""
+    if code in _SIGNALS:
+        return _SIGNALS[code]
+    if code < 0:
+        return f"ended by signal {-code}"
+    return "a Python error ended it: its traceback, earlier in the full log, is the cause"
+
+
+def child_exit(lines: list[str], order: list[int]) -> tuple[int, str, int] | None:
+    """The first child end the parent reported with its exit code: (file index, which child, code)."""
+    dead_rank: str | None = None
+    for index in order:
+        line = lines[index]
+        if (crashed := _CHILD_CRASHED.search(line)) is not None:
+            return index, crashed.group("child"), int(crashed.group("code"))
+        if (dead := _SCHEDULER_DEAD.search(line)) is not None:
+            dead_rank = dead.group("rank")
+        elif dead_rank is not None and (code := _EXIT_CODE.search(line)) is not None:
+            return index, f"the rank {dead_rank} scheduler", int(code.group("code"))
+    return None
 
 
 # SGLang's balance check names the least free memory over the ranks and this rank's own (GB), across versions

@@ -1,4 +1,5 @@
-"""GPU hardware faults a node exposes: ECC counters, retired pages, remapped rows, and Xid events.
+"""GPU hardware faults a node exposes: ECC counters, retired pages, remapped rows, and Xid events; and
+the kernel OOM killer's kills in the same kernel log (a container's memory limit, or the node's RAM).
 
 Pure: the text of ``nvidia-smi --query-gpu=<MEMORY_ERROR_FIELDS> --format=csv,nounits`` and of
 the kernel log come in, typed values and plain-language findings go out. A GPU without ECC
@@ -237,6 +238,98 @@ def gpus_by_bus(gpus: Iterable[tuple[int, str | None]]) -> dict[str, int]:
     return {bus: index for index, pci in gpus if (bus := _bus(pci))}
 
 
+# The kernel's OOM killer, as mm/oom_kill.c prints it: a summary line naming the cgroups and the victim, then the kill
+# ("Memory cgroup out of memory: Killed process ..." when a cgroup's limit was reached, "Out of memory: ..." when the
+# node ran out). A Proxmox container is the cgroup /lxc/<vmid>.
+_OOM_SUMMARY_RE = re.compile(r"oom-kill:constraint=(?P<constraint>\w+)")
+_OOM_FIELD_RE = {key: re.compile(rf"[:,]{key}=(?P<value>[^,]*)") for key in ("oom_memcg", "task_memcg", "pid")}
+_OOM_KILLED_RE = re.compile(r"(?:(?P<scope>Memory cgroup out of memory|Out of memory): )?Killed process (?P<pid>\d+) "
+                            r"\((?P<command>[^)]*)\)(?:.*?anon-rss:(?P<anon>\d+)kB)?")
+_LXC_RE = re.compile(r"^/lxc/(?P<vmid>\d+)(?:/|$)")
+# the container's own cgroup, where `pct set -memory` puts its limit
+_LXC_LIMIT_RE = re.compile(r"^/lxc/(?P<vmid>\d+)(?:/ns)?/?$")
+
+
+@dataclass(frozen=True)
+class OomKill:
+    at: float | None
+    pid: int  # on the host
+    command: str
+    anon_rss_kib: int | None
+    limit_cgroup: str | None  # the cgroup whose memory limit was reached; None when the node itself ran out
+    task_cgroup: str | None  # the victim's cgroup
+    node_ran_out: bool | None  # True: the node's RAM; False: a cgroup's limit; None: the kernel did not say
+
+    @property
+    def container_limit(self) -> int | None:
+        """The Proxmox container whose own memory limit was reached (its cgroup /lxc/<vmid>), if that was it."""
+        match = _LXC_LIMIT_RE.match(self.limit_cgroup or "")
+        return int(match.group("vmid")) if match else None
+
+    @property
+    def vmid(self) -> int | None:
+        """The Proxmox container the victim ran in (its cgroup, else the limit's)."""
+        for cgroup in (self.task_cgroup, self.limit_cgroup):
+            if cgroup and (match := _LXC_RE.match(cgroup)):
+                return int(match.group("vmid"))
+        return None
+
+
+def oom_kills(kernel_log: str, since: float | None = None) -> list[OomKill]:
+    """The OOM killer's kills in a kernel log, oldest first (timed before ``since``: dropped)."""
+    summaries: dict[int, tuple[str, str | None, str | None]] = {}
+    kills = []
+    for line in kernel_log.splitlines():
+        if (summary := _OOM_SUMMARY_RE.search(line)) is not None:
+            fields = {key: (m.group("value") if (m := pattern.search(line)) else None)
+                      for key, pattern in _OOM_FIELD_RE.items()}
+            if fields["pid"] and fields["pid"].isdigit():
+                summaries[int(fields["pid"])] = (summary.group("constraint"), fields["oom_memcg"],
+                                                 fields["task_memcg"])
+            continue
+        if (killed := _OOM_KILLED_RE.search(line)) is None:
+            continue
+        pid = int(killed.group("pid"))
+        constraint, limit, task = summaries.pop(pid, (None, None, None))
+        at = _iso_time(line)
+        if since is not None and at is not None and at < since:
+            continue
+        scope = killed.group("scope")
+        node_ran_out = (constraint == "CONSTRAINT_NONE") if constraint else \
+            (scope == "Out of memory") if scope else None
+        kills.append(OomKill(at, pid, killed.group("command"),
+                             int(killed.group("anon")) if killed.group("anon") else None,
+                             None if node_ran_out else limit, task, node_ran_out))
+    return kills
+
+
+def oom_kill_findings(where: str, kills: list[OomKill], first_vmid: int | None = None, limit: int = 4) -> list[str]:
+    """One line per kill (``first_vmid``'s first): who was killed, in which container, which limit was reached, and
+    what raises it."""
+    ordered = sorted(kills, key=lambda k: (k.vmid != first_vmid, -(k.at or 0)))
+    lines = [f"{where}: {oom_kill_text(kill)}" for kill in ordered[:limit]]
+    if len(ordered) > limit:
+        lines.append(f"{where}: {len(ordered) - limit} more OOM kill(s)")
+    return lines
+
+
+def oom_kill_text(kill: OomKill) -> str:
+    inside = f" in CT {kill.vmid}" if kill.vmid is not None else ""
+    held = f", holding {kill.anon_rss_kib / 1024 / 1024:.1f} GiB of its own memory" if kill.anon_rss_kib else ""
+    text = f"the kernel's OOM killer killed PID {kill.pid} ({kill.command}){inside}{held}"
+    if kill.node_ran_out:
+        return text + (": the node ran out of RAM (guests, containers and the page cache competing): give the node "
+                       "room, or lower what the others hold")
+    if kill.container_limit is not None:
+        return text + (f": CT {kill.container_limit} reached its memory limit: raise it above what loading the model "
+                       f"needs (`pct set {kill.container_limit} -memory <MiB>` on the node)")
+    if kill.limit_cgroup:
+        return text + (f": the memory cgroup {kill.limit_cgroup} reached its limit (one set inside the container, "
+                       "such as a service's MemoryMax)" if kill.vmid is not None else
+                       f": the memory cgroup {kill.limit_cgroup} reached its limit")
+    return text
+
+
 @dataclass(frozen=True)
 class NodeFaults:
     node: str
@@ -246,6 +339,7 @@ class NodeFaults:
     xid: tuple[XidEvent, ...] = ()
     xid_problem: str | None = None  # why the kernel log could not be read
     xid_source: str | None = None  # journalctl | dmesg
+    oom_kills: tuple[OomKill, ...] = ()  # the kernel OOM killer's kills in the same window
 
 
 @dataclass(frozen=True)
@@ -265,6 +359,7 @@ def summarise_faults(faults: tuple[NodeFaults, ...],
         gpus = list(nf.memory)
         findings += memory_error_findings(nf.node, gpus, (previous_counts or {}).get(nf.node))
         findings += xid_findings(nf.node, list(nf.xid), gpus_by_bus((g.index, g.pci_bus_id) for g in gpus))
+        findings += oom_kill_findings(nf.node, list(nf.oom_kills))
         counts[nf.node] = {g.uuid or str(g.index): g.counts() for g in gpus if g.counts()}
         if nf.memory_problem:
             ecc = nf.memory_problem
@@ -287,6 +382,8 @@ def summarise_faults(faults: tuple[NodeFaults, ...],
         else:
             xid = f"{len(nf.xid)} Xid event(s) in {window_h:g} h ({nf.xid_source})" if nf.xid else \
                 f"no Xid in {window_h:g} h ({nf.xid_source})"
+            if nf.oom_kills:
+                xid += f"; {len(nf.oom_kills)} OOM kill(s)"
         coverage.append(f"{nf.node}: {ecc}; {xid}")
     return FaultSummary(tuple(findings), tuple(coverage), counts)
 
@@ -308,3 +405,4 @@ def launch_gpu_health(faults: NodeFaults, uuids: tuple[str, ...]) -> tuple[str, 
     unread = [p for p in (faults.memory_problem, faults.xid_problem) if p]
     seen = "no ECC or Xid problem on these GPUs in 24 h"
     return "ok", seen + (f" ({'; '.join(unread)})" if unread else "")
+

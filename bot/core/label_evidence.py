@@ -1,7 +1,8 @@
 """Evidence a finding's label calls for beyond the log itself: who holds the port a launch could
 not bind, which transformers the container has against the one that wrote the checkpoint's
-config, and which of the processes torch named when the GPU ran out still hold memory. Pure: the
-edges read /proc, the versions and the node's GPUs; these functions read their answers."""
+config, which of the processes torch named when the GPU ran out still hold memory, and whether the
+kernel's OOM killer killed the launch. Pure: the edges read /proc, the versions, the node's GPUs and
+its kernel log; these functions read their answers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bot.core.diagnosis import TorchOom
+from bot.core.diagnosis import ECHO, HOST_OOM_KILL, NOT_A_CAUSE, Finding, TorchOom
 from bot.core.gpu import GpuProcess, SmiSnapshot
+from bot.core.gpu_faults import OomKill
 from bot.core.status import DEFAULT_THRESHOLDS
 
 # how the binders SGLang uses name the port they could not take (formats of torch, asyncio/uvicorn and pyzmq)
@@ -175,3 +177,33 @@ def busy_evidence(snapshot: SmiSnapshot | None) -> tuple[str, ...]:
         lines.append("no GPU is in an exclusive mode with a holder: a device state then (look for Xid events, "
                      "or reset the GPU on the node once nothing uses it)")
     return tuple(lines)
+
+
+def killed_by_the_oom_killer(finding: Finding, kills: Iterable[OomKill], vmid: int) -> Finding:
+    """A launch whose log names no cause of its own (a child's death echoed, a log that just stops, a traceback
+    cut short) while the kernel's OOM killer killed a process in its container: the kill is the first cause.
+    Read from the node's kernel log since the launch started; the log's own reading is kept as a note."""
+    ours = [k for k in kills if k.vmid == vmid]
+    if not ours or (finding.label not in (ECHO, *NOT_A_CAUSE) and finding.confidence != "low"):
+        return finding
+    kill = next((k for k in ours if k.command.startswith(("python", "sglang"))), ours[0])
+    if kill.node_ran_out:
+        reached = "the node ran out of RAM"
+        next_step = ("free RAM on the node (other guests and containers, or give it more), then relaunch unchanged; "
+                     "loading passes the checkpoint through host memory")
+    elif kill.container_limit == vmid:
+        reached = f"CT {vmid} reached its memory limit"
+        next_step = (f"raise CT {vmid}'s memory limit on the node (`pct set {vmid} -memory <MiB>`: loading passes the "
+                     "checkpoint through host memory), then relaunch unchanged")
+    else:
+        reached = f"the memory cgroup {kill.limit_cgroup} reached its limit" if kill.limit_cgroup else \
+            "memory ran out"
+        next_step = ("raise the limit that was reached (the container's `pct set -memory`, or one set inside it), "
+                     "then relaunch unchanged")
+    return Finding(
+        HOST_OOM_KILL, finding.phase if finding.phase != "unknown" else "startup",
+        "high" if kill.command.startswith(("python", "sglang")) else "medium",
+        f"the kernel's OOM killer killed PID {kill.pid} ({kill.command}) in CT {vmid} while this launch ran: "
+        f"{reached}; a process killed that way leaves no error of its own in the log", next_step, finding.evidence,
+        tuple(x for x in (finding.label, *finding.also_seen) if x not in NOT_A_CAUSE),
+        (*finding.notes, f"the log alone: {finding.label}: {finding.explanation}"))

@@ -70,6 +70,23 @@ class Holder:
         _locked_update(self.node_json, change)
 
 
+def record_oom_kill(node_json: Path, vmid: str, pid: int, anon_rss_kib: int) -> None:
+    """The kernel's lines for the OOM killer killing ``pid`` at CT ``vmid``'s memory limit, into the node's kernel log
+    (the lab's journalctl and dmesg print it), worded as the kernel words them."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime())
+
+    def change(state: dict[str, Any]) -> None:
+        state.setdefault("kernel_log", []).extend([
+            f"{now} {state.get('name', 'pve')} kernel: oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=ns,"
+            f"mems_allowed=0,oom_memcg=/lxc/{vmid},task_memcg=/lxc/{vmid}/ns/system.slice/sglang.scope,task=python3,"
+            f"pid={pid},uid=100000",
+            f"{now} {state.get('name', 'pve')} kernel: Memory cgroup out of memory: Killed process {pid} (python3) "
+            f"total-vm:{anon_rss_kib * 3}kB, anon-rss:{anon_rss_kib}kB, file-rss:10240kB, shmem-rss:0kB, UID:100000 "
+            "pgtables:23156kB oom_score_adj:0"])
+
+    _locked_update(node_json, change)
+
+
 def next_outcome(scenario_file: str | None) -> tuple[str, float]:
     if not scenario_file or not os.path.exists(scenario_file):
         return "auto", 0.05
@@ -226,13 +243,18 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR2, lambda signum, frame: SLOW.set())
     log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
                 "torch_compile_error": "torch_compile_error.log", "p2p_unsupported": "p2p_unsupported.log",
-                "port_in_use": "port_in_use.log", "hang": "ready.log", "gpu_memory_occupied": "ready.log"}[outcome]
+                "port_in_use": "port_in_use.log", "hang": "ready.log", "gpu_memory_occupied": "ready.log",
+                "host_oom_kill": "ready.log"}[outcome]
     lines = (LOGS / log_name).read_text().splitlines()
     if outcome == "gpu_memory_occupied":  # refused at distributed init, before any weight is loaded
         lines = [*lines[:next(i for i, x in enumerate(lines) if "Init torch distributed ends" in x)],
                  unbalanced_line(free)]
     if outcome == "hang":
         lines = lines[:5]  # stops after weight loading began, and never says more
+    if outcome == "host_oom_kill":  # the kernel kills the scheduler while weights load; the launcher says it died
+        stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.gmtime())
+        lines = [*lines[:5], f"{stamp} Rank 0 scheduler is dead. Please check if there are relevant logs.",
+                 f"{stamp} Exit code: -9"]
     print(f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, tp_size={args.tp}) "
           "[gpuops lab stand-in]", flush=True)
     try:
@@ -247,6 +269,8 @@ def main(argv: list[str]) -> int:
                 print(line, flush=True)
                 while True:
                     time.sleep(3600)
+            if "scheduler is dead" in line:
+                record_oom_kill(state_dir / "node.json", vmid, os.getpid(), 45 * 1024 * 1024)
             print(line, flush=True)
         if outcome == "hang":
             while True:

@@ -521,3 +521,25 @@ def test_kernel_faults_under_their_other_cuda_codes_are_the_illegal_memory_acces
         assert "unspecified launch failure 719" in finding.explanation
     # a code-700 fault keeps its own explanation
     assert "(code 700)" in diagnose("RuntimeError: CUDA error: an illegal memory access was encountered").explanation
+
+
+def test_a_childs_death_reported_by_the_launcher_or_the_watchdog_is_an_echo_that_reads_its_exit_code():
+    # real lines, one log per block: the launcher finding a scheduler dead ("Exit code: 1"), newer releases'
+    # watchdog on a segfault (-11), and on a child SGLang itself tore down (-3) with the SIGQUIT echo after it
+    blocks = (FIXTURES / "other-logs" / "child-exit-lines.txt").read_text().split("\n\n")
+    launcher, segfault, teardown = (diagnose(b) for b in blocks)
+    for finding in (launcher, segfault, teardown):
+        assert (finding.label, finding.confidence) == ("child_process_died", "low")
+    assert "the rank 0 scheduler exited with code 1: a Python error ended it" in launcher.explanation
+    assert [e.line_no for e in launcher.evidence] == [1, 2]  # the death, and the line with its code
+    assert "scheduler_0 exited with code -11: SIGSEGV, a segmentation fault in native code" in segfault.explanation
+    assert "code -3: SIGQUIT, SGLang's own teardown" in teardown.explanation
+    assert [e.line_no for e in teardown.evidence] == [1, 2]
+    # a SIGKILL points at the kernel's OOM killer first
+    killed = diagnose(blocks[0].replace("Exit code: 1", "Exit code: -9"))
+    assert "SIGKILL" in killed.explanation and killed.next_step.startswith("read the node's kernel log for the OOM")
+    # with the child's own error in the text, that error is the cause and the death is listed beside it
+    oom_line = next(x for c in CASES if c["label"] == "weight_load_oom" for x in c["log_excerpt"].splitlines()
+                    if "CUDA out of memory" in x)
+    caused = diagnose(oom_line + "\n" + blocks[0])
+    assert caused.label == "weight_load_oom" and caused.also_seen == ("child_process_died",)

@@ -11,6 +11,9 @@ from bot.core.gpu_faults import (
     invalid_query_field,
     memory_error_findings,
     memory_errors_from_csv,
+    oom_kill_findings,
+    oom_kill_text,
+    oom_kills,
     summarise_faults,
     xid_events,
     xid_findings,
@@ -168,3 +171,44 @@ def test_the_preflight_word_on_the_launch_gpus():
     quiet = NodeFaults("pve5", memory=(other,), xid_problem="kernel log not readable: denied")
     assert launch_gpu_health(quiet, ()) == ("ok", "no ECC or Xid problem on these GPUs in 24 h "
                                                   "(kernel log not readable: denied)")
+
+
+OOM_LINES = (FIXTURES / "kernel-log" / "oom-kill-lines.txt").read_text()
+
+
+def test_the_oom_killers_kills_are_read_with_the_limit_that_was_reached():
+    kills = oom_kills(OOM_LINES)
+    assert [(k.pid, k.command, k.anon_rss_kib) for k in kills] == [
+        (3777481, "pulse", 10461592), (3783517, "pulse", 10461428), (6154, "python", 14095848),
+        (15617, "python3", 4292)]
+    early, service, node, docker = kills
+    # a kill whose summary line was cut away: its own words say a cgroup's limit, not which
+    assert (early.node_ran_out, early.limit_cgroup, early.vmid) == (False, None, None)
+    # a limit set inside the container (a service's), not the container's own: no `pct set` for it
+    assert service.vmid == 703 and service.container_limit is None and service.node_ran_out is False
+    assert service.limit_cgroup == "/lxc/703/ns/system.slice/pulse.service"
+    assert "reached its limit (one set inside the container" in oom_kill_text(service)
+    assert "pct set" not in oom_kill_text(service)
+    assert node.node_ran_out is True and node.limit_cgroup is None and node.vmid is None
+    assert oom_kill_text(node) == ("the kernel's OOM killer killed PID 6154 (python), holding 13.4 GiB of its own "
+                                   "memory: the node ran out of RAM (guests, containers and the page cache "
+                                   "competing): give the node room, or lower what the others hold")
+    assert docker.node_ran_out is False and docker.at is None  # syslog's time has no year: kept, not placed
+    # the container's own limit (the same real line, its cgroup the container's): the fix is the container's limit
+    own = oom_kills(OOM_LINES.replace("oom_memcg=/lxc/703/ns/system.slice/pulse.service", "oom_memcg=/lxc/703"))[1]
+    assert own.container_limit == 703
+    assert oom_kill_text(own).endswith("CT 703 reached its memory limit: raise it above what loading the model needs "
+                                       "(`pct set 703 -memory <MiB>` on the node)")
+
+
+def test_oom_kills_before_the_window_are_dropped_and_the_containers_own_come_first():
+    journal = "\n".join(f"2026-12-03T0{h}:00:00+0000 {line.split(' kernel: ', 1)[1]}" if " kernel: " in line else line
+                        for h, line in zip((1, 2, 2, 2, 3, 3), OOM_LINES.splitlines()[:6], strict=True))
+    assert [k.pid for k in oom_kills(journal, since=ts("2026-12-03 02:30"))] == [3783517]
+    kills = oom_kills(OOM_LINES)
+    lines = oom_kill_findings("pve5", kills, first_vmid=703, limit=2)
+    assert lines[0].startswith("pve5: the kernel's OOM killer killed PID 3783517 (pulse) in CT 703")
+    assert lines[-1] == "pve5: 2 more OOM kill(s)" and len(lines) == 3
+    summary = summarise_faults((NodeFaults("pve5", xid_source="journalctl", oom_kills=tuple(kills[2:3])),))
+    assert summary.findings == ("pve5: " + oom_kill_text(kills[2]),)
+    assert summary.coverage[0].endswith("no Xid in 24 h (journalctl); 1 OOM kill(s)")

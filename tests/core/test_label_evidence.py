@@ -125,3 +125,31 @@ def test_a_gpu_that_refuses_a_context_shows_its_compute_mode_and_holder():
     idle = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1, 49140, compute_mode="Default"),))
     assert busy_evidence(idle)[-1].startswith("no GPU is in an exclusive mode with a holder: a device state then")
     assert "could not be read" in busy_evidence(None)[0]
+
+
+def test_the_oom_killer_killing_a_process_in_the_launchs_container_is_the_first_cause_of_a_silent_death():
+    from bot.core.gpu_faults import oom_kills
+    from bot.core.label_evidence import killed_by_the_oom_killer
+
+    # a real journal of an LXC container at its own limit (the Pulse node's line, its limit the container's, the
+    # victim a Python process) beside the launcher's real words for a scheduler that died (its code made -9)
+    journal = (FIXTURES / "kernel-log" / "oom-kill-lines.txt").read_text().replace(
+        "oom_memcg=/lxc/703/ns/system.slice/pulse.service", "oom_memcg=/lxc/703").replace("(pulse)", "(python3)")
+    kills = oom_kills(journal)
+    death = (FIXTURES / "other-logs" / "child-exit-lines.txt").read_text().split("\n\n")[0]
+    echo = diagnose(death.replace("Exit code: 1", "Exit code: -9"))
+    killed = killed_by_the_oom_killer(echo, kills, 703)
+    assert (killed.label, killed.confidence, killed.phase) == ("host_oom_kill", "high", "startup")
+    assert killed.explanation.startswith("the kernel's OOM killer killed PID 3783517 (python3) in CT 703 while this "
+                                         "launch ran: CT 703 reached its memory limit")
+    assert killed.next_step.startswith("raise CT 703's memory limit on the node (`pct set 703 -memory <MiB>`")
+    assert killed.evidence == echo.evidence and killed.also_seen == ("child_process_died",)
+    assert killed.notes[-1].startswith("the log alone: child_process_died: ")
+    # another container's kill, or a log that names its own cause, leaves the log's reading alone
+    assert killed_by_the_oom_killer(echo, kills, 129) == echo
+    cause = diagnose(next(c for c in CASES.values() if c["label"] == "kv_pool_oom" and c["quality"] == "full")[
+        "log_excerpt"])
+    assert killed_by_the_oom_killer(cause, kills, 703) == cause
+    # a log that just stops (a hang, or a kill without a word) is read as the kill too
+    stopped = diagnose("[2026-05-25 17:30:01 TP0] Load weight begin. avail mem=31.49 GB", stalled_minutes=12)
+    assert killed_by_the_oom_killer(stopped, kills, 703).label == "host_oom_kill"

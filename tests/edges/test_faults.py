@@ -57,3 +57,17 @@ async def test_a_node_that_shows_neither_is_named_not_read_as_clean(tmp_path):
     assert faults.memory == () and faults.xid == ()
     assert faults.memory_problem == "ECC counters not readable: Failed to initialize NVML: Unknown Error"
     assert faults.xid_problem is not None and "Operation not permitted" in faults.xid_problem
+
+
+async def test_the_oom_killers_kills_are_read_from_the_same_kernel_log(tmp_path):
+    # the real Pulse node's summary and kill lines (an LXC container's service at its limit), placed in the window
+    oom = [line.split(" kernel: ", 1)[1] for line in
+           (FIXTURES / "kernel-log" / "oom-kill-lines.txt").read_text().splitlines()[4:6]]
+    for source in ("journal", "ring"):
+        state = _state(kernel_log_source=source)
+        state["kernel_log"] += [f"2026-12-01T23:00:00+0000 pve5 kernel: {line}" for line in oom]  # before the window
+        state["kernel_log"] += [f"2026-12-03T07:00:00+0000 pve5 kernel: {line}" for line in oom]
+        faults, _ = await _read(tmp_path / source, state)
+        assert [(k.pid, k.vmid, k.at) for k in faults.oom_kills] == [
+            (3783517, 703, datetime(2026, 12, 3, 7, tzinfo=UTC).timestamp())], source
+        assert [e.code for e in faults.xid] == [79]

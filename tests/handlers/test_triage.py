@@ -361,3 +361,25 @@ async def test_an_oom_whose_torch_report_names_a_process_still_holding_memory_sa
     assert "PID 4194000 held 468.00 MiB when the launch ran out; it holds no GPU memory now" in text
     assert "`/gpu free pve5` lists those PIDs" in text
     assert "*weight_load_oom*" in text and "3 other processes held 1.56 GiB" in text
+
+
+async def test_a_launch_the_kernel_killed_is_named_from_the_nodes_kernel_log(lab):
+    # the stand-in's scheduler is killed at the container's memory limit while its weights load: the kernel writes
+    # the kill into the node's log, the launcher's log says only that rank 0 died with exit code -9
+    attempt = await failed_launch(lab, "host_oom_kill")
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
+    text = blocks_to_text(post_with(calls, "Triage of").blocks)
+    assert f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *host_oom_kill* (high confidence" in text
+    assert "in CT 129 while this launch ran: CT 129 reached its memory limit" in text
+    assert "`pct set 129 -memory &lt;MiB&gt;`" in text or "`pct set 129 -memory <MiB>`" in text
+    assert "the rank 0 scheduler exited with code -9: SIGKILL" in text  # the log's own reading, kept as a note
+    assert "kernel: pve5: the kernel's OOM killer killed PID" in text and "in CT 129, holding 45.0 GiB" in text
+    import asyncio
+
+    for _ in range(50):  # recorded on the attempt after the answer is posted
+        if (await lab.services.attempts.get(attempt.id)).observed.get("triage") == "host_oom_kill":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the triage's label was not recorded on the attempt")
