@@ -24,7 +24,7 @@ from bot.core.budget import VerdictKind
 from bot.core.diagnosis import Finding, diagnose_excerpt
 from bot.core.flags import parse_sglang_flags, secret_value
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import NodeFaults, launch_gpu_health
+from bot.core.gpu_faults import NodeFaults, launch_gpu_health, launch_memory_health
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import transformers_older
 from bot.core.startup_log import Progress, Stage, advance
@@ -110,6 +110,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
                                                     history))
     host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
+    ct_config_task = asyncio.ensure_future(transport.run(target.node, remote.pct_config(target.vmid)))
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
     # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
@@ -145,6 +146,13 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
+        try:
+            ct_config: str | None = (await ct_config_task).stdout
+        except RemoteError:
+            ct_config = None
+        # the weights pass through host memory: a container the OOM killer met at its limit meets it again
+        checks.append(Check("container memory", *launch_memory_health(target.vmid, ct_config,
+                                                                      faults.oom_kills if faults else ())))
         versions = planned.versions
         sglang = versions.get("sglang")
         support = [r for r, k in zip(planned.budget.reasons, planned.budget.reason_kinds, strict=True)
@@ -165,6 +173,10 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
+    if not ct_config_task.done():  # not read: the budget could not be planned
+        ct_config_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, GpuopsError):
+            await ct_config_task
     if p2p_task is not None and not p2p_task.done():  # not read: the budget could not be planned
         p2p_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, GpuopsError):

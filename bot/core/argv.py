@@ -63,6 +63,11 @@ def _check_int(value: int, what: str, low: int) -> str:
     return str(value)
 
 
+def pct_config(vmid: int) -> Argv:
+    """Container ``vmid``'s configuration as Proxmox stores it (``key: value`` lines), read on the node."""
+    return ("pct", "config", _check_int(vmid, "vmid", 100))
+
+
 def pct_exec(vmid: int, argv: Argv) -> Argv:
     """Run ``argv`` inside LXC container ``vmid`` (no shell: ``lxc-attach`` execs it)."""
     if not argv:

@@ -406,3 +406,33 @@ def launch_gpu_health(faults: NodeFaults, uuids: tuple[str, ...]) -> tuple[str, 
     seen = "no ECC or Xid problem on these GPUs in 24 h"
     return "ok", seen + (f" ({'; '.join(unread)})" if unread else "")
 
+
+
+def container_memory_mib(pct_config: str) -> tuple[int, int]:
+    """A container's RAM limit and swap in MiB from ``pct config <vmid>`` (Proxmox's default, 512 each, where the
+    configuration leaves a key out)."""
+    values = dict(line.split(":", 1) for line in pct_config.splitlines() if ":" in line and not line.startswith("#"))
+
+    def mib(key: str) -> int:
+        text = values.get(key, "").strip()
+        return int(text) if text.isdigit() else 512
+
+    return mib("memory"), mib("swap")
+
+
+def launch_memory_health(vmid: int, pct_config: str | None, kills: Iterable[OomKill]) -> tuple[str, str]:
+    """The pre-flight's word on the container's RAM: its limit, and a warning when the kernel's OOM killer killed a
+    process in it at that limit (or the node ran out) within the window read: a 10-minute load would meet it again."""
+    if pct_config is None:
+        return "warn", f"CT {vmid}: its memory limit could not be read (`pct config {vmid}`)"
+    memory, swap = container_memory_mib(pct_config)
+    limit = f"CT {vmid}: RAM limit {memory / 1024:.1f} GiB (+{swap / 1024:.1f} GiB swap)"
+    ours = [k for k in kills if k.vmid == vmid and (k.container_limit == vmid or k.node_ran_out)]
+    if not ours:
+        return "ok", limit + "; no OOM kill in it in 24 h"
+    kill = ours[-1]
+    where = "the node ran out of RAM" if kill.node_ran_out else "at this container's limit"
+    return "warn", (f"{limit}; the kernel's OOM killer killed PID {kill.pid} ({kill.command}) in it in the last 24 h, "
+                    f"{where}" + (f" ({len(ours)} kills)" if len(ours) > 1 else "") +
+                    (f": raise the limit (`pct set {vmid} -memory <MiB>`) unless it was raised since"
+                     if not kill.node_ran_out else ": free RAM on the node before a 10-minute load"))

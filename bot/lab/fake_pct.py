@@ -32,6 +32,14 @@ def main(argv):
             sys.exit(255)
         print(f"status: {ct.get('status', 'running')}")
         return
+    if argv[0] == "config" and len(argv) == 2:
+        ct = containers.get(argv[1])
+        if ct is None:
+            print(f"Configuration file 'nodes/{node['name']}/lxc/{argv[1]}.conf' does not exist", file=sys.stderr)
+            sys.exit(255)
+        print(f"arch: amd64\ncores: 16\nhostname: {ct.get('name', 'ct' + argv[1])}\n"
+              f"memory: {ct.get('memory_mib', 65536)}\nswap: {ct.get('swap_mib', 512)}")
+        return
     if argv[0] != "exec" or len(argv) < 2:
         print(f"ERROR: unknown command 'pct {' '.join(argv[:1])}'", file=sys.stderr)
         sys.exit(255)

@@ -212,3 +212,25 @@ def test_oom_kills_before_the_window_are_dropped_and_the_containers_own_come_fir
     summary = summarise_faults((NodeFaults("pve5", xid_source="journalctl", oom_kills=tuple(kills[2:3])),))
     assert summary.findings == ("pve5: " + oom_kill_text(kills[2]),)
     assert summary.coverage[0].endswith("no Xid in 24 h (journalctl); 1 OOM kill(s)")
+
+
+def test_the_preflight_reads_the_containers_memory_limit_and_warns_after_an_oom_kill_at_it():
+    from bot.core.gpu_faults import container_memory_mib, launch_memory_health
+
+    # `pct config` prints the container's configuration as pct.conf(5) stores it (`key: value`; memory and swap in
+    # MB, 512 each by default); the device lines are as public Proxmox GPU guides quote them
+    config = "arch: amd64\ncores: 16\ndev0: /dev/nvidia0,gid=44\nmemory: 65536\nswap: 4096\nunprivileged: 1\n"
+    assert container_memory_mib(config) == (65536, 4096)
+    assert container_memory_mib("arch: amd64\n") == (512, 512)
+    status, detail = launch_memory_health(703, config, ())
+    assert (status, detail) == ("ok", "CT 703: RAM limit 64.0 GiB (+4.0 GiB swap); no OOM kill in it in 24 h")
+    # the real Pulse kill with the container's own cgroup as the limit reached
+    kills = oom_kills(OOM_LINES.replace("oom_memcg=/lxc/703/ns/system.slice/pulse.service", "oom_memcg=/lxc/703"))
+    status, detail = launch_memory_health(703, config, kills)
+    assert status == "warn" and "killed PID 3783517 (pulse) in it in the last 24 h, at this container's limit" in detail
+    assert detail.endswith("raise the limit (`pct set 703 -memory <MiB>`) unless it was raised since")
+    # a limit set inside the container (a service's), or another container's kill, is not this limit's business
+    assert launch_memory_health(703, config, oom_kills(OOM_LINES))[0] == "ok"
+    assert launch_memory_health(129, config, kills)[0] == "ok"
+    assert launch_memory_health(703, None, kills) == ("warn", "CT 703: its memory limit could not be read "
+                                                              "(`pct config 703`)")

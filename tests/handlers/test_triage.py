@@ -383,3 +383,20 @@ async def test_a_launch_the_kernel_killed_is_named_from_the_nodes_kernel_log(lab
         await asyncio.sleep(0.1)
     else:
         raise AssertionError("the triage's label was not recorded on the attempt")
+
+
+async def test_after_an_oom_kill_the_next_preflight_warns_about_the_containers_limit(lab):
+    from tests.handlers.test_launch_flow import SEED as FLAGS
+
+    await failed_launch(lab, "host_oom_kill")
+    # a launch the budget refuses, so the checklist is posted without starting SGLang
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FLAGS} --mem-fraction-static 0.85")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "container memory" in text and "CT 129: RAM limit 64.0 GiB (+0.5 GiB swap)" in text
+    assert "killed PID" in text and "at this container's limit" in text and "`pct set 129 -memory" in text
+    # the limit raised (the lab's `pct config` answers from the container's record): the warning names the new limit
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["memory_mib"] = 131072
+    lab.nodes["pve5"].write_state(state)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FLAGS} --mem-fraction-static 0.85")
+    assert "CT 129: RAM limit 128.0 GiB" in blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
