@@ -398,5 +398,6 @@ async def test_after_an_oom_kill_the_next_preflight_warns_about_the_containers_l
     state = lab.nodes["pve5"].read_state()
     state["containers"]["129"]["memory_mib"] = 131072
     lab.nodes["pve5"].write_state(state)
-    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FLAGS} --mem-fraction-static 0.85")
+    # (another command: the same one again within seconds is a double click, answered once)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FLAGS} --mem-fraction-static 0.84")
     assert "CT 129: RAM limit 128.0 GiB" in blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
