@@ -376,7 +376,9 @@ async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, sta
                   notify: Notify) -> Attempt:
     current = await store.get(attempt.id) or attempt
     if current.status is AttemptStatus.LAUNCHING:
-        current = replace(current.moved(status, time.time(), note[:300]), observed=observed_of(progress),
+        # what others recorded meanwhile (a triage of the running launch) is kept beside the log's readings
+        current = replace(current.moved(status, time.time(), note[:300]),
+                          observed={**current.observed, **observed_of(progress)},
                           error_line=note if status is AttemptStatus.FAILED else None)
         await store.save(current)
     await store.unlock(attempt.node, attempt.vmid, attempt.id)

@@ -120,6 +120,27 @@ async def test_failed_launch_reports_its_first_error_line(setup):
     assert await store.lock_holder("pve5", 129) is None  # released
 
 
+async def test_a_label_recorded_while_the_launch_ran_is_kept_when_it_finishes(setup):
+    """A triage of a launch still running (a stalled one) records its label on the attempt; the follower's final
+    save keeps it beside the log's readings."""
+    import asyncio
+    from dataclasses import replace
+
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["kv_pool_oom"], delay_s=0.3)
+    req, pre = await run_launch(node, inventory, transport, store, (*SEED, "--mem-fraction-static", "0.85"),
+                                force=True)
+    attempt = await start(transport, inventory, store, pre, FAST, time.time())
+    following = asyncio.ensure_future(collect(attempt, inventory, transport, store))
+    await asyncio.sleep(0.5)
+    running = await store.get(attempt.id)
+    assert running is not None and running.status is AttemptStatus.LAUNCHING
+    await store.save(replace(running, observed={**running.observed, "triage": "unknown"}))
+    final, _ = await following
+    assert final.status is AttemptStatus.FAILED
+    assert final.observed["triage"] == "unknown" and final.observed["weights_gib"] == 14.45
+
+
 async def test_lock_refuses_a_second_launch_and_names_the_holder(setup):
     node, inventory, transport, store = setup
     node.set_scenario(129, ["hang"], delay_s=0.02)
