@@ -4,7 +4,8 @@ A thread is linked to a container; every attempt on that container that finishes
 stopped) becomes an observation in the thread's record, which may decide its hypotheses, and the one
 summary message at the top of the thread is edited in place. This runs on a mention in the thread,
 when a followed launch finishes, when the sampler finds a ready server gone, and when a triage is
-answered in an attempt's thread.
+answered in an attempt's thread; each under the thread's lock (bot.store.IncidentStore.locked), so
+that none of them saves over another's change.
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ async def container_changed(services: Services, client: Any, node: str, vmid: in
         if not following:
             return
         attempts = await services.attempts.recent(node, vmid, 20)
-        for incident in following:
-            await refresh_summary(services, client, await synced(services, incident, attempts), attempts)
+        for listed in following:
+            async with services.incidents.locked(listed.channel, listed.thread_ts):
+                incident = await services.incidents.get(listed.channel, listed.thread_ts) or listed  # as it is now
+                await refresh_summary(services, client, await synced(services, incident, attempts), attempts)
     except Exception:
         log.exception("updating the incident threads of %s:%s failed", node, vmid)
 
@@ -72,11 +75,12 @@ async def triage_answered(services: Services, client: Any, attempt: Attempt, lab
     label on the attempt. Like :func:`container_changed`, a failure here never costs the triage its answer."""
     try:
         if label and attempt.thread_ts:
-            incident = await services.incidents.get(attempt.channel, attempt.thread_ts)
-            if incident is not None:
-                if incident.node is None:  # the thread is about this attempt's container from now on
-                    incident = replace(incident, node=attempt.node, vmid=attempt.vmid)
-                await services.incidents.save(incident.propose_triage(label, attempt.id, now))
+            async with services.incidents.locked(attempt.channel, attempt.thread_ts):
+                incident = await services.incidents.get(attempt.channel, attempt.thread_ts)
+                if incident is not None:
+                    if incident.node is None:  # the thread is about this attempt's container from now on
+                        incident = replace(incident, node=attempt.node, vmid=attempt.vmid)
+                    await services.incidents.save(incident.propose_triage(label, attempt.id, now))
     except Exception:
         log.exception("recording the triage of %s in its thread failed", attempt.id)
     await container_changed(services, client, attempt.node, attempt.vmid)

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -358,9 +358,14 @@ def now() -> float:
 
 
 class IncidentStore:
-    """Incident threads: gpuops:incident:<channel>:<thread_ts> -> JSON (kept 30 days)."""
+    """Incident threads: gpuops:incident:<channel>:<thread_ts> -> JSON (kept 30 days).
+
+    Every change to a thread's record is read, changed and saved under the thread's lock
+    (gpuops:incident-lock:<channel>:<thread_ts>, shared by every replica): two mentions in one thread, or a mention
+    and a launch finishing, would otherwise each save their own copy and the later one lose the other's work."""
 
     TTL_S = 30 * 24 * 3600
+    LOCK_S = 300  # a holder that died releases the lock after this; a waiter gives up after it
 
     def __init__(self, client: aioredis.Redis) -> None:
         self.redis = client
@@ -378,6 +383,23 @@ class IncidentStore:
             pipe.sadd(key, f"{incident.channel}|{incident.thread_ts}")
             pipe.expire(key, self.TTL_S)
         await pipe.execute()
+
+    @contextlib.asynccontextmanager
+    async def locked(self, channel: str, thread_ts: str) -> AsyncIterator[None]:
+        """Hold the thread's lock: read the record inside it, and save before leaving."""
+        lock = self.redis.lock(f"{PREFIX}incident-lock:{channel}:{thread_ts}", timeout=self.LOCK_S,
+                               blocking_timeout=self.LOCK_S, raise_on_release_error=False)
+        try:
+            acquired = await lock.acquire()
+        except RedisError as exc:
+            raise StoreError(f"the incident thread's lock could not be taken: {exc}") from exc
+        if not acquired:
+            raise StoreError(f"the incident thread is busy: another update held it for {self.LOCK_S} s")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(RedisError):
+                await lock.release()
 
     async def following(self, node: str, vmid: int) -> list[Incident]:
         """The incident threads linked to this container (expired ones are dropped from the index)."""

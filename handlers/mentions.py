@@ -18,7 +18,7 @@ from bot.core.attempts import is_attempt_id
 from bot.core.incident import Incident, Observation, parse_mention
 from bot.core.inventory import Target, resolve_targets
 from bot.core.status import is_clean, memory_evidence
-from bot.errors import GpuopsError, UsageError
+from bot.errors import GpuopsError, StoreError, UsageError
 from bot.incidents import container_attempts, refresh_summary, synced
 from bot.status import read_status, with_launches
 from handlers.common import authorize
@@ -38,13 +38,20 @@ def register(app: AsyncApp, services: Services) -> None:
         if not decision.allowed:
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":no_entry: {decision.reason}")
             return
-        incident = await services.incidents.get(channel, thread) or Incident(channel, thread)
-        incident = await _link_container(services, incident, thread)
         try:
-            incident = await handle(services, client, incident, mention.verb, mention.rest, mention.target, user)
-        except GpuopsError as exc:
+            # one mention at a time per thread: each reads the record the previous one saved
+            async with services.incidents.locked(channel, thread):
+                incident = await services.incidents.get(channel, thread) or Incident(channel, thread)
+                incident = await _link_container(services, incident, thread)
+                try:
+                    incident = await handle(services, client, incident, mention.verb, mention.rest, mention.target,
+                                            user)
+                except GpuopsError as exc:
+                    await client.chat_postMessage(channel=channel, thread_ts=thread,
+                                                  text=f":warning: {exc.user_message}")
+                await refresh_summary(services, client, incident)
+        except StoreError as exc:
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":warning: {exc.user_message}")
-        await refresh_summary(services, client, incident)
 
 
 async def _link_container(services: Services, incident: Incident, thread: str) -> Incident:

@@ -137,6 +137,9 @@ def flag_pairs(argv: tuple[str, ...]) -> dict[str, str]:
     return pairs
 
 
+SAME_FLAGS = "same flags as the previous attempt"  # changes_between's line for a relaunch that changed nothing
+
+
 def changes_between(previous: tuple[str, ...] | None, current: tuple[str, ...]) -> tuple[str, ...]:
     """Human lines: what the new attempt changed relative to the previous one."""
     if previous is None:
@@ -150,7 +153,7 @@ def changes_between(previous: tuple[str, ...] | None, current: tuple[str, ...]) 
             lines.append(f"- {name} {before[name]}".rstrip())
         elif before[name] != after[name]:
             lines.append(f"{name} {before[name]} -> {after[name]}")
-    return tuple(lines) or ("same flags as the previous attempt",)
+    return tuple(lines) or (SAME_FLAGS,)
 
 
 _ID_RE = re.compile(r"^a[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from bot.core.attempts import Attempt
+from bot.core.attempts import SAME_FLAGS, Attempt
 from bot.core.diagnosis import NOT_A_CAUSE
 from bot.core.experiments import made_budget_change, made_experiment
 
@@ -22,6 +22,8 @@ TRIAGE_HYPOTHESIS = re.compile(r"^the first cause is (\w+) \(proposed by triage 
 
 def triage_hypothesis(label: str, attempt_id: str) -> str:
     return f"the first cause is {label} (proposed by triage of {attempt_id})"
+
+
 RESIDUAL_MEMORY = re.compile(r"leftover|left-?over|residual|stale (?:gpu )?memory|orphan|previous run|old process|"
                              r"memory (?:still )?held|zombie|occupied", re.I)  # triage's gpu_memory_occupied
 
@@ -124,7 +126,7 @@ class Incident:
             started = next((o for o in self.observations if o.kind == "attempt" and o.at > clean[0].at
                             and o.outcome in ("ready", "failed")), None)
             if held_before and failures_before and started is not None and started.outcome == "ready" \
-                    and not started.changes:
+                    and set(started.changes) <= {SAME_FLAGS}:
                 incident = incident.decide(
                     h.id, "confirmed", "gpuops",
                     f"memory held on the GPUs was freed ({clean[0].text}) and {started.attempt} started with the "

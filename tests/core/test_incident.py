@@ -1,3 +1,4 @@
+from bot.core.attempts import changes_between
 from bot.core.incident import Incident, Observation, parse_mention
 
 
@@ -126,9 +127,13 @@ def test_leftover_memory_is_confirmed_when_freeing_it_lets_the_same_launch_start
     changed = incident.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready",
                                            changes=("--mem-fraction-static 0.85 -> 0.8",)))
     assert changed.hypotheses[0].status == "open"
-    same = incident.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready"))
+    # the relaunch's changes as the launch records them: "same flags as the previous attempt"
+    argv = ("--tp", "2", "--mem-fraction-static", "0.85")
+    same = incident.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready",
+                                        changes=changes_between(argv, argv)))
     decided = same.hypotheses[0]
     assert (decided.status, decided.tested_by) == ("confirmed", ("a2",)) and "same flags" in decided.why
+    assert incident.observe(Observation(40, "attempt", "a2", attempt="a2", outcome="ready")).hypotheses[0] == decided
     # GPUs that were never seen holding memory: a start after a clean snapshot is not evidence of leftovers
     never_held = Incident("C", "1.0").observe(Observation(10, "attempt", "a1", attempt="a1", outcome="failed"))
     never_held, _ = never_held.add_hypothesis("leftover memory", "U1", 11)

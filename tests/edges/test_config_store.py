@@ -197,6 +197,37 @@ async def test_the_threads_following_a_container_are_found_and_lapsed_ones_dropp
     assert await store.redis.smembers("gpuops:incidents:pve5:129") == {"C1|111.1"}
 
 
+async def test_changes_to_one_thread_from_two_replicas_are_made_one_at_a_time(store, redis_url):
+    """Each change reads the thread's record, works (SSH, Slack) and saves under the thread's lock: from two
+    replicas at once, none saves over another's hypothesis; another thread is not held up."""
+    import asyncio
+
+    from bot.core.incident import Incident
+    from bot.store import IncidentStore
+
+    replicas = [IncidentStore(store.redis), IncidentStore(Store(connect(redis_url)).redis)]
+    await replicas[0].save(Incident("C1", "111.1"))
+
+    async def add(replica: IncidentStore, n: int) -> None:
+        async with replica.locked("C1", "111.1"):
+            incident = await replica.get("C1", "111.1")
+            assert incident is not None
+            await asyncio.sleep(0.01)  # the work between read and save
+            await replica.save(incident.add_hypothesis(f"hypothesis {n}", "U1", float(n))[0])
+
+    async def other_thread() -> None:
+        async with replicas[1].locked("C1", "222.2"):
+            await replicas[1].save(Incident("C1", "222.2"))
+
+    await asyncio.gather(*(add(replicas[n % 2], n) for n in range(12)), other_thread())
+    incident = await replicas[1].get("C1", "111.1")
+    assert incident is not None
+    assert sorted(h.text for h in incident.hypotheses) == sorted(f"hypothesis {n}" for n in range(12))
+    assert [h.id for h in incident.hypotheses] == [f"H{n}" for n in range(1, 13)]
+    assert await replicas[0].get("C1", "222.2") is not None
+    assert not await store.redis.exists("gpuops:incident-lock:C1:111.1")  # released
+
+
 async def test_running_attempts_saved_before_the_running_set_are_backfilled_once(store):
     from bot.core.attempts import Attempt, AttemptStatus
     from bot.store import ACTIVE_SET, AttemptStore

@@ -98,3 +98,37 @@ async def test_a_slash_triage_answered_in_an_incident_thread_proposes_its_hypoth
     calls = await lab.standin.wait_for(lambda cs: edits(cs) > before, 30)  # the summary was refreshed after it
     assert sum(1 for c in calls if c.method == "chat.postMessage" and "Triage of" in blocks_to_text(c.blocks)) == 2
     assert len((await lab.services.incidents.get(failed.channel, failed.thread_ts)).hypotheses) == 1
+
+
+async def test_leftover_memory_seen_freed_and_an_unchanged_relaunch_that_starts_confirm_the_hypothesis(lab):
+    from tests.handlers.test_launch_flow import SEED, model
+
+    node = lab.nodes["pve5"]
+    node.add_process(424242, 0, "python3", 30000, 129)  # an earlier run's leftover on GPU 0 of CT 129
+    first = await failed_launch(lab, "gpu_memory_occupied")
+    thread = first.thread_ts
+    # two mentions in quick succession (Slack delivers them concurrently): both land in the one record and summary
+    await lab.mention("hypothesis leftover memory from the earlier run", thread)
+    await lab.mention("status", thread)
+    calls = await wait_text(lab, "GPUs not clean", method="chat.update")
+    summaries = [c for c in calls if c.method == "chat.postMessage" and "Incident summary" in blocks_to_text(c.blocks)]
+    assert len(summaries) == 1
+    text = summary_text(calls, summaries[0].answer["ts"])
+    assert "*H1* leftover memory from the earlier run" in text and "GPUs not clean: pve5: GPU 0 30001/49140" in text
+    state = node.read_state()  # freed (as /gpu free would after its confirmation)
+    state["processes"] = [p for p in state["processes"] if p["pid"] != 424242]
+    node.write_state(state)
+    await lab.mention("status", thread)
+    await wait_text(lab, "GPUs clean", method="chat.update")
+    # the same launch again, unchanged: it records "same flags as the previous attempt", and it starts
+    node.set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert latest.changes == ("same flags as the previous attempt",)
+    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
+    text = blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
+                           in blocks_to_text(c.blocks)][-1].blocks)
+    assert "*H1* leftover memory from the earlier run" in text
+    assert f"and {latest.id} started with the same flags" in text
