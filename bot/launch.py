@@ -19,12 +19,12 @@ from dataclasses import dataclass, replace
 
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
-from bot.core.attempts import Attempt, AttemptStatus, Check, changes_between
+from bot.core.attempts import Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import VerdictKind
 from bot.core.diagnosis import Finding, diagnose_excerpt
 from bot.core.flags import parse_sglang_flags, secret_value
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import NodeFaults, launch_gpu_health, launch_memory_health
+from bot.core.gpu_faults import NodeFaults, container_memory_mib, launch_gpu_health, launch_memory_health
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import transformers_older
 from bot.core.startup_log import Progress, Stage, advance
@@ -55,6 +55,7 @@ class Preflight:
     checks: tuple[Check, ...]
     planned: PlannedBudget | None
     port: int
+    ct_memory_mib: int | None = None  # the container's RAM limit as `pct config` read it
 
     @property
     def blocked(self) -> bool:
@@ -103,6 +104,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
                 container.port if container else 30000)
     node = inventory.node(target.node)
     checks: list[Check] = []
+    ct_memory_mib: int | None = None
 
     assert target.vmid is not None
     history = await store.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
@@ -147,7 +149,9 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
         try:
-            ct_config: str | None = (await ct_config_task).stdout
+            config_text = (await ct_config_task).stdout
+            ct_memory_mib = container_memory_mib(config_text)[0]
+            ct_config: str | None = config_text
         except RemoteError:
             ct_config = None
         # the weights pass through host memory: a container the OOM killer met at its limit meets it again
@@ -186,7 +190,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     holder = await store.lock_holder(target.node, target.vmid)
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
-    return Preflight(request, tuple(checks), planned, port)
+    return Preflight(request, tuple(checks), planned, port, ct_memory_mib)
 
 
 def _transformers_check(planned: PlannedBudget) -> Check:
@@ -255,8 +259,11 @@ async def _new_attempt(store: AttemptStore, inventory: Inventory, pre: Preflight
     attempt = Attempt(
         id=new_attempt_id(now), user=request.user, channel=request.channel, node=target.node, vmid=target.vmid,
         container=target.name, model_path=request.model_path, argv=argv, port=pre.port, created_at=now,
-        changes=changes_between(previous.argv if previous else None, argv), checks=pre.checks,
-        predicted=predicted, forced=request.force and pre.blocked,
+        changes=changes_between(previous.argv if previous else None, argv) + tuple(
+            line for line in (ct_memory_change(previous.observed.get("ct_memory_mib") if previous else None,
+                                               pre.ct_memory_mib),) if line),
+        checks=pre.checks, predicted=predicted, forced=request.force and pre.blocked,
+        observed={"ct_memory_mib": pre.ct_memory_mib} if pre.ct_memory_mib is not None else {},
     )
     attempt = replace(attempt, log_path=f"{container.log_dir if container else '/var/log/gpuops'}/{attempt.id}.log")
     return attempt.moved(AttemptStatus.PLANNED, now, "pre-flight " + ("refused" if pre.blocked else "passed"))

@@ -214,6 +214,8 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
             detail = [f"Attempt `{stored.id}` {stored.status.value}: "
                       f"{views.escape_mrkdwn(stored.transitions[-1].note if stored.transitions else '')}"]
             for key, value in stored.observed.items():
+                if key in ("ct_memory_mib", "triage"):  # not readings of the log: the pre-flight's and a triage's
+                    continue
                 predicted = stored.predicted.get(key)
                 detail.append(f"• {key}: observed {value}" + (f", predicted {predicted}" if predicted is not None
                                                                else ""))

@@ -156,6 +156,17 @@ def changes_between(previous: tuple[str, ...] | None, current: tuple[str, ...]) 
     return tuple(lines) or (SAME_FLAGS,)
 
 
+# a change of the container's RAM limit (`pct set -memory`) between two attempts: not a flag, but a change all the same
+CT_MEMORY_CHANGE = re.compile(r"^CT memory (?P<before>[\d.]+) GiB -> (?P<after>[\d.]+) GiB$")
+
+
+def ct_memory_change(previous_mib: int | None, current_mib: int | None) -> str | None:
+    """The line for the container's RAM limit moving between two attempts (each read by its pre-flight)."""
+    if previous_mib is None or current_mib is None or previous_mib == current_mib:
+        return None
+    return f"CT memory {previous_mib / 1024:.1f} GiB -> {current_mib / 1024:.1f} GiB"
+
+
 _ID_RE = re.compile(r"^a[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 
 

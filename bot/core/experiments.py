@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bot.core.attempts import CT_MEMORY_CHANGE
+from bot.core.diagnosis import HOST_OOM_KILL
 from bot.core.flags import parse_sglang_flags, with_flag, without_flags
 from bot.errors import UsageError
 
@@ -102,8 +104,12 @@ def made_experiment(label: str, changes: Sequence[str]) -> str | None:
 
 
 def made_budget_change(label: str, changes: Sequence[str]) -> str | None:
-    """The change among an attempt's ``changes`` that moved a budget flag, for a budgeted ``label``, or None.
-    Such a change that starts confirms the finding; one that is not enough refutes nothing."""
+    """The change among an attempt's ``changes`` that moved a budget flag, for a budgeted ``label`` (for a launch the
+    kernel's OOM killer ended: the container's RAM limit raised), or None. Such a change that starts confirms the
+    finding; one that is not enough refutes nothing."""
+    if label == HOST_OOM_KILL:
+        return next((c for c in changes if (raised := CT_MEMORY_CHANGE.match(c)) is not None
+                     and float(raised.group("after")) > float(raised.group("before"))), None)
     if label not in BUDGETED_LABELS:
         return None
     return next((c for c in changes if _changed_flag(c)[1] in BUDGET_FLAGS), None)

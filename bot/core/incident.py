@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bot.core.attempts import SAME_FLAGS, Attempt
-from bot.core.diagnosis import NOT_A_CAUSE
+from bot.core.diagnosis import HOST_OOM_KILL, NOT_A_CAUSE
 from bot.core.experiments import made_budget_change, made_experiment
 
 # how triage words the hypothesis it proposes, and how it is recognised again
@@ -148,9 +148,11 @@ class Incident:
                     continue
                 budgeted = made_budget_change(label, o.changes)
                 if budgeted is not None and o.outcome == "ready":
+                    what = ("the container's memory limit was the cause" if label == HOST_OOM_KILL else
+                            "the memory budget was the cause")
+                    kind = "a raised limit" if label == HOST_OOM_KILL else "a budget change"
                     incident = incident.decide(h.id, "confirmed", "gpuops",
-                                               f"{o.attempt} with `{budgeted}` (a budget change) started: the memory "
-                                               "budget was the cause", o.attempt)
+                                               f"{o.attempt} with `{budgeted}` ({kind}) started: {what}", o.attempt)
                     break
                 change = made_experiment(label, o.changes)
                 if change is None:

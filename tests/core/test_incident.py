@@ -151,3 +151,27 @@ def test_either_experiment_of_a_label_decides_its_triage_hypothesis():
     incident = incident.observe(Observation(20.0, "attempt", "a2 ready", attempt="a2", outcome="ready",
                                             changes=changes_between(argv, ("--tp", "2"))))
     assert incident.hypotheses[0].status == "confirmed" and "--kv-cache-dtype" in incident.hypotheses[0].why
+
+
+def test_a_launch_the_oom_killer_ended_is_confirmed_by_a_relaunch_with_the_containers_limit_raised():
+    from bot.core.attempts import ct_memory_change
+
+    raised = ct_memory_change(65536, 131072)
+    assert raised == "CT memory 64.0 GiB -> 128.0 GiB"
+    assert ct_memory_change(65536, 65536) is None and ct_memory_change(None, 65536) is None
+    incident = Incident("C", "1.0").observe(Observation(10, "attempt", "a1", attempt="a1", outcome="failed",
+                                                        label="host_oom_kill"))
+    incident = incident.propose_triage("host_oom_kill", "a1", 11)
+    # a raise that was not enough refutes nothing; a limit lowered is no test of it
+    again = incident.observe(Observation(20, "attempt", "a2", attempt="a2", outcome="failed", label="host_oom_kill",
+                                         changes=("same flags as the previous attempt", raised)))
+    assert again.hypotheses[0].status == "open"
+    lowered = incident.observe(Observation(20, "attempt", "a2", attempt="a2", outcome="ready",
+                                           changes=(ct_memory_change(131072, 65536),)))
+    assert lowered.hypotheses[0].status == "open"
+    started = again.observe(Observation(30, "attempt", "a3", attempt="a3", outcome="ready",
+                                        changes=(ct_memory_change(131072, 196608),)))
+    decided = started.hypotheses[0]
+    assert (decided.status, decided.tested_by) == ("confirmed", ("a3",))
+    assert decided.why == ("a3 with `CT memory 128.0 GiB -> 192.0 GiB` (a raised limit) started: the container's "
+                           "memory limit was the cause")

@@ -132,3 +132,28 @@ async def test_leftover_memory_seen_freed_and_an_unchanged_relaunch_that_starts_
                            in blocks_to_text(c.blocks)][-1].blocks)
     assert "*H1* leftover memory from the earlier run" in text
     assert f"and {latest.id} started with the same flags" in text
+
+
+async def test_a_launch_the_oom_killer_ended_is_confirmed_in_the_thread_once_the_raised_limit_lets_it_start(lab):
+    from tests.handlers.test_launch_flow import SEED, model
+
+    failed = await failed_launch(lab, "host_oom_kill")
+    assert failed.observed["ct_memory_mib"] == 65536  # the limit its pre-flight read
+    thread = failed.thread_ts
+    await lab.mention("triage", thread)
+    await wait_text(lab, "the first cause is host_oom_kill", method="chat.postMessage")
+    node = lab.nodes["pve5"]
+    state = node.read_state()  # `pct set 129 -memory 131072` on the node
+    state["containers"]["129"]["memory_mib"] = 131072
+    node.write_state(state)
+    node.set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert latest.changes == ("same flags as the previous attempt", "CT memory 64.0 GiB -> 128.0 GiB")
+    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
+    text = blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
+                           in blocks_to_text(c.blocks)][-1].blocks)
+    assert "the first cause is host_oom_kill" in text
+    assert f"{latest.id} with `CT memory 64.0 GiB -> 128.0 GiB` (a raised limit) started" in text
