@@ -407,7 +407,6 @@ def launch_gpu_health(faults: NodeFaults, uuids: tuple[str, ...]) -> tuple[str, 
     return "ok", seen + (f" ({'; '.join(unread)})" if unread else "")
 
 
-
 def container_memory_mib(pct_config: str) -> tuple[int, int]:
     """A container's RAM limit and swap in MiB from ``pct config <vmid>`` (Proxmox's default, 512 each, where the
     configuration leaves a key out)."""

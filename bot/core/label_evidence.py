@@ -179,12 +179,17 @@ def busy_evidence(snapshot: SmiSnapshot | None) -> tuple[str, ...]:
     return tuple(lines)
 
 
+# what the other ranks see when one of them vanishes: a transport or a collective failing on the lost peer
+PEER_LOSS = frozenset({"nccl_error", "distributed_comm_error", "dist_init_timeout"})
+
+
 def killed_by_the_oom_killer(finding: Finding, kills: Iterable[OomKill], vmid: int) -> Finding:
     """A launch whose log names no cause of its own (a child's death echoed, a log that just stops, a traceback
-    cut short) while the kernel's OOM killer killed a process in its container: the kill is the first cause.
-    Read from the node's kernel log since the launch started; the log's own reading is kept as a note."""
+    cut short), or only the lost peer the survivors saw (NCCL, gloo, a collective that timed out), while the
+    kernel's OOM killer killed a process in its container: the kill is the first cause. Read from the node's kernel
+    log since the launch started; the log's own reading is kept as a note."""
     ours = [k for k in kills if k.vmid == vmid]
-    if not ours or (finding.label not in (ECHO, *NOT_A_CAUSE) and finding.confidence != "low"):
+    if not ours or (finding.label not in (ECHO, *NOT_A_CAUSE, *PEER_LOSS) and finding.confidence != "low"):
         return finding
     kill = next((k for k in ours if k.command.startswith(("python", "sglang"))), ours[0])
     if kill.node_ran_out:

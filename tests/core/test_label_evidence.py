@@ -150,6 +150,12 @@ def test_the_oom_killer_killing_a_process_in_the_launchs_container_is_the_first_
     cause = diagnose(next(c for c in CASES.values() if c["label"] == "kv_pool_oom" and c["quality"] == "full")[
         "log_excerpt"])
     assert killed_by_the_oom_killer(cause, kills, 703) == cause
+    # the survivors' view of a rank that vanished (a real NCCL failure) beside the kill: the kill came first
+    peer = diagnose(next(c for c in CASES.values() if c["label"] == "nccl_error" and c["quality"] == "full")[
+        "log_excerpt"])
+    assert peer.label == "nccl_error" and peer.confidence == "high"
+    lost = killed_by_the_oom_killer(peer, kills, 703)
+    assert lost.label == "host_oom_kill" and lost.also_seen[0] == "nccl_error"
     # a log that just stops (a hang, or a kill without a word) is read as the kill too
     stopped = diagnose("[2026-05-25 17:30:01 TP0] Load weight begin. avail mem=31.49 GB", stalled_minutes=12)
     assert killed_by_the_oom_killer(stopped, kills, 703).label == "host_oom_kill"
