@@ -17,7 +17,7 @@ from bot.core.attempts import ACTIVE, Attempt
 from bot.core.gpu import SmiSnapshot
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
-from bot.core.report import Launch, launch_key
+from bot.core.report import Launch, LaunchRef, launch_key
 from bot.core.smi import find_error, parse_xml, processes_from_query, read_csv, snapshot_from_query
 from bot.core.status import (
     DEFAULT_THRESHOLDS,
@@ -50,7 +50,7 @@ class StatusReport:
     statuses: tuple[TargetStatus, ...]
     elapsed_s: float
     # the recorded launches whose process groups hold GPU memory: (node, vmid, group) -> what to call them
-    launches: dict[Launch, str] = field(default_factory=dict)
+    launches: dict[Launch, LaunchRef] = field(default_factory=dict)
 
 
 class SmiFailed(GpuopsError):
@@ -189,8 +189,8 @@ async def running_launches(attempts: AttemptStore) -> dict[Launch, Attempt]:
     return {key: a for a in running if (key := launch_key(a.node, a.vmid, a.pid)) is not None}
 
 
-def launch_label(attempt: Attempt) -> str:
-    return f"{attempt.id} ({attempt.status.value}, port {attempt.port})"
+def launch_ref(attempt: Attempt) -> LaunchRef:
+    return LaunchRef(attempt.id, attempt.status.value, attempt.port)
 
 
 async def with_launches(report: StatusReport, attempts: AttemptStore) -> StatusReport:
@@ -201,5 +201,5 @@ async def with_launches(report: StatusReport, attempts: AttemptStore) -> StatusR
     except GpuopsError as exc:
         log.warning("GPU processes not matched to launches: %s", exc.user_message)
         return report
-    return replace(report, launches={key: launch_label(a) for key, a in running.items()})
+    return replace(report, launches={key: launch_ref(a) for key, a in running.items()})
 

@@ -17,7 +17,7 @@ from bot.core.report import launch_key
 from bot.errors import GpuopsError, StoreError
 from bot.launch import gpu_holders
 from bot.slack import post_messages
-from bot.status import launch_label, read_status, report_record, running_launches, with_launches
+from bot.status import launch_ref, read_status, report_record, running_launches, with_launches
 from handlers.common import authorize
 
 
@@ -91,7 +91,7 @@ async def ask_free(services: Services, client: Any, respond: Any, target: Target
         else:
             owned[launch.id] = launch
     holders = loose
-    by_launch = [f"{launch_label(a)} on {a.target_label} holds GPU memory: `/sglang stop {a.id}` stops its whole "
+    by_launch = [f"{launch_ref(a).label} on {a.target_label} holds GPU memory: `/sglang stop {a.id}` stops its whole "
                  "process group and records it (not listed here)" for a in owned.values()]
     pids = sorted({h.pid for h in holders if h.pid is not None})
     orphaned = [f"GPU {g.index}: {g.memory_used_mib} MiB held with no process listed (a PID-less leak: "

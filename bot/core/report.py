@@ -6,7 +6,7 @@ Slack (Block Kit) and the terminal render the same :class:`TargetView`, so both 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bot.core.gpu import Gpu, GpuProcess, ProcessListing
@@ -14,6 +14,19 @@ from bot.core.status import GpuRow, ProcessView, TargetState, TargetStatus
 
 BAR_WIDTH = 10
 Launch = tuple[str, int, int]  # a recorded launch by (node, container, its process group there)
+
+
+@dataclass(frozen=True)
+class LaunchRef:
+    """The recorded launch a GPU process belongs to, as the status names it."""
+
+    attempt: str
+    status: str
+    port: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.attempt} ({self.status}, port {self.port})"
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,8 @@ GPU_HEADER = f"{'GPU':>3}  {'NAME':<20} {'MEMORY':<33} {'UTIL':>5} {'TEMP':>6}  
 PROCESS_HEADER = f"{'GPU':>3}  {'PID':>8}  {'CT':>5}  {'MiB':>7}  PROCESS"
 
 
-def process_lines(rows: tuple[GpuRow, ...], node: str = "", launches: Mapping[Launch, str] | None = None) -> list[str]:
+def process_lines(rows: tuple[GpuRow, ...], node: str = "", launches: Mapping[Launch, LaunchRef] | None = None
+                  ) -> list[str]:
     """One line per GPU process; one in a recorded launch's process group (its PID inside the container
     is the launch's, as ``setsid`` made it) is named after that launch."""
     lines = []
@@ -72,7 +86,7 @@ def process_lines(rows: tuple[GpuRow, ...], node: str = "", launches: Mapping[La
             ct = str(p.vmid) if p.vmid is not None else "host"
             line = f"{row.gpu.index:>3}  {p.pid if p.pid is not None else '?':>8}  {ct:>5}  {used:>7}  {p.name}"
             launch = _launch_of(p, node, launches or {})
-            lines.append(f"{line}  <- {launch}" if launch else line)
+            lines.append(f"{line}  <- {launch.label}" if launch else line)
     return lines
 
 
@@ -81,7 +95,7 @@ def launch_key(node: str, vmid: int | None, group: int | None) -> Launch | None:
     return None if vmid is None or group is None else (node, vmid, group)
 
 
-def _launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, str]) -> str | None:
+def _launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, LaunchRef]) -> LaunchRef | None:
     key = launch_key(node, process.vmid, process.group)
     return None if key is None else launches.get(key)
 
@@ -99,7 +113,7 @@ def _process_title(status: TargetStatus, count: int) -> str:
     return f"compute processes: {count or 'none'}"
 
 
-def target_view(status: TargetStatus, launches: Mapping[Launch, str] | None = None) -> TargetView:
+def target_view(status: TargetStatus, launches: Mapping[Launch, LaunchRef] | None = None) -> TargetView:
     target = status.target
     title = target.label
     snap = status.snapshot
@@ -141,7 +155,8 @@ def target_view(status: TargetStatus, launches: Mapping[Launch, str] | None = No
     )
 
 
-def status_data(statuses: tuple[TargetStatus, ...], launches: Mapping[Launch, str] | None = None) -> dict[str, Any]:
+def status_data(statuses: tuple[TargetStatus, ...], launches: Mapping[Launch, LaunchRef] | None = None
+                ) -> dict[str, Any]:
     """The status answer as plain data (``gpuops status --json``): each target with the state and flags the
     table shows, its GPUs with their readings (a cell that held no value is null, its text under ``unreadable``),
     and each GPU's processes with the container that owns them and the recorded launch they belong to."""
@@ -166,7 +181,7 @@ def status_data(statuses: tuple[TargetStatus, ...], launches: Mapping[Launch, st
                                                  for vmid, mib in sorted(r.other_containers_mib.items())},
                 "processes": [{
                     "pid": p.pid, "name": p.name, "used_mib": p.used_mib, "container_vmid": p.vmid,
-                    "launch": _launch_of(p, target.node, launches or {}),
+                    "launch": asdict(launch) if (launch := _launch_of(p, target.node, launches or {})) else None,
                 } for p in r.processes],
             } for r in status.rows],
         })

@@ -107,13 +107,13 @@ def test_a_processs_group_inside_its_container_is_the_last_nspgid():
 
 
 def test_a_process_in_a_launchs_group_is_named_after_the_launch():
-    from bot.core.report import process_lines
+    from bot.core.report import LaunchRef, process_lines
     from bot.core.status import GpuRow
 
     row = GpuRow(gpu(0, used=40000), (GpuProcess(4242, "python3", 40000, vmid=129, group=61),
                                       GpuProcess(5100, "python3", 900, vmid=129, group=5100),
                                       GpuProcess(777, "Xorg", 5)), (), {})
-    launches = {("pve5", 129, 61): "a20261203-101500-1a2b (ready, port 30000)"}
+    launches = {("pve5", 129, 61): LaunchRef("a20261203-101500-1a2b", "ready", 30000)}
     lines = process_lines((row,), "pve5", launches)
     assert lines[0].endswith("python3  <- a20261203-101500-1a2b (ready, port 30000)")
     assert lines[1].endswith("python3") and lines[2].endswith("Xorg")  # another group, a host process
@@ -122,7 +122,7 @@ def test_a_process_in_a_launchs_group_is_named_after_the_launch():
 
 def test_status_data_carries_the_tables_readings_flags_and_launches():
     from bot.core.inventory import Target
-    from bot.core.report import status_data
+    from bot.core.report import LaunchRef, status_data
     from bot.core.status import GpuRow, TargetState, TargetStatus
 
     row = GpuRow(gpu(0, used=40000, raw={"power.draw": "[N/A]"}),
@@ -130,7 +130,7 @@ def test_status_data_carries_the_tables_readings_flags_and_launches():
                  ("hot: 91°C",), {131: 2048})
     ok = TargetStatus(Target("node", "pve5"), TargetState.OK, (row,))
     down = TargetStatus(Target("node", "pve7"), TargetState.UNREACHABLE, problem="connection refused")
-    data = status_data((ok, down), {("pve5", 129, 61): "a20261203-101500-1a2b (ready, port 30000)"})
+    data = status_data((ok, down), {("pve5", 129, 61): LaunchRef("a20261203-101500-1a2b", "ready", 30000)})
     pve5, pve7 = data["targets"]
     assert pve5["state"] == "attention" and pve5["flags"] == ["GPU 0: hot: 91°C", "GPU 0: 2048 MiB held by CT 131"]
     (g,) = pve5["gpus"]
@@ -139,7 +139,7 @@ def test_status_data_carries_the_tables_readings_flags_and_launches():
     assert g["held_by_other_containers_mib"] == {"131": 2048}
     assert g["processes"] == [
         {"pid": 4242, "name": "python3", "used_mib": 40000, "container_vmid": 129,
-         "launch": "a20261203-101500-1a2b (ready, port 30000)"},
+         "launch": {"attempt": "a20261203-101500-1a2b", "status": "ready", "port": 30000}},
         {"pid": 777, "name": "Xorg", "used_mib": 5, "container_vmid": None, "launch": None}]
     assert (pve7["state"], pve7["problem"], pve7["gpus"]) == ("unreachable", "connection refused", [])
 
