@@ -63,7 +63,9 @@ _READY = re.compile(READY_LINE)
 _RANK = re.compile(r"\bTP(\d+)\b")
 _ERROR = re.compile(
     r"(?:^|\s)(?:Traceback \(most recent call last\)|[A-Za-z_.]*(?:Error|Exception)(?::|$)|"
-    r"Received sigquit|SIGQUIT received|CUDA out of memory|Not enough memory)"
+    r"Received sigquit|SIGQUIT received|CUDA out of memory|Not enough memory|"
+    # the parent's word for a child that died without a word of its own (killed, or a crash in native code)
+    r"Rank \d+ scheduler is dead|Subprocess \w+ \(pid=\d+\) crashed with exit code)"
 )
 
 

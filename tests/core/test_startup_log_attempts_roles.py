@@ -169,3 +169,12 @@ def test_progress_shows_the_graph_bars_while_graphs_are_compiled_and_captured():
                             .splitlines()) if c["id"] == "sglang-pr11275")
     progress = advance(Progress(), hung["log_excerpt"].splitlines())
     assert progress.label == "capturing CUDA graphs (0/52)"
+
+
+def test_a_childs_death_the_parent_reports_is_the_launchs_first_error_when_nothing_came_before_it():
+    # real lines: the launcher finding rank 0 dead, and newer releases' watchdog
+    blocks = (FIXTURES / "other-logs" / "child-exit-lines.txt").read_text().split("\n\n")
+    launcher = advance(Progress(), blocks[0].splitlines())
+    assert launcher.error_line == blocks[0].splitlines()[0] and launcher.error_line_no == 1
+    watchdog = advance(Progress(), blocks[1].splitlines())
+    assert watchdog.error_line is not None and "crashed with exit code -11" in watchdog.error_line
