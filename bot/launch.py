@@ -381,12 +381,17 @@ def observed_of(progress: Progress) -> dict[str, object]:
 
 async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, status: AttemptStatus, note: str,
                   notify: Notify) -> Attempt:
-    current = await store.get(attempt.id) or attempt
-    if current.status is AttemptStatus.LAUNCHING:
+    def finished(current: Attempt) -> Attempt | None:
+        if current.status is not AttemptStatus.LAUNCHING:
+            return None  # another writer (a stop) decided it first
         # what others recorded meanwhile (a triage of the running launch) is kept beside the log's readings
-        current = replace(current.moved(status, time.time(), note[:300]),
-                          observed={**current.observed, **observed_of(progress)},
-                          error_line=note if status is AttemptStatus.FAILED else None)
+        return replace(current.moved(status, time.time(), note[:300]),
+                       observed={**current.observed, **observed_of(progress)},
+                       error_line=note if status is AttemptStatus.FAILED else None)
+
+    current = await store.change(attempt.id, finished)
+    if current is None:  # not in the history (it was lost): recorded as it ends
+        current = finished(attempt) or attempt
         await store.save(current)
     await store.unlock(attempt.node, attempt.vmid, attempt.id)
     await notify(current, progress, True)

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, WatchError
 
 from bot.core.attempts import ACTIVE, Attempt
 from bot.core.health import GpuSample, Unreachable
@@ -237,20 +237,51 @@ class AttemptStore:
         self.redis = client
 
     async def save(self, attempt: Attempt) -> None:
-        key = f"{PREFIX}attempts:{attempt.node}:{attempt.vmid}"
         try:
             pipe = self.redis.pipeline(transaction=True)
-            pipe.set(f"{PREFIX}attempt:{attempt.id}", json.dumps(attempt.to_dict()))
-            pipe.zadd(key, {attempt.id: attempt.created_at})
-            pipe.zadd(f"{PREFIX}attempts", {attempt.id: attempt.created_at})
-            # the attempts still running (however many came after them), for the watch and the health post
-            if attempt.status in ACTIVE:
-                pipe.sadd(ACTIVE_SET, attempt.id)
-            else:
-                pipe.srem(ACTIVE_SET, attempt.id)
+            self._queue_save(pipe, attempt)
             await pipe.execute()
         except RedisError as exc:
             raise StoreError(f"attempt {attempt.id} not saved: {type(exc).__name__}") from None
+
+    @staticmethod
+    def _queue_save(pipe: Any, attempt: Attempt) -> None:
+        pipe.set(f"{PREFIX}attempt:{attempt.id}", json.dumps(attempt.to_dict()))
+        pipe.zadd(f"{PREFIX}attempts:{attempt.node}:{attempt.vmid}", {attempt.id: attempt.created_at})
+        pipe.zadd(f"{PREFIX}attempts", {attempt.id: attempt.created_at})
+        # the attempts still running (however many came after them), for the watch and the health post
+        if attempt.status in ACTIVE:
+            pipe.sadd(ACTIVE_SET, attempt.id)
+        else:
+            pipe.srem(ACTIVE_SET, attempt.id)
+
+    async def change(self, attempt_id: str, change: Callable[[Attempt], Attempt | None]) -> Attempt | None:
+        """Change the stored attempt as it is at that moment, and nothing else: the record is watched while it is
+        read and changed, and the change made again on a record another writer moved meanwhile (the launch's
+        follower finishing it while a triage adds its label). ``change`` returns None to leave it as it is. None
+        when no such attempt is stored."""
+        key = f"{PREFIX}attempt:{attempt_id}"
+        try:
+            for _ in range(50):
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    try:
+                        await pipe.watch(key)
+                        raw = await pipe.get(key)
+                        if not raw:
+                            return None
+                        current = Attempt.from_dict(json.loads(raw))
+                        changed = change(current)
+                        if changed is None:
+                            return current
+                        pipe.multi()
+                        self._queue_save(pipe, changed)
+                        await pipe.execute()
+                        return changed
+                    except WatchError:
+                        continue
+        except RedisError as exc:
+            raise StoreError(f"attempt {attempt_id} not changed: {type(exc).__name__}") from None
+        raise StoreError(f"attempt {attempt_id} not changed: other writers kept moving it")
 
     async def get(self, attempt_id: str) -> Attempt | None:
         raw = await self.redis.get(f"{PREFIX}attempt:{attempt_id}")

@@ -86,9 +86,11 @@ async def record_triage(attempts: AttemptStore, store: Store, report: TriageRepo
     """The label goes on the attempt (its history line and its thread's summary show it), and into the audit."""
     attempt = report.attempt
     if report.finding is not None:
-        # the record as it is now: the launch's follower may have moved it while the log and evidence were read
-        current = await attempts.get(attempt.id) or attempt
-        await attempts.save(replace(current, observed={**current.observed, "triage": report.finding.label}))
+        # the record as it is now: the launch's follower may move it while the log and evidence are read, or
+        # while this label is saved
+        label = report.finding.label
+        await attempts.change(attempt.id, lambda current: replace(current, observed={**current.observed,
+                                                                                     "triage": label}))
     await store.audit(action="sglang.triage", user=user, channel=channel, attempt=attempt.id,
                       result=report.finding.label if report.finding else f"stale: {report.stale}")
 

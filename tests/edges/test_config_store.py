@@ -228,6 +228,38 @@ async def test_changes_to_one_thread_from_two_replicas_are_made_one_at_a_time(st
     assert not await store.redis.exists("gpuops:incident-lock:C1:111.1")  # released
 
 
+async def test_an_attempt_changed_by_two_writers_at_once_keeps_both_changes(store, redis_url):
+    """The launch's follower finishing an attempt while a triage (on another replica) adds its label: each change is
+    made on the record as it is, so neither the status nor the label is lost, and the running set follows."""
+    import asyncio
+    from dataclasses import replace
+
+    from bot.core.attempts import Attempt, AttemptStatus
+    from bot.store import AttemptStore
+
+    one, other = AttemptStore(store.redis), AttemptStore(Store(connect(redis_url)).redis)
+    attempt = Attempt(id="a20261204-120000-abcd", user="U1", channel="C1", node="pve5", vmid=129, container="ct",
+                      model_path="/m", argv=("--tp", "2"), port=30000, created_at=1.0)
+    attempt = attempt.moved(AttemptStatus.PLANNED, 1.0, "").moved(AttemptStatus.LAUNCHING, 2.0, "")
+    await one.save(attempt)
+
+    async def label(n: int) -> None:
+        await other.change(attempt.id, lambda a: replace(a, observed={**a.observed, f"label{n}": n}))
+
+    def finish(a: Attempt) -> Attempt | None:
+        return a.moved(AttemptStatus.FAILED, 3.0, "boom") if a.status is AttemptStatus.LAUNCHING else None
+
+    results = await asyncio.gather(*(label(n) for n in range(10)), one.change(attempt.id, finish),
+                                   one.change(attempt.id, finish))
+    stored = await one.get(attempt.id)
+    assert stored is not None and stored.status is AttemptStatus.FAILED
+    assert [t.status for t in stored.transitions].count(AttemptStatus.FAILED) == 1  # finished once, not twice
+    assert stored.observed == {f"label{n}": n for n in range(10)}
+    assert any(r is not None and r.status is AttemptStatus.FAILED for r in results)
+    assert not await store.redis.sismember("gpuops:attempts:active", attempt.id)
+    assert await one.change("a20000101-000000-0000", finish) is None  # no such attempt
+
+
 async def test_running_attempts_saved_before_the_running_set_are_backfilled_once(store):
     from bot.core.attempts import Attempt, AttemptStatus
     from bot.store import ACTIVE_SET, AttemptStore
