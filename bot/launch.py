@@ -149,11 +149,10 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
         try:
-            config_text = (await ct_config_task).stdout
-            ct_memory_mib = container_memory_mib(config_text)[0]
-            ct_config: str | None = config_text
+            ct_config: str | None = (await ct_config_task).stdout
         except RemoteError:
             ct_config = None
+        ct_memory_mib = container_memory_mib(ct_config)[0] if ct_config is not None else None
         # the weights pass through host memory: a container the OOM killer met at its limit meets it again
         checks.append(Check("container memory", *launch_memory_health(target.vmid, ct_config,
                                                                       faults.oom_kills if faults else ())))
@@ -177,14 +176,11 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
-    if not ct_config_task.done():  # not read: the budget could not be planned
-        ct_config_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, GpuopsError):
-            await ct_config_task
-    if p2p_task is not None and not p2p_task.done():  # not read: the budget could not be planned
-        p2p_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, GpuopsError):
-            await p2p_task
+    for unread in (ct_config_task, p2p_task):  # not read when the budget could not be planned
+        if unread is not None and not unread.done():
+            unread.cancel()
+            with contextlib.suppress(asyncio.CancelledError, GpuopsError):
+                await unread
     if flags.unknown and not settings.allow_unknown_flags:
         checks.append(Check("flags known", "fail", "unknown flags refused: " + " ".join(flags.unknown)))
     holder = await store.lock_holder(target.node, target.vmid)

@@ -38,6 +38,9 @@ def register(app: AsyncApp, services: Services) -> None:
         if not decision.allowed:
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":no_entry: {decision.reason}")
             return
+        async def warn(exc: GpuopsError) -> None:
+            await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":warning: {exc.user_message}")
+
         try:
             # one mention at a time per thread: each reads the record the previous one saved
             async with services.incidents.locked(channel, thread):
@@ -47,11 +50,10 @@ def register(app: AsyncApp, services: Services) -> None:
                     incident = await handle(services, client, incident, mention.verb, mention.rest, mention.target,
                                             user)
                 except GpuopsError as exc:
-                    await client.chat_postMessage(channel=channel, thread_ts=thread,
-                                                  text=f":warning: {exc.user_message}")
+                    await warn(exc)
                 await refresh_summary(services, client, incident)
-        except StoreError as exc:
-            await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":warning: {exc.user_message}")
+        except StoreError as exc:  # the thread's lock or record could not be had
+            await warn(exc)
 
 
 async def _link_container(services: Services, incident: Incident, thread: str) -> Incident:

@@ -34,6 +34,7 @@ from bot.launch import (
     HISTORY_FOR_WEIGHTS,
     LaunchRequest,
     follow,
+    observed_of,
     preflight,
     record_refused,
     request_key,
@@ -213,9 +214,8 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
         if final:
             detail = [f"Attempt `{stored.id}` {stored.status.value}: "
                       f"{views.escape_mrkdwn(stored.transitions[-1].note if stored.transitions else '')}"]
-            for key, value in stored.observed.items():
-                if key in ("ct_memory_mib", "triage"):  # not readings of the log: the pre-flight's and a triage's
-                    continue
+            readings = observed_of(progress)  # the log's, not what the pre-flight or a triage recorded
+            for key, value in ((k, v) for k, v in stored.observed.items() if k in readings):
                 predicted = stored.predicted.get(key)
                 detail.append(f"• {key}: observed {value}" + (f", predicted {predicted}" if predicted is not None
                                                                else ""))

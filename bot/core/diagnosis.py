@@ -19,9 +19,11 @@ from bot.core.startup_log import (
     BENIGN_NOTICE,
     CAPTURE_BAR,
     CAPTURE_LINE,
+    CHILD_CRASHED_LINE,
     COMPILE_BAR,
     LOAD_END_LINE,
     READY_LINE,
+    SCHEDULER_DEAD_LINE,
     SCHEDULER_LINE,
 )
 
@@ -299,9 +301,8 @@ RULES: tuple[Rule, ...] = (
          "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 2),
     # the parent's words for a child that died: the SIGQUIT handler, the launcher finding a scheduler dead before it
     # was ready (then "Exit code: N"), and newer releases' subprocess watchdog
-    Rule(ECHO, (r"Received sigquit from a child proces", r"SIGQUIT received\. signum=None",
-                r"Rank \d+ scheduler is dead\. Please check if there are relevant logs",
-                r"Subprocess \w+ \(pid=\d+\) crashed with exit code -?\d+", r"Failed to initialize scheduler rank \d+"),
+    Rule(ECHO, (r"Received sigquit from a child proces", r"SIGQUIT received\. signum=None", SCHEDULER_DEAD_LINE,
+                CHILD_CRASHED_LINE, r"Failed to initialize scheduler rank \d+"),
          "startup", "a child process (scheduler/detokenizer) died; this line is the parent's echo of it",
          "find the child's own traceback (often just before or after this line)", 0),
 )
@@ -580,8 +581,8 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
 
 # how a parent reports its child's end: the watchdog's line, or the launcher's "Exit code: N" after "Rank N scheduler is
 # dead" (a negative code is the signal that ended it)
-_CHILD_CRASHED = re.compile(r"Subprocess (?P<child>\w+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
-_SCHEDULER_DEAD = re.compile(r"Rank (?P<rank>\d+) scheduler is dead")
+_CHILD_CRASHED = re.compile(CHILD_CRASHED_LINE)
+_SCHEDULER_DEAD = re.compile(SCHEDULER_DEAD_LINE)
 _EXIT_CODE = re.compile(r"\bExit code: (?P<code>-?\d+)\s*$")
 _SIGNALS = {
     -9: "SIGKILL, which nothing inside the process sends: most often the kernel's OOM killer (the container's memory "

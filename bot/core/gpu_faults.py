@@ -267,6 +267,15 @@ class OomKill:
         return int(match.group("vmid")) if match else None
 
     @property
+    def reached(self) -> str:
+        """Which limit the kill answered: the node's RAM, the container's own limit, or another cgroup's."""
+        if self.node_ran_out:
+            return "the node ran out of RAM"
+        if self.container_limit is not None:
+            return f"CT {self.container_limit} reached its memory limit"
+        return f"the memory cgroup {self.limit_cgroup} reached its limit" if self.limit_cgroup else "memory ran out"
+
+    @property
     def vmid(self) -> int | None:
         """The Proxmox container the victim ran in (its cgroup, else the limit's)."""
         for cgroup in (self.task_cgroup, self.limit_cgroup):
@@ -318,15 +327,14 @@ def oom_kill_text(kill: OomKill) -> str:
     held = f", holding {kill.anon_rss_kib / 1024 / 1024:.1f} GiB of its own memory" if kill.anon_rss_kib else ""
     text = f"the kernel's OOM killer killed PID {kill.pid} ({kill.command}){inside}{held}"
     if kill.node_ran_out:
-        return text + (": the node ran out of RAM (guests, containers and the page cache competing): give the node "
-                       "room, or lower what the others hold")
+        return f"{text}: {kill.reached} (guests, containers and the page cache competing): give the node room, or " \
+               "lower what the others hold"
     if kill.container_limit is not None:
-        return text + (f": CT {kill.container_limit} reached its memory limit: raise it above what loading the model "
-                       f"needs (`pct set {kill.container_limit} -memory <MiB>` on the node)")
+        return f"{text}: {kill.reached}: raise it above what loading the model needs (`pct set " \
+               f"{kill.container_limit} -memory <MiB>` on the node)"
     if kill.limit_cgroup:
-        return text + (f": the memory cgroup {kill.limit_cgroup} reached its limit (one set inside the container, "
-                       "such as a service's MemoryMax)" if kill.vmid is not None else
-                       f": the memory cgroup {kill.limit_cgroup} reached its limit")
+        inside = " (one set inside the container, such as a service's MemoryMax)" if kill.vmid is not None else ""
+        return f"{text}: {kill.reached}{inside}"
     return text
 
 

@@ -148,11 +148,11 @@ class Incident:
                     continue
                 budgeted = made_budget_change(label, o.changes)
                 if budgeted is not None and o.outcome == "ready":
-                    what = ("the container's memory limit was the cause" if label == HOST_OOM_KILL else
-                            "the memory budget was the cause")
-                    kind = "a raised limit" if label == HOST_OOM_KILL else "a budget change"
+                    kind, what = (("a raised limit", "the container's memory limit") if label == HOST_OOM_KILL
+                                  else ("a budget change", "the memory budget"))
                     incident = incident.decide(h.id, "confirmed", "gpuops",
-                                               f"{o.attempt} with `{budgeted}` ({kind}) started: {what}", o.attempt)
+                                               f"{o.attempt} with `{budgeted}` ({kind}) started: {what} was the cause",
+                                               o.attempt)
                     break
                 change = made_experiment(label, o.changes)
                 if change is None:

@@ -191,24 +191,20 @@ def killed_by_the_oom_killer(finding: Finding, kills: Iterable[OomKill], vmid: i
     ours = [k for k in kills if k.vmid == vmid]
     if not ours or (finding.label not in (ECHO, *NOT_A_CAUSE, *PEER_LOSS) and finding.confidence != "low"):
         return finding
-    kill = next((k for k in ours if k.command.startswith(("python", "sglang"))), ours[0])
+    server = next((k for k in ours if k.command.startswith(("python", "sglang"))), None)
+    kill = server or ours[0]
     if kill.node_ran_out:
-        reached = "the node ran out of RAM"
         next_step = ("free RAM on the node (other guests and containers, or give it more), then relaunch unchanged; "
                      "loading passes the checkpoint through host memory")
     elif kill.container_limit == vmid:
-        reached = f"CT {vmid} reached its memory limit"
         next_step = (f"raise CT {vmid}'s memory limit on the node (`pct set {vmid} -memory <MiB>`: loading passes the "
                      "checkpoint through host memory), then relaunch unchanged")
     else:
-        reached = f"the memory cgroup {kill.limit_cgroup} reached its limit" if kill.limit_cgroup else \
-            "memory ran out"
         next_step = ("raise the limit that was reached (the container's `pct set -memory`, or one set inside it), "
                      "then relaunch unchanged")
     return Finding(
-        HOST_OOM_KILL, finding.phase if finding.phase != "unknown" else "startup",
-        "high" if kill.command.startswith(("python", "sglang")) else "medium",
+        HOST_OOM_KILL, finding.phase if finding.phase != "unknown" else "startup", "high" if server else "medium",
         f"the kernel's OOM killer killed PID {kill.pid} ({kill.command}) in CT {vmid} while this launch ran: "
-        f"{reached}; a process killed that way leaves no error of its own in the log", next_step, finding.evidence,
+        f"{kill.reached}; a process killed that way leaves no error of its own in the log", next_step, finding.evidence,
         tuple(x for x in (finding.label, *finding.also_seen) if x not in NOT_A_CAUSE),
         (*finding.notes, f"the log alone: {finding.label}: {finding.explanation}"))

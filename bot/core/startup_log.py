@@ -44,6 +44,10 @@ COMPILE_BAR = r"Compiling num tokens \(num_tokens="  # tqdm: piecewise-graph com
 LOAD_END_LINE = r"Load weight end\."
 SCHEDULER_LINE = r"max_total_num_tokens=(?P<tok>\d+),.*?max_running_requests=(?P<mrr>\d+), context_len=(?P<ctx>\d+)"
 BENIGN_NOTICE = "Ignore import error when loading "  # the model registry skipping a module: not an error
+# the parent's words for a child that died without a word of its own (killed, or a crash in native code): the
+# launcher finding a scheduler dead before it was ready (its "Exit code: N" follows), and newer releases' watchdog
+SCHEDULER_DEAD_LINE = r"Rank (?P<rank>\d+) scheduler is dead"
+CHILD_CRASHED_LINE = r"Subprocess (?P<child>\w+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)"
 
 _INIT_END = re.compile(r"Init torch distributed ends\.")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(?P<avail>[\d.]+) GB")
@@ -63,9 +67,8 @@ _READY = re.compile(READY_LINE)
 _RANK = re.compile(r"\bTP(\d+)\b")
 _ERROR = re.compile(
     r"(?:^|\s)(?:Traceback \(most recent call last\)|[A-Za-z_.]*(?:Error|Exception)(?::|$)|"
-    r"Received sigquit|SIGQUIT received|CUDA out of memory|Not enough memory|"
-    # the parent's word for a child that died without a word of its own (killed, or a crash in native code)
-    r"Rank \d+ scheduler is dead|Subprocess \w+ \(pid=\d+\) crashed with exit code)"
+    rf"Received sigquit|SIGQUIT received|CUDA out of memory|Not enough memory|{SCHEDULER_DEAD_LINE}|"
+    rf"{CHILD_CRASHED_LINE})"
 )
 
 
