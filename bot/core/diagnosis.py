@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from bot.core.argv import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogExcerpt
 from bot.core.flags import scrub_secrets
+from bot.core.log_lines import plain_lines, strip_ansi
 from bot.core.startup_log import (
     BENIGN_NOTICE,
     CAPTURE_BAR,
@@ -326,7 +327,6 @@ _CUT_SITES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((label, re.comp
 ))
 _COMPILED = [(r, r.compiled()) for r in RULES]
 
-_PREFIX = re.compile(r"^\S+Z? (?:stdout|stderr) [FP] ")  # kubernetes/containerd log prefixes
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
 _OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError")
 _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Loading safetensors|loading shards|"
@@ -425,13 +425,11 @@ class Finding:
     oom: TorchOom | None = None  # torch's out-of-memory report at the cause, when the cause is one
 
 
-def _clean(line: str) -> str:
-    return _PREFIX.sub("", line.rstrip("\r"))
-
-
-def time_order(lines: list[str]) -> tuple[list[int], bool]:
-    """Indexes of ``lines`` in time order; True when the export was newest-first."""
-    stamps = [(i, m.group(1)) for i, line in enumerate(lines) if (m := _TIMESTAMP.search(line[:60]))]
+def time_order(lines: list[str], collected: list[str] | None = None) -> tuple[list[int], bool]:
+    """Indexes of ``lines`` in time order; True when the export was newest-first. ``collected``: the same lines
+    with their collector's prefixes, whose timestamps (docker's, kubectl's) are read first."""
+    stamps = [(i, m.group(1)) for i, line in enumerate(lines)
+              if (m := _TIMESTAMP.search((collected[i] if collected else "")[:60]) or _TIMESTAMP.search(line[:60]))]
     if len(stamps) >= 3:
         down = sum(1 for (_, a), (_, b) in zip(stamps, stamps[1:], strict=False) if b < a)
         up = sum(1 for (_, a), (_, b) in zip(stamps, stamps[1:], strict=False) if b > a)
@@ -480,8 +478,8 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
     """The first cause in a log (``stalled_minutes``: how long since the log last grew, if known;
     ``context``: what the launch was, which decides between causes the log alone cannot)."""
     raw = text.replace("\r\n", "\n").split("\n")
-    lines = [_clean(x) for x in raw]
-    order, reversed_export = time_order(lines)
+    lines = plain_lines(raw)
+    order, reversed_export = time_order(lines, [strip_ansi(x) for x in raw])
     hits: list[tuple[int, Rule, int]] = []  # (position in time order, rule, file index)
     for position, index in enumerate(order):
         line = lines[index]

@@ -1,0 +1,71 @@
+"""A log as SGLang wrote it, from a log as it was collected.
+
+A log that reaches triage through a collector carries the collector's words before SGLang's on each line:
+`docker compose logs` names the service (``sglang-1  | ``), `docker logs -t` and `kubectl logs --timestamps`
+put an RFC 3339 time first, containerd's files add ``stdout F``, `journalctl` puts the time, the host and the
+unit's process first, Ray and vLLM tag their workers' output ``(Worker pid=N, ip=...)``, and a wrapper program
+logging SGLang's output through Python's logging puts its own time, logger and level first. Colour codes come
+along when a terminal was recorded. The triage's rules read SGLang's words (a traceback frame starts its line),
+so these prefixes are taken off first; line numbers stay those of the file.
+
+A prefix form is taken off only when it is how this log was collected: when it starts at least a third of the
+log's non-blank lines. A line of SGLang's own that happens to look like one prefix is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_RFC3339 = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})"
+_SYSLOG_TIME = r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?"
+_JOURNAL_ISO_TIME = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?[+-]\d{4}"  # short-iso: +0100, never Z
+_UNIT = r"[\w.@/-]+(?:\[\d+\])?"
+
+# (what wrote it, the prefix it puts before each line); the form on the most lines is taken off first, then the
+# search runs again for one nested inside it (compose's service name before docker's timestamp)
+COLLECTOR_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("containerd", re.compile(rf"^{_RFC3339} (?:stdout|stderr) [FP] ")),
+    ("journalctl", re.compile(rf"^(?:{_SYSLOG_TIME}|{_JOURNAL_ISO_TIME}) \S+ {_UNIT}: ")),
+    ("docker/kubectl timestamps", re.compile(rf"^{_RFC3339} ")),
+    ("docker compose", re.compile(r"^[A-Za-z0-9][\w.-]*\s*\| ")),
+    ("kubectl --prefix", re.compile(r"^\[pod/[^\]\s]+\] ")),
+    ("worker tag", re.compile(r"^\(\w+ pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) ")),
+    ("python logging", re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - [\w.]+ - [A-Z]+ - ")),
+)
+_SHARE = 3  # a form is the log's when it starts at least 1 in _SHARE non-blank lines
+_NESTING = 3  # at most this many prefixes, one inside another
+
+
+def strip_ansi(line: str) -> str:
+    return ANSI_ESCAPE.sub("", line)
+
+
+def collector_forms(lines: list[str]) -> list[str]:
+    """The collector prefixes this log carries, outermost first (names from COLLECTOR_PREFIXES)."""
+    return [name for name, _ in _forms(lines)]
+
+
+def _forms(lines: list[str]) -> list[tuple[str, re.Pattern[str]]]:
+    found: list[tuple[str, re.Pattern[str]]] = []
+    current = [line for line in lines if line.strip()]
+    for _ in range(_NESTING):
+        if not current:
+            break
+        hits, name, pattern = max(((sum(1 for line in current if pattern.match(line)), name, pattern)
+                                    for name, pattern in COLLECTOR_PREFIXES if name not in dict(found)),
+                                   key=lambda form: form[0], default=(0, "", None))
+        if pattern is None or not hits or hits * _SHARE < len(current):
+            break
+        found.append((name, pattern))
+        current = [pattern.sub("", line, count=1) for line in current]
+    return found
+
+
+def plain_lines(lines: list[str]) -> list[str]:
+    """Each line as SGLang wrote it: colour codes, a trailing CR and the collector's prefixes taken off."""
+    bare = [strip_ansi(line.rstrip("\r")) for line in lines]
+    forms = _forms(bare)
+    for _, pattern in forms:
+        bare = [pattern.sub("", line, count=1) for line in bare]
+    return bare
