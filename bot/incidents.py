@@ -18,7 +18,10 @@ from typing import Any
 from bot import views
 from bot.app import Services
 from bot.core.attempts import Attempt
-from bot.core.incident import Incident, with_attempts
+from bot.core.incident import Incident, Observation, gpu_reading, with_attempts
+from bot.core.inventory import Target
+from bot.core.status import assess_node
+from bot.triage import TriageReport
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +72,22 @@ async def container_changed(services: Services, client: Any, node: str, vmid: in
         log.exception("updating the incident threads of %s:%s failed", node, vmid)
 
 
-async def triage_answered(services: Services, client: Any, attempt: Attempt, label: str | None, now: float) -> None:
-    """A /sglang triage answered in the attempt's thread: when that thread is an incident, the triage's first cause
-    becomes its hypothesis (as `@gpuops triage` there does), and every thread following the container shows the
-    label on the attempt. Like :func:`container_changed`, a failure here never costs the triage its answer."""
+def triage_reading(services: Services, report: TriageReport, now: float) -> Observation | None:
+    """The node's GPUs as a triage read them, as a reading in the thread (a leftover's holder seen, or clean GPUs,
+    decide hypotheses as a status's reading does); None when the node was not read."""
+    if report.snapshot is None:
+        return None
+    status = assess_node(Target("node", report.attempt.node), report.snapshot, services.limits)
+    return gpu_reading(now, [status], "triage")
+
+
+async def triage_answered(services: Services, client: Any, report: TriageReport, now: float) -> None:
+    """A /sglang triage answered in the attempt's thread: when that thread is an incident, the triage's reading of
+    the GPUs is observed there and its first cause becomes its hypothesis (as `@gpuops triage` there does), and
+    every thread following the container shows the label on the attempt. Like :func:`container_changed`, a failure
+    here never costs the triage its answer."""
+    attempt = report.attempt
+    label = report.finding.label if report.finding else None
     try:
         if label and attempt.thread_ts:
             async with services.incidents.locked(attempt.channel, attempt.thread_ts):
@@ -80,6 +95,8 @@ async def triage_answered(services: Services, client: Any, attempt: Attempt, lab
                 if incident is not None:
                     if incident.node is None:  # the thread is about this attempt's container from now on
                         incident = replace(incident, node=attempt.node, vmid=attempt.vmid)
+                    if (reading := triage_reading(services, report, now)) is not None:
+                        incident = incident.observe(reading)
                     await services.incidents.save(incident.propose_triage(label, attempt.id, now))
     except Exception:
         log.exception("recording the triage of %s in its thread failed", attempt.id)

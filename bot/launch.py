@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
-from bot.core.attempts import Attempt, AttemptStatus, Check, changes_between, ct_memory_change
+from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import VerdictKind
 from bot.core.diagnosis import Finding, diagnose_excerpt
 from bot.core.flags import parse_sglang_flags, secret_value
@@ -204,7 +204,7 @@ def _transformers_check(planned: PlannedBudget) -> Check:
 
 def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, tp: int, limits: Thresholds) -> Check:
     if host is None:
-        return Check("GPUs clean", "warn", "the node's process list could not be read")
+        return Check(GPUS_CLEAN_CHECK, "warn", "the node's process list could not be read")
     holders = []
     wanted = set(planned.gpu_uuids)
     for gpu in (g for g in host.gpus if not wanted or g.uuid in wanted):
@@ -215,8 +215,8 @@ def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, tp: int, limit
         if not procs and (gpu.memory_used_mib or 0) >= limits.orphaned_memory_mib:
             holders.append(f"GPU {gpu.index}: {gpu.memory_used_mib} MiB held, no process listed (orphaned)")
     if holders:
-        return Check("GPUs clean", "fail", "; ".join(holders[:6]) + (" …" if len(holders) > 6 else ""))
-    return Check("GPUs clean", "ok", "no compute process and no held memory on the node's GPUs")
+        return Check(GPUS_CLEAN_CHECK, "fail", "; ".join(holders[:6]) + (" …" if len(holders) > 6 else ""))
+    return Check(GPUS_CLEAN_CHECK, "ok", "no compute process and no held memory on the node's GPUs")
 
 
 # --------------------------------------------------------------------------- launch

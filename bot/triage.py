@@ -62,6 +62,7 @@ class TriageReport:
     peer_access: str | None = None  # for transport findings: the launch GPUs' P2P matrix, summarised
     label_evidence: tuple[str, ...] = ()  # what the label calls for: who holds the port, which transformers
     oom_kills: tuple[str, ...] = ()  # the kernel OOM killer's kills on the node since the attempt started
+    snapshot: SmiSnapshot | None = None  # the node's GPUs as the triage read them (None: not readable)
 
 
 async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target | None,
@@ -128,7 +129,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     text = excerpt.text
     stale = _stale(attempt, stat.stdout if stat.exit_status == 0 else None, text)
     if stale:
-        return TriageReport(attempt, None, stale, 0, gpus, versions, disk, xid, None, oom_kills=kill_lines)
+        return TriageReport(attempt, None, stale, 0, gpus, versions, disk, xid, None, oom_kills=kill_lines,
+                            snapshot=snapshot)
     mtime = float(stat.stdout.split()[0])
     stalled = None
     if attempt.status is AttemptStatus.LAUNCHING:
@@ -169,7 +171,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
         label_evidence = (line,) if line else ()
     return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments,
-                        peer_access, label_evidence, kill_lines)
+                        peer_access, label_evidence, kill_lines, snapshot)
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,

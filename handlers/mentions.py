@@ -15,11 +15,10 @@ from slack_bolt.async_app import AsyncApp
 from bot import views
 from bot.app import Services
 from bot.core.attempts import is_attempt_id
-from bot.core.incident import Incident, Observation, parse_mention
+from bot.core.incident import Incident, Observation, gpu_reading, parse_mention
 from bot.core.inventory import Target, resolve_targets
-from bot.core.status import is_clean, memory_evidence
 from bot.errors import GpuopsError, StoreError, UsageError
-from bot.incidents import container_attempts, refresh_summary, synced
+from bot.incidents import container_attempts, refresh_summary, synced, triage_reading
 from bot.status import read_status, with_launches
 from handlers.common import authorize
 
@@ -98,10 +97,7 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         report = await with_launches(report, services.attempts)
         for message in views.status_messages(report):
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
-        clean = is_clean(report.statuses)
-        incident = incident.observe(Observation(
-            now, "status", f"{'GPUs clean' if clean else 'GPUs not clean'}: {memory_evidence(report.statuses)}",
-            clean_gpus=clean))
+        incident = incident.observe(gpu_reading(now, report.statuses))
         if incident.node is None and targets and targets[0].vmid is not None:
             incident = replace(incident, node=targets[0].node, vmid=targets[0].vmid)
     elif verb == "triage":
@@ -113,8 +109,10 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
             incident = replace(incident, node=target.node, vmid=target.vmid)
         elif not rest and incident.node is not None:
             target = Target("container", incident.node, incident.vmid)
-        await triage(services, client, _ThreadRespond(client, channel, thread), rest or None, target, user, channel,
-                     thread_ts=thread)
+        triaged = await triage(services, client, _ThreadRespond(client, channel, thread), rest or None, target, user,
+                               channel, thread_ts=thread)
+        if (reading := triage_reading(services, triaged, now)) is not None:  # its snapshot is evidence here too
+            incident = incident.observe(reading)
         attempts = await container_attempts(services, incident)
         latest = attempts[0] if attempts else None
         label = latest.observed.get("triage") if latest else None

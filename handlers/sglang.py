@@ -104,8 +104,7 @@ def register(app: AsyncApp, services: Services) -> None:
                 await ask_stop(services, client, respond, request.target, target, user, channel)
             elif isinstance(request, SglangTriageRequest):
                 report = await triage(services, client, respond, request.target, target, user, channel)
-                await triage_answered(services, client, report.attempt,
-                                      report.finding.label if report.finding else None, time.time())
+                await triage_answered(services, client, report, time.time())
             else:
                 await history(services, client, respond, target, channel)
         except GpuopsError as exc:

@@ -54,6 +54,9 @@ class Check:
     detail: str
 
 
+GPUS_CLEAN_CHECK = "GPUs clean"  # the pre-flight's reading of the launch's GPUs: no process, no held memory
+
+
 @dataclass(frozen=True)
 class Attempt:
     id: str
@@ -94,6 +97,13 @@ class Attempt:
     def target_label(self) -> str:
         base = f"{self.node}:{self.vmid}"
         return f"{base} ({self.container})" if self.container else base
+
+    @property
+    def found_gpus_clean(self) -> bool | None:
+        """What its pre-flight read on the launch's GPUs: clean, held (launched past it with --force), or not
+        read."""
+        result = next((c.result for c in self.checks if c.name == GPUS_CLEAN_CHECK), None)
+        return {"ok": True, "fail": False}.get(result or "")
 
     def moved(self, status: AttemptStatus, at: float, note: str = "") -> Attempt:
         if status == self.status and self.transitions:

@@ -15,6 +15,7 @@ from typing import Any
 from bot.core.attempts import SAME_FLAGS, Attempt
 from bot.core.diagnosis import HOST_OOM_KILL, NOT_A_CAUSE
 from bot.core.experiments import made_budget_change, made_experiment
+from bot.core.status import TargetStatus, is_clean, memory_evidence
 
 # how triage words the hypothesis it proposes, and how it is recognised again
 TRIAGE_HYPOTHESIS = re.compile(r"^the first cause is (\w+) \(proposed by triage of ")
@@ -49,7 +50,8 @@ class Observation:
     at: float
     kind: str  # status | attempt | note
     text: str
-    clean_gpus: bool | None = None  # status snapshots: no process and no held memory
+    clean_gpus: bool | None = None  # no process and no held memory: a status's (or a triage's) reading of the
+    # node's GPUs, or an attempt's pre-flight reading of the GPUs it launched on (None: not read)
     attempt: str | None = None
     outcome: str | None = None  # attempts: ready | failed | ...
     label: str | None = None  # attempts: the triage label, if triaged
@@ -106,31 +108,34 @@ class Incident:
         for h in incident.hypotheses:
             if h.status != "open" or not h.about_residual_memory:
                 continue
-            clean = [o for o in self.observations if o.kind == "status" and o.clean_gpus and o.at >= h.created_at]
-            if not clean:
+            # the first reading of clean GPUs since the hypothesis: a status's, or the pre-flight of an attempt
+            # that finished since (that attempt ran on them, and decides as one that came after the reading)
+            clean = next((o for o in self.observations if o.clean_gpus and o.at >= h.created_at), None)
+            if clean is None:
                 continue
+            after = [o for o in self.observations if o.kind == "attempt" and (o.at > clean.at or o is clean)]
             failures_before = [o for o in self.observations if o.kind == "attempt" and o.outcome == "failed"
-                               and o.at < clean[0].at]
-            repeats = [o for o in self.observations if o.kind == "attempt" and o.outcome == "failed"
-                       and o.at > clean[0].at and (not failures_before or not o.label or not failures_before[-1].label
-                                                    or o.label == failures_before[-1].label)]
+                               and o.at < clean.at]
+            repeats = [o for o in after if o.outcome == "failed" and (
+                not failures_before or not o.label or not failures_before[-1].label
+                or o.label == failures_before[-1].label)]
             if repeats:
-                incident = incident.decide(
-                    h.id, "refuted", "gpuops",
-                    f"the GPUs were clean ({clean[0].text}) and the failure repeated in {repeats[0].attempt}",
-                    repeats[0].attempt)
+                seen = (f"{clean.attempt}'s pre-flight found its GPUs clean" if clean.kind == "attempt"
+                        else f"the GPUs were clean ({clean.text})")
+                incident = incident.decide(h.id, "refuted", "gpuops",
+                                           f"{seen} and the failure repeated in {repeats[0].attempt}",
+                                           repeats[0].attempt)
                 continue
             # held memory seen, then freed, and the failed launch relaunched unchanged starts: the leftovers were it
-            held_before = any(o.kind == "status" and o.clean_gpus is False and o.at < clean[0].at
-                              for o in self.observations)
-            started = next((o for o in self.observations if o.kind == "attempt" and o.at > clean[0].at
-                            and o.outcome in ("ready", "failed")), None)
+            held_before = any(o.clean_gpus is False and o.at < clean.at for o in self.observations)
+            started = next((o for o in after if o.outcome in ("ready", "failed")), None)
             if held_before and failures_before and started is not None and started.outcome == "ready" \
                     and set(started.changes) <= {SAME_FLAGS}:
+                freed = f"{clean.attempt}'s pre-flight found them clean" if clean.kind == "attempt" else clean.text
                 incident = incident.decide(
                     h.id, "confirmed", "gpuops",
-                    f"memory held on the GPUs was freed ({clean[0].text}) and {started.attempt} started with the "
-                    "same flags", started.attempt)
+                    f"memory held on the GPUs was freed ({freed}) and {started.attempt} started with the same flags",
+                    started.attempt)
         return incident
 
     def _decide_by_experiments(self) -> Incident:
@@ -205,6 +210,14 @@ def parse_mention(text: str) -> Mention:
     return Mention(verb, rest.strip())
 
 
+def gpu_reading(at: float, statuses: Sequence[TargetStatus], by: str = "") -> Observation:
+    """A reading of the GPUs as the thread's evidence: a status's, or (``by``) the snapshot a triage took."""
+    clean = is_clean(statuses)
+    lead = f"{by}'s reading: " if by else ""
+    return Observation(at, "status", f"{lead}{'GPUs clean' if clean else 'GPUs not clean'}: "
+                                     f"{memory_evidence(statuses)}", clean_gpus=clean)
+
+
 def with_attempts(incident: Incident, attempts: Sequence[Attempt]) -> Incident:
     """Finished attempts on the incident's container become observations (which may decide hypotheses),
     each once, oldest first."""
@@ -213,6 +226,7 @@ def with_attempts(incident: Incident, attempts: Sequence[Attempt]) -> Incident:
             continue
         at = attempt.transitions[-1].at if attempt.transitions else attempt.created_at
         incident = incident.observe(Observation(at, "attempt", f"{attempt.id} {attempt.status.value}",
+                                                clean_gpus=attempt.found_gpus_clean,
                                                 attempt=attempt.id, outcome=attempt.status.value,
                                                 label=attempt.observed.get("triage"), changes=attempt.changes))
     return incident

@@ -175,3 +175,66 @@ def test_a_launch_the_oom_killer_ended_is_confirmed_by_a_relaunch_with_the_conta
     assert (decided.status, decided.tested_by) == ("confirmed", ("a3",))
     assert decided.why == ("a3 with `CT memory 128.0 GiB -> 192.0 GiB` (a raised limit) started: the container's "
                            "memory limit was the cause")
+
+
+def launched(attempt_id, created, finished, outcome, gpus_check, label=None, changes=()):
+    """An attempt as the launch records it: its pre-flight's "GPUs clean" check among its checks."""
+    from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check
+
+    attempt = Attempt(attempt_id, "U1", "C", "pve5", 129, None, "/models/m", ("--tp", "2"), 30000, created,
+                      changes=tuple(changes), checks=(Check("port free", "ok", "30000"),
+                                                      Check(GPUS_CLEAN_CHECK, gpus_check, "read"),),
+                      observed={"triage": label} if label else {})
+    attempt = attempt.moved(AttemptStatus.PLANNED, created).moved(AttemptStatus.LAUNCHING, created)
+    return attempt.moved(AttemptStatus(outcome), finished)
+
+
+def test_a_relaunch_whose_pre_flight_found_the_gpus_clean_and_that_failed_the_same_way_refutes_leftovers():
+    """No `@gpuops status` is needed between: the relaunch's own pre-flight read its GPUs clean."""
+    from bot.core.incident import with_attempts
+
+    first = launched("a1", 5, 10, "failed", "fail", label="kv_pool_oom")  # forced past held memory
+    incident, _ = with_attempts(Incident("C", "1.0"), [first]).add_hypothesis("leftover memory", "U1", 20)
+    assert incident.observations[0].clean_gpus is False
+    again = launched("a2", 30, 40, "failed", "ok", label="kv_pool_oom")
+    decided = with_attempts(incident, [first, again]).hypotheses[0]
+    assert (decided.status, decided.tested_by) == ("refuted", ("a2",))
+    assert decided.why == "a2's pre-flight found its GPUs clean and the failure repeated in a2"
+    # a pre-flight that could not read the GPUs ("warn") is no reading: nothing decided
+    unread = launched("a2", 30, 40, "failed", "warn", label="kv_pool_oom")
+    assert with_attempts(incident, [first, unread]).hypotheses[0].status == "open"
+    # another failure on clean GPUs decides nothing either
+    other = launched("a2", 30, 40, "failed", "ok", label="nccl_error")
+    assert with_attempts(incident, [first, other]).hypotheses[0].status == "open"
+
+
+def test_a_triage_reading_of_held_memory_then_a_clean_unchanged_relaunch_that_starts_confirms_leftovers():
+    """The seed story's loop: the triage's own snapshot saw the leftover, it was freed, and the same flags started
+    on GPUs the relaunch's pre-flight found clean."""
+    from bot.core.attempts import SAME_FLAGS
+    from bot.core.incident import gpu_reading, with_attempts
+    from bot.core.inventory import Target
+    from bot.core.status import assess_node
+    from tests.core.test_argv_and_status import gpu, node_snapshot
+
+    first = launched("a1", 5, 10, "failed", "fail", label="gpu_memory_occupied")
+    incident = with_attempts(Incident("C", "1.0", node="pve5", vmid=129), [first])
+    held = assess_node(Target("node", "pve5"), node_snapshot([gpu(0, used=30000), gpu(1)]))
+    reading = gpu_reading(12, [held], "triage")
+    assert (reading.kind, reading.clean_gpus) == ("status", False)
+    assert reading.text == ("triage's reading: GPUs not clean: pve5: GPU 0 30000/49140 MiB, GPU 1 1/49140 MiB, "
+                            "no compute process")
+    incident = incident.observe(reading).propose_triage("gpu_memory_occupied", "a1", 12)
+    relaunch = launched("a2", 30, 40, "ready", "ok", changes=(SAME_FLAGS,))
+    decided = with_attempts(incident, [first, relaunch]).hypotheses[0]
+    assert (decided.status, decided.tested_by) == ("confirmed", ("a2",))
+    assert decided.why == ("memory held on the GPUs was freed (a2's pre-flight found them clean) and a2 started "
+                           "with the same flags")
+    # without a reading of held memory before, the same start says nothing about leftovers
+    unseen = with_attempts(Incident("C", "1.0"), [launched("a1", 5, 10, "failed", "ok", label="kv_pool_oom")])
+    unseen, _ = unseen.add_hypothesis("leftover memory", "U1", 11)
+    assert with_attempts(unseen, [launched("a1", 5, 10, "failed", "ok", label="kv_pool_oom"),
+                                  relaunch]).hypotheses[0].status == "open"
+    clean = gpu_reading(50, [assess_node(Target("node", "pve5"), node_snapshot([gpu(0), gpu(1)]))])
+    assert (clean.clean_gpus, clean.text) == (True, "GPUs clean: pve5: GPU 0 1/49140 MiB, GPU 1 1/49140 MiB, "
+                                                    "no compute process")

@@ -134,6 +134,37 @@ async def test_leftover_memory_seen_freed_and_an_unchanged_relaunch_that_starts_
     assert f"and {latest.id} started with the same flags" in text
 
 
+async def test_the_triages_own_reading_and_the_relaunchs_pre_flight_decide_leftovers_without_a_status(lab):
+    """The seed story's loop with no `@gpuops status` in it: the triage's snapshot shows the leftover, it is freed,
+    and the unchanged relaunch, whose pre-flight read its GPUs clean, starts."""
+    from tests.handlers.test_launch_flow import SEED, model
+
+    node = lab.nodes["pve5"]
+    node.add_process(424242, 0, "python3", 30000, 129)  # an earlier run's leftover on GPU 0 of CT 129
+    first = await failed_launch(lab, "gpu_memory_occupied")
+    thread = first.thread_ts
+    await lab.mention("triage", thread)
+    calls = await wait_text(lab, "triage's reading", method="chat.postMessage")  # the thread's first summary
+    text = blocks_to_text(next(c for c in calls if c.method == "chat.postMessage"
+                               and "Incident summary" in blocks_to_text(c.blocks)).blocks)
+    assert "the first cause is gpu_memory_occupied" in text
+    assert "triage's reading: GPUs not clean: pve5: GPU 0 30001/49140 MiB" in text
+    state = node.read_state()  # freed (as /gpu free would after its confirmation)
+    state["processes"] = [p for p in state["processes"] if p["pid"] != 424242]
+    node.write_state(state)
+    node.set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")  # forced past the budget check, as the first was: the same flags
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert latest.found_gpus_clean is True and latest.changes == ("same flags as the previous attempt",)
+    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
+    text = blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
+                           in blocks_to_text(c.blocks)][-1].blocks)
+    assert "the first cause is gpu_memory_occupied" in text
+    assert f"freed ({latest.id}'s pre-flight found them clean) and {latest.id} started with the same flags" in text
+
+
 async def test_a_launch_the_oom_killer_ended_is_confirmed_in_the_thread_once_the_raised_limit_lets_it_start(lab):
     from tests.handlers.test_launch_flow import SEED, model
 
