@@ -387,7 +387,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
     gives: that attempt's own log read over SSH (stale logs refused), the evidence and the next experiments."""
     # a container or attempt name holds no "/": such a name is a path even when the file is missing
     if args.what == "-" or "/" in args.what or Path(args.what).exists() or args.launch or \
-            args.stalled_minutes is not None:
+            args.stalled_minutes is not None or args.kernel_log or args.vmid is not None:
         return _triage_file(args)
     from bot.errors import ConfigError, TargetError
 
@@ -463,15 +463,32 @@ def _triage_file(args: argparse.Namespace) -> int:
     from bot.core.diagnosis import LaunchContext, diagnose_excerpt
     from bot.core.experiments import label_experiments
     from bot.core.flags import command_flags
+    from bot.core.gpu_faults import oom_kill_findings, oom_kills, xid_events, xid_findings
+    from bot.core.label_evidence import killed_by_the_oom_killer
 
     given = shlex.split(args.launch) if args.launch else []
     launch = command_flags(given)
     context = LaunchContext.from_argv(given) if args.launch else None
     finding = diagnose_excerpt(_read_log(args.what), stalled_minutes=args.stalled_minutes, context=context)
+    kernel: list[str] = []
+    if args.kernel_log == "-" and args.what == "-":
+        raise UsageError("the log and --kernel-log cannot both be read from stdin: save one to a file")
+    if args.kernel_log:
+        # the node's kernel log of the launch's time, saved (`journalctl -k --since ...`, `dmesg -T`): a kill there
+        # explains a log that says nothing of its own death
+        text = _read_input(args.kernel_log, "kernel log").decode("utf-8", errors="replace")
+        kills = oom_kills(text)
+        finding = killed_by_the_oom_killer(finding, kills, args.vmid)
+        kernel = [*oom_kill_findings("kernel", kills, args.vmid), *xid_findings("kernel", xid_events(text))]
+    elif args.vmid is not None:
+        raise UsageError("--vmid names the container of the processes in --kernel-log: give that file too")
     experiments = label_experiments(finding.label, launch) if launch else ()
     if args.json:
-        print(json.dumps({**asdict(finding), "experiments": [asdict(e) for e in experiments]}, indent=2))
+        print(json.dumps({**asdict(finding), "experiments": [asdict(e) for e in experiments], "kernel": kernel},
+                         indent=2))
     else:
+        for line in kernel:
+            print(line)
         print(f"{finding.label} ({finding.confidence} confidence, phase: {finding.phase})")
         print(f"  why: {finding.explanation}")
         for ev in finding.evidence:
@@ -570,6 +587,11 @@ def build_parser() -> argparse.ArgumentParser:
     triage.add_argument("--launch", help="with a log file: the launch command (its flags decide some generic symptoms)")
     triage.add_argument("--stalled-minutes", type=float,
                         help="with a log file: how long the log has not grown (a hang)")
+    triage.add_argument("--kernel-log", metavar="FILE",
+                        help="with a log file: the node's kernel log of the launch's time, saved (journalctl -k "
+                             "--since ..., dmesg -T): the OOM killer's kills and Xid events in it are read")
+    triage.add_argument("--vmid", type=int, help="with --kernel-log: the container the server ran in (else a killed "
+                                                  "Python/SGLang process anywhere in the file counts)")
     triage.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     triage.set_defaults(func=cmd_triage)
 

@@ -183,28 +183,36 @@ def busy_evidence(snapshot: SmiSnapshot | None) -> tuple[str, ...]:
 PEER_LOSS = frozenset({"nccl_error", "distributed_comm_error", "dist_init_timeout"})
 
 
-def killed_by_the_oom_killer(finding: Finding, kills: Iterable[OomKill], vmid: int) -> Finding:
+def _is_server(kill: OomKill) -> bool:
+    return kill.command.startswith(("python", "sglang"))
+
+
+def killed_by_the_oom_killer(finding: Finding, kills: Iterable[OomKill], vmid: int | None) -> Finding:
     """A launch whose log names no cause of its own (a child's death echoed, a log that just stops, a traceback
     cut short), or only the lost peer the survivors saw (NCCL, gloo, a collective that timed out), while the
     kernel's OOM killer killed a process in its container: the kill is the first cause. Read from the node's kernel
-    log since the launch started; the log's own reading is kept as a note."""
-    ours = [k for k in kills if k.vmid == vmid]
+    log since the launch started; the log's own reading is kept as a note. ``vmid`` None: a kernel log handed over
+    with a log file, whose container is not known (a bare host, docker): a killed Python or SGLang process is it."""
+    ours = [k for k in kills if k.vmid == vmid] if vmid is not None else [k for k in kills if _is_server(k)]
     if not ours or (finding.label not in (ECHO, *NOT_A_CAUSE, *PEER_LOSS) and finding.confidence != "low"):
         return finding
-    server = next((k for k in ours if k.command.startswith(("python", "sglang"))), None)
+    server = next((k for k in ours if _is_server(k)), None)
     kill = server or ours[0]
+    where = vmid if vmid is not None else kill.vmid
+    inside = f" in CT {where}" if where is not None else ""
     if kill.node_ran_out:
         next_step = ("free RAM on the node (other guests and containers, or give it more), then relaunch unchanged; "
                      "loading passes the checkpoint through host memory")
-    elif kill.container_limit == vmid:
-        next_step = (f"raise CT {vmid}'s memory limit on the node (`pct set {vmid} -memory <MiB>`: loading passes the "
-                     "checkpoint through host memory), then relaunch unchanged")
+    elif where is not None and kill.container_limit == where:
+        next_step = (f"raise CT {where}'s memory limit on the node (`pct set {where} -memory <MiB>`: loading passes "
+                     "the checkpoint through host memory), then relaunch unchanged")
     else:
         next_step = ("raise the limit that was reached (the container's `pct set -memory`, or one set inside it), "
                      "then relaunch unchanged")
     return Finding(
-        HOST_OOM_KILL, finding.phase if finding.phase != "unknown" else "startup", "high" if server else "medium",
-        f"the kernel's OOM killer killed PID {kill.pid} ({kill.command}) in CT {vmid} while this launch ran: "
-        f"{kill.reached}; a process killed that way leaves no error of its own in the log", next_step, finding.evidence,
-        tuple(x for x in (finding.label, *finding.also_seen) if x not in NOT_A_CAUSE),
+        HOST_OOM_KILL, finding.phase if finding.phase != "unknown" else "startup",
+        "high" if server and vmid is not None else "medium",
+        f"the kernel's OOM killer killed PID {kill.pid} ({kill.command}){inside} while this launch ran: "
+        f"{kill.reached}; a process killed that way leaves no error of its own in the log",
+        next_step, finding.evidence, tuple(x for x in (finding.label, *finding.also_seen) if x not in NOT_A_CAUSE),
         (*finding.notes, f"the log alone: {finding.label}: {finding.explanation}"))

@@ -159,3 +159,21 @@ def test_the_oom_killer_killing_a_process_in_the_launchs_container_is_the_first_
     # a log that just stops (a hang, or a kill without a word) is read as the kill too
     stopped = diagnose("[2026-05-25 17:30:01 TP0] Load weight begin. avail mem=31.49 GB", stalled_minutes=12)
     assert killed_by_the_oom_killer(stopped, kills, 703).label == "host_oom_kill"
+
+
+def test_a_kernel_log_without_a_known_container_names_a_killed_python_process():
+    """`gpuops triage LOG --kernel-log FILE` off the node: a bare host's kill of `python` (the real `dmesg -T` lines
+    of a host that ran out of RAM) explains the silent death, at medium confidence; another program's kill does not."""
+    from bot.core.gpu_faults import oom_kills
+    from bot.core.label_evidence import killed_by_the_oom_killer
+
+    lines = (FIXTURES / "kernel-log" / "oom-kill-lines.txt").read_text().splitlines()
+    kills = oom_kills("\n".join(lines[6:8]))
+    echo = diagnose((FIXTURES / "other-logs" / "child-exit-lines.txt").read_text().split("\n\n")[0])
+    killed = killed_by_the_oom_killer(echo, kills, None)
+    assert (killed.label, killed.confidence) == ("host_oom_kill", "medium")
+    assert killed.explanation.startswith("the kernel's OOM killer killed PID 6154 (python) while this launch ran: "
+                                         "the node ran out of RAM; ")
+    assert killed.next_step.startswith("free RAM on the node")
+    pulse = oom_kills("\n".join(lines[:6]))  # a monitoring service's kills, not a server's
+    assert killed_by_the_oom_killer(echo, pulse, None) == echo

@@ -214,6 +214,39 @@ def test_triage_in_a_terminal(tmp_path):
     assert data["experiments"][0]["change"] == "--disable-custom-all-reduce"
 
 
+def test_triage_of_a_log_file_reads_a_saved_kernel_log_beside_it(tmp_path):
+    """A scheduler that died without a word, and the host's `dmesg -T` of the time: the kernel's OOM kill of the
+    Python process is named as the cause, and a kill in another container is not this launch's."""
+    log = tmp_path / "attempt.log"
+    log.write_text((FIXTURES / "other-logs/child-exit-lines.txt").read_text().split("\n\n")[0].replace(
+        "Exit code: 1", "Exit code: -9"))
+    kernel_lines = (FIXTURES / "kernel-log/oom-kill-lines.txt").read_text().splitlines()
+    dmesg = tmp_path / "dmesg.txt"
+    dmesg.write_text("\n".join(kernel_lines[6:8]))  # a bare host that ran out of RAM killing `python`
+    alone = gpuops("triage", str(log))
+    assert alone.stdout.startswith("child_process_died")
+    out = gpuops("triage", str(log), "--kernel-log", str(dmesg))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("kernel: the kernel's OOM killer killed PID 6154 (python)")
+    assert "host_oom_kill (medium confidence, phase: startup)" in out.stdout
+    assert "why: the kernel's OOM killer killed PID 6154 (python) while this launch ran: the node ran out of RAM" \
+        in out.stdout
+    assert "note: the log alone: child_process_died" in out.stdout
+    data = json.loads(gpuops("triage", str(log), "--kernel-log", str(dmesg), "--json").stdout)
+    assert data["label"] == "host_oom_kill" and data["kernel"][0].startswith("kernel: the kernel's OOM killer")
+    # the Proxmox journal of a kill in CT 703: this launch's container (129) is another one
+    journal = tmp_path / "journal.txt"
+    journal.write_text("\n".join(kernel_lines[:6]).replace("(pulse)", "(python3)"))
+    other = gpuops("triage", str(log), "--kernel-log", str(journal), "--vmid", "129")
+    finding = [line for line in other.stdout.splitlines() if not line.startswith("kernel: ")]
+    assert finding[0].startswith("child_process_died") and "host_oom_kill" not in other.stdout
+    assert "kernel: the kernel's OOM killer killed PID 3783517 (python3) in CT 703" in other.stdout
+    ours = gpuops("triage", str(log), "--kernel-log", str(journal), "--vmid", "703")
+    assert "host_oom_kill (high confidence" in ours.stdout
+    refused = gpuops("triage", str(log), "--vmid", "703")
+    assert refused.returncode == 2 and "--kernel-log" in refused.stderr
+
+
 async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
     """The same answers as /gpu health and /sglang history, from one Redis, in a separate process."""
     import asyncio
