@@ -613,6 +613,211 @@ def load_dtype(flag: str | None, checkpoint_dtype: str, model_type: str) -> str:
     return checkpoint_dtype
 
 
+def _target_weights(inp: BudgetInput, quant: Quantization, online: Quantization | None, attn_tp: int,
+                    measured: MeasuredLoad | None, conflict: str | None, downcast: bool,
+                    group_why: str) -> tuple[float, str, str]:
+    """The target's weights per GPU in GiB, why, and what they come from: the checkpoint's size, an estimate
+    from its geometry, or (``measured`` without a ``conflict``) an earlier load of this checkpoint."""
+    model, flags, tp = inp.model, inp.flags, inp.flags.tp
+    earlier = None if conflict else measured
+    if inp.weights_bytes_total and online is None:
+        extra = uneven_bytes(model, tp, quant, attn_tp)
+        head_copy = lm_head_copy_bytes(model, tp)
+        weights = (inp.weights_bytes_total / tp + extra + head_copy) / GIB
+        weights_why = f"checkpoint size {inp.weights_bytes_total / GIB:.2f} GiB / tp {tp}"
+        if head_copy:
+            weights_why += (f" + {head_copy / GIB:.2f} GiB lm_head that SGLang builds and fills from the tied "
+                            "embeddings (the checkpoint stores them once)")
+        weights_source = "checkpoint size"
+        if extra >= 0.05 * GIB and attn_tp < tp:
+            weights_why += (f" + {extra / GIB:.2f} GiB every rank holds beyond its share (DP attention: attention "
+                            f"over {attn_tp} GPU(s), embeddings whole; {_whole_parts(model)})")
+        elif extra >= 0.05 * GIB:
+            weights_why += f" + {extra / GIB:.2f} GiB every rank holds whole ({_whole_parts(model)})"
+    else:
+        weights_source = "estimate"
+        # AWQ/GPTQ MoE runs on Marlin kernels, which are CUDA-only: on ROCm the fused-MoE layer
+        # creates its expert weights unquantized (a startup OOM that the int4 byte count hides)
+        experts_dense = bool(model.moe) and quant.method in ("awq", "gptq") and inp.gpus.vendor == "amd"
+        weights = weight_bytes_per_gpu(model, tp, quant, experts_unquantized=experts_dense, attn_tp=attn_tp) / GIB
+        embeddings = "embeddings on every rank" if model.replicated_embeddings else "embeddings vocab-parallel"
+        if attn_tp < tp:
+            embeddings = f"DP attention: attention over {attn_tp} GPU(s), embeddings on every rank"
+        weights_why = (f"{_params(model) / 1e9:.2f} B params x {quant.label if quant.method != 'none' else model.dtype}"
+                       f", sharded over tp={tp} ({embeddings}; norms replicated)")
+        if model.linear is not None and model.linear.kind == "shortconv" and not model.linear.sharded and tp > 1:
+            weights_why += "; the short convolutions whole on every rank"
+        if model.lm_head_copy:
+            weights_why += "; with the lm_head SGLang builds and fills from the tied embeddings"
+        if online is not None:
+            weights_why += f"; --quantization {flags.quantization} quantizes the {model.dtype} checkpoint as it loads"
+        if experts_dense:
+            weights_why += f"; MoE experts in {model.dtype}: no AWQ MoE kernel on ROCm"
+        kept = [f"{part}" + ("" if share >= 1 else f" ({share:.0%})") for part, share in quant.kept
+                if part in ("attention", "mlp", "experts", "linear attention")]
+        if kept:
+            weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
+    weights_why += group_why
+    if downcast and weights_source != "measured":
+        weights_why += (f"; the float32 checkpoint is loaded as {model.dtype} (--dtype auto), half its bytes on "
+                        "disk")
+    # built while the weights load, so `Load weight end ... mem usage` counts them
+    rope_fp32 = inp.gpus.vendor != "amd"
+    rope = rope_table_bytes(model, fp32=rope_fp32) / GIB
+    weights += rope
+    if rope >= 0.05:
+        weights_why += (f"; + {rope:.2f} GiB RoPE cos/sin tables ({_rope_why(model)}, "
+                        f"{'fp32' if rope_fp32 else model.dtype}, on every rank)")
+    if measured is not None and conflict:
+        weights_why += f"; {measured.source} logged {measured.weights_gib:.2f} GiB, not used: {conflict}"
+    elif earlier is not None:
+        estimate = weights
+        weights_source = "measured"
+        weights = earlier.weights_gib
+        off = (estimate - weights) / weights
+        weights_why = (f"measured: {earlier.source} logged {earlier.weights_gib:.2f} GiB per GPU for this checkpoint "
+                       f"({earlier.layout}); the estimate was {estimate:.2f} GiB ({off:+.1%})")
+    return weights, weights_why, weights_source
+
+
+@dataclass(frozen=True)
+class _Draft:
+    layers: int
+    weights_gib: float  # per GPU, kept
+    shared_gib: float  # per GPU, held only while it loads (its own embeddings/lm_head)
+    why: str
+
+
+def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str,
+                 degraded: list[tuple[str, str]]) -> _Draft:
+    """The speculative draft per GPU: the checkpoint's own MTP layers, an EAGLE head, or a standalone model."""
+    model, flags, tp = inp.model, inp.flags, inp.flags.tp
+    draft_layers = 0
+    draft_weights = 0.0
+    draft_shared = 0.0
+    note = ""
+    size: DraftSize | None = None
+    if flags.speculative_algorithm == "EAGLE" and not flags.speculative_draft_model_path:
+        # NEXTN/MTP without a draft path: the checkpoint's own MTP layers. Qwen3-Next's config
+        # states no count though its checkpoint carries one (SGLang's NextN heads are one layer)
+        draft_layers = model.mtp_layers or 1
+        size = mtp_draft_size(model, draft_layers, quant)
+        note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
+        if model.no_mtp:
+            note = " (sized as one MTP layer, but this checkpoint has none)"
+            degraded.append(("support", "the checkpoint's config states no MTP layer (num_nextn_predict_layers 0): "
+                             "NEXTN/MTP without --speculative-draft-model-path has no draft head to load; give "
+                             "an EAGLE draft model's path"))
+        elif inp.mtp_in_checkpoint is False:
+            note = " (sized from the config, but the checkpoint holds no MTP tensor)"
+            degraded.append(("support", f"the config names {model.mtp_layers} MTP layer(s) but the checkpoint's "
+                             "index holds no MTP tensor (quantized or pruned without them): NEXTN/MTP would draft "
+                             "from uninitialized weights, accepting next to nothing; launch without "
+                             "--speculative-algorithm, or give --speculative-draft-model-path a checkpoint that "
+                             "has them"))
+    elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
+        draft_layers = small.layers
+        draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB
+        note = f" (a {_params(small) / 1e9:.2f} B-param standalone draft, from its config)"
+    else:
+        size = eagle_draft_size(model, flags.speculative_algorithm == "EAGLE3", inp.draft_config)
+        draft_layers = int((inp.draft_config or {}).get("num_hidden_layers") or 1)
+        note = f" ({size.why})"
+        if flags.speculative_algorithm == "STANDALONE":
+            note = (" (the standalone draft's config was not read: its size is unknown, one layer shaped like "
+                    "the target's is counted, a lower bound)")
+    if size is not None:
+        draft_weights = size.bytes_per_gpu(tp, with_shared=False) / GIB
+        if era != "D":
+            # before 0.5.14 the draft loads into the reserve with its own embeddings and lm_head and keeps
+            # them while its KV pool is made (from 0.5.14 the pools are sized after the target's replace them)
+            draft_shared = size.bytes_per_gpu(tp, with_shared=True, shared_whole=attn_tp < tp) / GIB \
+                - draft_weights
+        if draft_shared:
+            note += (f"; + {draft_shared:.2f} GiB of its own embeddings/lm_head while it loads, freed once the "
+                     "target's are shared")
+    where = "counted before sizing the pools" if era == "D" else "loaded after the target: comes out of the slack"
+    return _Draft(draft_layers, draft_weights, draft_shared, f"{draft_layers} draft layer(s){note}, {where}")
+
+
+@dataclass(frozen=True)
+class _HybridPool:
+    slots: int | None
+    state_gib: float
+    spec_gib: float  # intermediate SSM state for the draft tokens
+    rest_gib: float  # left for the KV cache after them
+    max_running_requests: int | None
+    error: str | None
+
+
+def _hybrid_pool(inp: BudgetInput, per_conv: float, per_ssm: float, rest: float, radix_off: bool, strategy: str,
+                 overlap: bool, mrr_requested: int | None, w: _Work, degraded: list[tuple[str, str]]) -> _HybridPool:
+    """A hybrid linear-attention model's state slots (conv + SSM per request) out of the pools, before the KV
+    cache: how many requests they admit, and what is left."""
+    model, flags, version, spec = inp.model, inp.flags, inp.version, inp.flags.speculative
+    per = per_conv + per_ssm
+    error = None
+    mrr_final = mrr_requested
+    ratio = 1 if radix_off else 3 + (0 if strategy == "no_buffer" else (2 if overlap else 1))
+    r = flags.mamba_full_memory_ratio if flags.mamba_full_memory_ratio is not None else (
+        0.9 if version.tuple >= (0, 5, 4) else 0.0)
+    d = flags.num_draft_tokens
+    slots, reserved_bytes, spec_bytes, mamba_error = _mamba_plan(
+        version, rest, per, r, d, ratio, radix_off, mrr_requested, flags.max_mamba_cache_size, spec)
+    mamba_gib = (slots or 0) * per / GIB
+    spec_gib = spec_bytes / GIB
+    rest -= reserved_bytes / GIB
+    if model.linear is not None and model.linear.kind == "shortconv":
+        held = f"conv {per_conv / MIB:.2f} MiB (the last {model.linear.conv_kernel - 1} inputs; no SSM state)"
+    else:
+        ssm_dtype = model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype
+        held = f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB ({ssm_dtype})"
+    w.line("hybrid state per request", None,
+           f"{held} x {model.linear_layers} {_linear_name(model)} layers, per GPU", value=f"{per / MIB:.2f} MiB")
+    w.line("hybrid state pool", mamba_gib,
+           f"{slots} state slots (mamba_ratio {ratio}, --mamba-full-memory-ratio {r})",
+           value=f"{slots} slots")
+    if spec_gib:
+        w.line("speculative state", spec_gib, f"intermediate SSM state for {d} draft tokens per request")
+    w.line("left for KV after state", rest, "pools left for the full-attention KV cache")
+    if mamba_error:
+        error = mamba_error
+    elif slots is not None:
+        cap = slots // ratio
+        estimated = mrr_final if mrr_final is not None else 4096
+        if cap < estimated:
+            mrr_final = cap
+            if cap <= 0:
+                degraded.append(("admit", f"max_running_requests = {slots}//{ratio} = 0: the server starts "
+                                          "but cannot admit a request"))
+            elif mrr_requested is not None and cap < mrr_requested:
+                degraded.append(("capped", f"max_running_requests capped to {cap} by the hybrid state pool "
+                                           f"({slots} slots, {ratio} per request)"))
+    return _HybridPool(slots, mamba_gib, spec_gib, rest, mrr_final, error)
+
+
+def _kv_cell(inp: BudgetInput, draft_layers: int, era: str) -> tuple[float, float, float, str]:
+    """Bytes per token of the KV cache on one GPU (full-attention layers, the sliding ones at their ratio, the
+    draft's layers where they share the pool), the element size, the sliding ratio, and why."""
+    model, flags, tp, spec = inp.model, inp.flags, inp.flags.tp, inp.flags.speculative
+    kv_bytes = 1.0 if flags.kv_cache_dtype.startswith("fp8") else 0.5 if flags.kv_cache_dtype.startswith("fp4") \
+        else DTYPE_BYTES.get(model.dtype if flags.kv_cache_dtype == "auto" else "bfloat16", 2.0)
+    full_cell, swa_cell = kv_bytes_per_token(model, tp, kv_bytes)
+    cell = full_cell
+    why_cell = _cell_why(model, tp, kv_bytes)
+    if spec and era == "D" and model.full_layers:
+        cell = full_cell * (1 + draft_layers / model.full_layers)
+        why_cell += f", x(1 + {draft_layers}/{model.full_layers}) for the draft KV"
+    swa_ratio = flags.swa_full_tokens_ratio if flags.swa_full_tokens_ratio is not None else 0.8
+    if model.is_hybrid_swa:
+        cell = full_cell + swa_ratio * swa_cell
+        why_cell += f"; sliding layers at --swa-full-tokens-ratio {swa_ratio}"
+    elif swa_cell:
+        cell += swa_cell  # no separate sliding pool for this architecture: every layer holds the full KV
+        why_cell += f"; + {model.sliding_layers} sliding-window layers, each with a full KV cache in SGLang"
+    return cell, kv_bytes, swa_ratio, why_cell
+
+
 def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGLang's startup order
     model, flags, version = inp.model, inp.flags, inp.version
     downcast = flags.dtype not in DTYPE_FLAG and model.dtype == "float32"
@@ -713,111 +918,13 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     fp8_moe = fp8_moe_misfit(model, quant, inp.gpus)
     if fp8_moe is not None:
         w.line("FP8 MoE kernel", None, fp8_moe)
-    if inp.weights_bytes_total and online is None:
-        extra = uneven_bytes(model, tp, quant, attn_tp)
-        head_copy = lm_head_copy_bytes(model, tp)
-        weights = (inp.weights_bytes_total / tp + extra + head_copy) / GIB
-        weights_why = f"checkpoint size {inp.weights_bytes_total / GIB:.2f} GiB / tp {tp}"
-        if head_copy:
-            weights_why += (f" + {head_copy / GIB:.2f} GiB lm_head that SGLang builds and fills from the tied "
-                            "embeddings (the checkpoint stores them once)")
-        weights_source = "checkpoint size"
-        if extra >= 0.05 * GIB and attn_tp < tp:
-            weights_why += (f" + {extra / GIB:.2f} GiB every rank holds beyond its share (DP attention: attention "
-                            f"over {attn_tp} GPU(s), embeddings whole; {_whole_parts(model)})")
-        elif extra >= 0.05 * GIB:
-            weights_why += f" + {extra / GIB:.2f} GiB every rank holds whole ({_whole_parts(model)})"
-    else:
-        weights_source = "estimate"
-        # AWQ/GPTQ MoE runs on Marlin kernels, which are CUDA-only: on ROCm the fused-MoE layer
-        # creates its expert weights unquantized (a startup OOM that the int4 byte count hides)
-        experts_dense = bool(model.moe) and quant.method in ("awq", "gptq") and inp.gpus.vendor == "amd"
-        weights = weight_bytes_per_gpu(model, tp, quant, experts_unquantized=experts_dense, attn_tp=attn_tp) / GIB
-        embeddings = "embeddings on every rank" if model.replicated_embeddings else "embeddings vocab-parallel"
-        if attn_tp < tp:
-            embeddings = f"DP attention: attention over {attn_tp} GPU(s), embeddings on every rank"
-        weights_why = (f"{_params(model) / 1e9:.2f} B params x {quant.label if quant.method != 'none' else model.dtype}"
-                       f", sharded over tp={tp} ({embeddings}; norms replicated)")
-        if model.linear is not None and model.linear.kind == "shortconv" and not model.linear.sharded and tp > 1:
-            weights_why += "; the short convolutions whole on every rank"
-        if model.lm_head_copy:
-            weights_why += "; with the lm_head SGLang builds and fills from the tied embeddings"
-        if online is not None:
-            weights_why += f"; --quantization {flags.quantization} quantizes the {model.dtype} checkpoint as it loads"
-        if experts_dense:
-            weights_why += f"; MoE experts in {model.dtype}: no AWQ MoE kernel on ROCm"
-        kept = [f"{part}" + ("" if share >= 1 else f" ({share:.0%})") for part, share in quant.kept
-                if part in ("attention", "mlp", "experts", "linear attention")]
-        if kept:
-            weights_why += f"; checkpoint keeps {', '.join(kept)} in {model.dtype}"
-    weights_why += group_why
-    if downcast and weights_source != "measured":
-        weights_why += (f"; the float32 checkpoint is loaded as {model.dtype} (--dtype auto), half its bytes on "
-                        "disk")
-    # built while the weights load, so `Load weight end ... mem usage` counts them
-    rope_fp32 = inp.gpus.vendor != "amd"
-    rope = rope_table_bytes(model, fp32=rope_fp32) / GIB
-    weights += rope
-    if rope >= 0.05:
-        weights_why += (f"; + {rope:.2f} GiB RoPE cos/sin tables ({_rope_why(model)}, "
-                        f"{'fp32' if rope_fp32 else model.dtype}, on every rank)")
-    if measured is not None and conflict:
-        weights_why += f"; {measured.source} logged {measured.weights_gib:.2f} GiB, not used: {conflict}"
-    elif earlier is not None:
-        estimate = weights
-        weights_source = "measured"
-        weights = earlier.weights_gib
-        off = (estimate - weights) / weights
-        weights_why = (f"measured: {earlier.source} logged {earlier.weights_gib:.2f} GiB per GPU for this checkpoint "
-                       f"({earlier.layout}); the estimate was {estimate:.2f} GiB ({off:+.1%})")
+    weights, weights_why, weights_source = _target_weights(inp, quant, online, attn_tp, measured, conflict,
+                                                         downcast, group_why)
     w.line("target weights", weights, weights_why)
-    draft_layers = 0
-    draft_weights = 0.0
-    draft_shared = 0.0  # what the draft holds only while it loads (its own embeddings/lm_head)
+    draft = _draft_model(inp, quant, attn_tp, era, degraded) if spec else _Draft(0, 0.0, 0.0, "")
+    draft_layers, draft_weights, draft_shared = draft.layers, draft.weights_gib, draft.shared_gib
     if spec:
-        note = ""
-        size: DraftSize | None = None
-        if flags.speculative_algorithm == "EAGLE" and not flags.speculative_draft_model_path:
-            # NEXTN/MTP without a draft path: the checkpoint's own MTP layers. Qwen3-Next's config
-            # states no count though its checkpoint carries one (SGLang's NextN heads are one layer)
-            draft_layers = model.mtp_layers or 1
-            size = mtp_draft_size(model, draft_layers, quant)
-            note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
-            if model.no_mtp:
-                note = " (sized as one MTP layer, but this checkpoint has none)"
-                degraded.append(("support", "the checkpoint's config states no MTP layer (num_nextn_predict_layers 0): "
-                                 "NEXTN/MTP without --speculative-draft-model-path has no draft head to load; give "
-                                 "an EAGLE draft model's path"))
-            elif inp.mtp_in_checkpoint is False:
-                note = " (sized from the config, but the checkpoint holds no MTP tensor)"
-                degraded.append(("support", f"the config names {model.mtp_layers} MTP layer(s) but the checkpoint's "
-                                 "index holds no MTP tensor (quantized or pruned without them): NEXTN/MTP would draft "
-                                 "from uninitialized weights, accepting next to nothing; launch without "
-                                 "--speculative-algorithm, or give --speculative-draft-model-path a checkpoint that "
-                                 "has them"))
-        elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
-            draft_layers = small.layers
-            draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB
-            note = f" (a {_params(small) / 1e9:.2f} B-param standalone draft, from its config)"
-        else:
-            size = eagle_draft_size(model, flags.speculative_algorithm == "EAGLE3", inp.draft_config)
-            draft_layers = int((inp.draft_config or {}).get("num_hidden_layers") or 1)
-            note = f" ({size.why})"
-            if flags.speculative_algorithm == "STANDALONE":
-                note = (" (the standalone draft's config was not read: its size is unknown, one layer shaped like "
-                        "the target's is counted, a lower bound)")
-        if size is not None:
-            draft_weights = size.bytes_per_gpu(tp, with_shared=False) / GIB
-            if era != "D":
-                # before 0.5.14 the draft loads into the reserve with its own embeddings and lm_head and keeps
-                # them while its KV pool is made (from 0.5.14 the pools are sized after the target's replace them)
-                draft_shared = size.bytes_per_gpu(tp, with_shared=True, shared_whole=attn_tp < tp) / GIB \
-                    - draft_weights
-            if draft_shared:
-                note += (f"; + {draft_shared:.2f} GiB of its own embeddings/lm_head while it loads, freed once the "
-                         "target's are shared")
-        where = "counted before sizing the pools" if era == "D" else "loaded after the target: comes out of the slack"
-        w.line("draft weights", draft_weights, f"{draft_layers} draft layer(s){note}, {where}")
+        w.line("draft weights", draft_weights, draft.why)
 
     if weights + (draft_weights if era == "D" else 0) >= pre and error is None:
         error = ("torch.OutOfMemoryError: CUDA out of memory (while loading weights: "
@@ -859,61 +966,14 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     mamba_slots: int | None = None
     mamba_gib = spec_gib = 0.0
     mrr_final = mrr_requested
-    ratio = 1
     if hybrid and error is None:
-        ratio = 1 if radix_off else 3 + (0 if strategy == "no_buffer" else (2 if overlap else 1))
-        r = flags.mamba_full_memory_ratio if flags.mamba_full_memory_ratio is not None else (
-            0.9 if version.tuple >= (0, 5, 4) else 0.0)
-        d = flags.num_draft_tokens
-        slots, reserved_bytes, spec_bytes, mamba_error = _mamba_plan(
-            version, rest, per, r, d, ratio, radix_off, mrr_requested, flags.max_mamba_cache_size, spec)
-        mamba_slots = slots
-        mamba_gib = (slots or 0) * per / GIB
-        spec_gib = spec_bytes / GIB
-        rest -= reserved_bytes / GIB
-        if model.linear is not None and model.linear.kind == "shortconv":
-            held = f"conv {per_conv / MIB:.2f} MiB (the last {model.linear.conv_kernel - 1} inputs; no SSM state)"
-        else:
-            ssm_dtype = model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype
-            held = f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB ({ssm_dtype})"
-        w.line("hybrid state per request", None,
-               f"{held} x {model.linear_layers} {_linear_name(model)} layers, per GPU", value=f"{per / MIB:.2f} MiB")
-        w.line("hybrid state pool", mamba_gib,
-               f"{slots} state slots (mamba_ratio {ratio}, --mamba-full-memory-ratio {r})",
-               value=f"{slots} slots")
-        if spec_gib:
-            w.line("speculative state", spec_gib, f"intermediate SSM state for {d} draft tokens per request")
-        w.line("left for KV after state", rest, "pools left for the full-attention KV cache")
-        if mamba_error:
-            error = mamba_error
-        elif slots is not None:
-            cap = slots // ratio
-            estimated = mrr_final if mrr_final is not None else 4096
-            if cap < estimated:
-                mrr_final = cap
-                if cap <= 0:
-                    degraded.append(("admit", f"max_running_requests = {slots}//{ratio} = 0: the server starts "
-                                              "but cannot admit a request"))
-                elif mrr_requested is not None and cap < mrr_requested:
-                    degraded.append(("capped", f"max_running_requests capped to {cap} by the hybrid state pool "
-                                               f"({slots} slots, {ratio} per request)"))
+        pool = _hybrid_pool(inp, per_conv, per_ssm, rest, radix_off, strategy, overlap, mrr_requested, w,
+                            degraded)
+        mamba_slots, mamba_gib, spec_gib, rest = pool.slots, pool.state_gib, pool.spec_gib, pool.rest_gib
+        mrr_final, error = pool.max_running_requests, pool.error
 
     # KV cell and tokens
-    kv_bytes = 1.0 if flags.kv_cache_dtype.startswith("fp8") else 0.5 if flags.kv_cache_dtype.startswith("fp4") \
-        else DTYPE_BYTES.get(model.dtype if flags.kv_cache_dtype == "auto" else "bfloat16", 2.0)
-    full_cell, swa_cell = kv_bytes_per_token(model, tp, kv_bytes)
-    cell = full_cell
-    why_cell = _cell_why(model, tp, kv_bytes)
-    if spec and era == "D" and model.full_layers:
-        cell = full_cell * (1 + draft_layers / model.full_layers)
-        why_cell += f", x(1 + {draft_layers}/{model.full_layers}) for the draft KV"
-    swa_ratio = flags.swa_full_tokens_ratio if flags.swa_full_tokens_ratio is not None else 0.8
-    if model.is_hybrid_swa:
-        cell = full_cell + swa_ratio * swa_cell
-        why_cell += f"; sliding layers at --swa-full-tokens-ratio {swa_ratio}"
-    elif swa_cell:
-        cell += swa_cell  # no separate sliding pool for this architecture: every layer holds the full KV
-        why_cell += f"; + {model.sliding_layers} sliding-window layers, each with a full KV cache in SGLang"
+    cell, kv_bytes, swa_ratio, why_cell = _kv_cell(inp, draft_layers, era)
     w.line("KV bytes per token", None, why_cell, value=f"{cell:,.0f} B")
 
     tokens = 0
