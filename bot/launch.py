@@ -21,16 +21,23 @@ from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import VerdictKind
-from bot.core.diagnosis import Finding, diagnose_excerpt
+from bot.core.diagnosis import ECHO, Finding, diagnose, diagnose_excerpt
 from bot.core.flags import parse_sglang_flags, secret_value
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import NodeFaults, container_memory_mib, launch_gpu_health, launch_memory_health
+from bot.core.gpu_faults import (
+    NodeFaults,
+    container_memory_mib,
+    launch_gpu_health,
+    launch_memory_health,
+    server_kill,
+    silent_death_note,
+)
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import transformers_older
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
-from bot.faults import read_faults
+from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
 from bot.status import SmiFailed, Transport, read_node, read_peer_access
 from bot.store import AttemptStore
@@ -340,14 +347,16 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
             now = time.time()
             if progress.stage is Stage.READY:
                 return await _finish_ready(transport, store, attempt, progress, python, notify)
-            if progress.failed and not alive:
-                return await _finish(store, attempt, progress, AttemptStatus.FAILED, progress.error_line or "", notify)
             if not alive:
-                await asyncio.sleep(0.2)  # let the last lines land, then read once more
-                tail = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
-                    attempt.log_path, offset)), ok_exit=(0, 1))
-                progress = advance(progress, (buffer + tail.stdout).split("\n"))
+                if not progress.failed:
+                    await asyncio.sleep(0.2)  # let the last lines land, then read once more
+                    tail = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
+                        attempt.log_path, offset)), ok_exit=(0, 1))
+                    progress = advance(progress, (buffer + tail.stdout).split("\n"))
                 reason = progress.error_line or f"the server process exited during {progress.label}, with no error line"
+                if not progress.error_line or diagnose(progress.error_line).label == ECHO:
+                    # a death the log does not explain: the kernel's OOM killer may have done it
+                    reason = await _kernel_kill(transport, attempt, started, progress.error_line) or reason
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)
             if now - last_output > settings.stall_timeout_s:
                 reason = (f"no output for {int(now - last_output) // 60} min after {progress.label} began "
@@ -363,6 +372,19 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 await asyncio.sleep(settings.poll_s)
     finally:
         await store.drop_lease(attempt.id, replica)
+
+
+async def _kernel_kill(transport: Transport, attempt: Attempt, started: float, last_word: str | None) -> str | None:
+    """Why a launch died without a word of its own, when the node's kernel log has the OOM killer killing its
+    process since it started (None: no such kill, or the kernel log not readable)."""
+    try:
+        events = await read_kernel_events(transport, attempt.node, max(1, int((time.time() - started) // 3600) + 1),
+                                          started - 60)
+    except GpuopsError as exc:
+        log.warning("reading %s's kernel log for %s: %s", attempt.node, attempt.id, exc.user_message)
+        return None
+    kill = server_kill(events.oom_kills, attempt.vmid)
+    return silent_death_note(kill, last_word) if kill is not None else None
 
 
 def observed_of(progress: Progress) -> dict[str, object]:

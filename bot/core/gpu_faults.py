@@ -276,6 +276,11 @@ class OomKill:
         return f"the memory cgroup {self.limit_cgroup} reached its limit" if self.limit_cgroup else "memory ran out"
 
     @property
+    def is_server(self) -> bool:
+        """The victim was a Python or SGLang process (an SGLang server's scheduler, or its launcher)."""
+        return self.command.startswith(("python", "sglang"))
+
+    @property
     def vmid(self) -> int | None:
         """The Proxmox container the victim ran in (its cgroup, else the limit's)."""
         for cgroup in (self.task_cgroup, self.limit_cgroup):
@@ -310,6 +315,19 @@ def oom_kills(kernel_log: str, since: float | None = None) -> list[OomKill]:
                              int(killed.group("anon")) if killed.group("anon") else None,
                              None if node_ran_out else limit, task, node_ran_out))
     return kills
+
+
+def server_kill(kills: Iterable[OomKill], vmid: int | None) -> OomKill | None:
+    """The kill that ended a launch: in CT ``vmid``, its Python/SGLang process first, else any process there;
+    ``vmid`` None (a kernel log off an unknown host): a Python/SGLang process anywhere."""
+    ours = [k for k in kills if vmid is None or k.vmid == vmid]
+    return next((k for k in ours if k.is_server), None if vmid is None else next(iter(ours), None))
+
+
+def silent_death_note(kill: OomKill, last_word: str | None) -> str:
+    """A launch's failure, when the log says nothing of its own death but the kernel killed its process."""
+    said = f"; the log's last word: {last_word}" if last_word else "; the log says nothing of it"
+    return f"killed by the kernel's OOM killer: {kill.reached} (PID {kill.pid}, {kill.command}){said}"
 
 
 def oom_kill_findings(where: str, kills: list[OomKill], first_vmid: int | None = None, limit: int = 4) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, NOT_A_CAUSE, Finding, TorchOom
 from bot.core.gpu import GpuProcess, SmiSnapshot
-from bot.core.gpu_faults import OomKill
+from bot.core.gpu_faults import OomKill, server_kill
 from bot.core.status import DEFAULT_THRESHOLDS
 
 # how the binders SGLang uses name the port they could not take (formats of torch, asyncio/uvicorn and pyzmq)
@@ -183,21 +183,15 @@ def busy_evidence(snapshot: SmiSnapshot | None) -> tuple[str, ...]:
 PEER_LOSS = frozenset({"nccl_error", "distributed_comm_error", "dist_init_timeout"})
 
 
-def _is_server(kill: OomKill) -> bool:
-    return kill.command.startswith(("python", "sglang"))
-
-
 def killed_by_the_oom_killer(finding: Finding, kills: Iterable[OomKill], vmid: int | None) -> Finding:
     """A launch whose log names no cause of its own (a child's death echoed, a log that just stops, a traceback
     cut short), or only the lost peer the survivors saw (NCCL, gloo, a collective that timed out), while the
     kernel's OOM killer killed a process in its container: the kill is the first cause. Read from the node's kernel
     log since the launch started; the log's own reading is kept as a note. ``vmid`` None: a kernel log handed over
     with a log file, whose container is not known (a bare host, docker): a killed Python or SGLang process is it."""
-    ours = [k for k in kills if k.vmid == vmid] if vmid is not None else [k for k in kills if _is_server(k)]
-    if not ours or (finding.label not in (ECHO, *NOT_A_CAUSE, *PEER_LOSS) and finding.confidence != "low"):
+    kill = server_kill(kills, vmid)
+    if kill is None or (finding.label not in (ECHO, *NOT_A_CAUSE, *PEER_LOSS) and finding.confidence != "low"):
         return finding
-    server = next((k for k in ours if _is_server(k)), None)
-    kill = server or ours[0]
     where = vmid if vmid is not None else kill.vmid
     inside = f" in CT {where}" if where is not None else ""
     if kill.node_ran_out:
@@ -211,7 +205,7 @@ def killed_by_the_oom_killer(finding: Finding, kills: Iterable[OomKill], vmid: i
                      "then relaunch unchanged")
     return Finding(
         HOST_OOM_KILL, finding.phase if finding.phase != "unknown" else "startup",
-        "high" if server and vmid is not None else "medium",
+        "high" if kill.is_server and vmid is not None else "medium",
         f"the kernel's OOM killer killed PID {kill.pid} ({kill.command}){inside} while this launch ran: "
         f"{kill.reached}; a process killed that way leaves no error of its own in the log",
         next_step, finding.evidence, tuple(x for x in (finding.label, *finding.also_seen) if x not in NOT_A_CAUSE),

@@ -234,3 +234,24 @@ def test_the_preflight_reads_the_containers_memory_limit_and_warns_after_an_oom_
     assert launch_memory_health(129, config, kills)[0] == "ok"
     assert launch_memory_health(703, None, kills) == ("warn", "CT 703: its memory limit could not be read "
                                                               "(`pct config 703`)")
+
+
+def test_the_kill_that_ended_a_launch_and_how_its_failure_says_so():
+    """The real kernel lines: a Proxmox journal's kills of a monitoring service (PID 3777481 without its summary
+    line, so its container is not known; PID 3783517 in CT 703), and a bare host's kill of `python`."""
+    from bot.core.gpu_faults import server_kill, silent_death_note
+
+    lines = (FIXTURES / "kernel-log" / "oom-kill-lines.txt").read_text().splitlines()
+    proxmox = oom_kills("\n".join(lines[:6]))
+    bare = oom_kills("\n".join(lines[6:8]))
+    # in the launch's container, any process there (the server's own first); in another container, none
+    assert server_kill(proxmox, 703).pid == 3783517 and server_kill(proxmox, 129) is None
+    as_python = oom_kills("\n".join(lines[:6]).replace("(pulse)", "(python3)"))
+    assert [k.is_server for k in as_python] == [True, True] and server_kill(as_python, 703).pid == 3783517
+    assert server_kill(as_python, None).pid == 3777481  # container unknown: the first Python process anywhere
+    # container unknown: only a Python/SGLang process counts
+    assert server_kill(proxmox, None) is None and server_kill(bare, None).pid == 6154
+    note = silent_death_note(server_kill(bare, None), "[06-09 13:32:34] Rank 0 scheduler is dead.")
+    assert note == ("killed by the kernel's OOM killer: the node ran out of RAM (PID 6154, python); the log's last "
+                    "word: [06-09 13:32:34] Rank 0 scheduler is dead.")
+    assert silent_death_note(server_kill(as_python, 703), None).endswith("; the log says nothing of it")

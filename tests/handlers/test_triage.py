@@ -367,6 +367,13 @@ async def test_a_launch_the_kernel_killed_is_named_from_the_nodes_kernel_log(lab
     # the stand-in's scheduler is killed at the container's memory limit while its weights load: the kernel writes
     # the kill into the node's log, the launcher's log says only that rank 0 died with exit code -9
     attempt = await failed_launch(lab, "host_oom_kill")
+    # the launch's own failure already says so: the follower read the node's kernel log when the log said nothing
+    assert attempt.error_line.startswith("killed by the kernel's OOM killer: CT 129 reached its memory limit (PID ")
+    assert attempt.error_line.endswith("; the log's last word: [" + attempt.error_line.split("last word: [", 1)[1])
+    assert "Rank 0 scheduler is dead" in attempt.error_line
+    final = [blocks_to_text(c.blocks) + str(c.params.get("text", "")) for c in lab.standin.calls
+             if f"Attempt `{attempt.id}` failed" in blocks_to_text(c.blocks) + str(c.params.get("text", ""))]
+    assert final and "killed by the kernel's OOM killer: CT 129 reached its memory limit" in final[-1]
     await lab.slash("/sglang", f"triage {attempt.id}")
     calls = await wait_text(lab, "Triage of", method="chat.postMessage")
     text = blocks_to_text(post_with(calls, "Triage of").blocks)
