@@ -21,11 +21,12 @@ from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import VerdictKind
-from bot.core.diagnosis import ECHO, Finding, diagnose, diagnose_excerpt
+from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
 from bot.core.flags import parse_sglang_flags, secret_value
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
     NodeFaults,
+    OomKill,
     container_memory_mib,
     launch_gpu_health,
     launch_memory_health,
@@ -33,7 +34,7 @@ from bot.core.gpu_faults import (
     silent_death_note,
 )
 from bot.core.inventory import Container, Inventory, Target
-from bot.core.label_evidence import transformers_older
+from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
@@ -374,16 +375,22 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
         await store.drop_lease(attempt.id, replica)
 
 
-async def _kernel_kill(transport: Transport, attempt: Attempt, started: float, last_word: str | None) -> str | None:
-    """Why a launch died without a word of its own, when the node's kernel log has the OOM killer killing its
-    process since it started (None: no such kill, or the kernel log not readable)."""
+async def _oom_kills_since(transport: Transport, attempt: Attempt, since: float) -> list[OomKill]:
+    """The OOM killer's kills in the node's kernel log since ``since`` (none when it is not readable: the caller's
+    answer stands without them)."""
     try:
-        events = await read_kernel_events(transport, attempt.node, max(1, int((time.time() - started) // 3600) + 1),
-                                          started - 60)
+        events = await read_kernel_events(transport, attempt.node, max(1, int((time.time() - since) // 3600) + 1),
+                                          since - 60)
     except GpuopsError as exc:
         log.warning("reading %s's kernel log for %s: %s", attempt.node, attempt.id, exc.user_message)
-        return None
-    kill = server_kill(events.oom_kills, attempt.vmid)
+        return []
+    return events.oom_kills
+
+
+async def _kernel_kill(transport: Transport, attempt: Attempt, started: float, last_word: str | None) -> str | None:
+    """Why a launch died without a word of its own, when the node's kernel log has the OOM killer killing its
+    process since it started."""
+    kill = server_kill(await _oom_kills_since(transport, attempt, started), attempt.vmid)
     return silent_death_note(kill, last_word) if kill is not None else None
 
 
@@ -601,9 +608,12 @@ async def exit_report(transport: Transport, store: AttemptStore, attempt: Attemp
         log.warning("reading the log of exited server %s: %s", attempt.id, exc.user_message)
         return ExitReport(attempt, None, Progress())
     excerpt = remote.parse_log_excerpt(out.stdout)
-    finding = diagnose_excerpt(excerpt)
+    # a server the kernel killed writes nothing of it: the node's kernel log since it started may name the cause
+    finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt),
+                                       await _oom_kills_since(transport, attempt, attempt.created_at), attempt.vmid)
     progress = advance(Progress(), excerpt.text.splitlines())
-    named = finding.evidence[0].text if finding.label != "unknown" and finding.evidence else None
+    named = finding.explanation if finding.label == HOST_OOM_KILL else \
+        finding.evidence[0].text if finding.label != "unknown" and finding.evidence else None
     error = named or progress.error_line
     if error and error != attempt.error_line:
         attempt = replace(attempt, error_line=error[:500])

@@ -27,7 +27,7 @@ from slack_sdk.models.blocks import (
 
 from bot.core.attempts import Attempt, Check
 from bot.core.budget import Budget, planned_format_conflict
-from bot.core.diagnosis import Finding
+from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.health import HealthReport
 from bot.core.incident import Incident
 from bot.core.inventory import Inventory
@@ -327,7 +327,8 @@ def server_exited_message(attempt: Attempt, finding: Finding | None) -> SlackMes
     if finding is None:
         lines.append("Its log could not be read now; `/sglang triage " + attempt.id + "` tries again.")
     else:
-        lines.append(f"First cause in its log: *{finding.label}* ({finding.confidence} confidence, {finding.phase}): "
+        where = "from the node's kernel log" if finding.label == HOST_OOM_KILL else "in its log"
+        lines.append(f"First cause {where}: *{finding.label}* ({finding.confidence} confidence, {finding.phase}): "
                      + escape_mrkdwn(finding.explanation))
         lines += [f"_{escape_mrkdwn(n)}_" for n in finding.notes]
         evidence = [f"L{e.line_no}: {e.text}" for e in finding.evidence]

@@ -178,6 +178,35 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
     assert (await one.tick()).exited == [] and (await two.tick()).exited == []
 
 
+async def test_a_ready_server_the_oom_killer_ended_is_announced_with_the_kill_as_its_cause(replicas):
+    """A serving server killed by the kernel writes nothing: its announcement names the kill from the node's
+    kernel log, which the lab's kernel stand-in writes as the kernel words it."""
+    import signal
+
+    from bot.lab.fake_sglang import record_oom_kill
+
+    lab, one, two, clock = replicas
+    attempt = await ready_server(lab)
+    record_oom_kill(lab.nodes["pve5"].state_dir / "node.json", "129", attempt.pid, 60 * 1024 * 1024)
+    os.killpg(attempt.pid, signal.SIGKILL)  # the stand-in this test's lab started, by its process group
+    for _ in range(100):
+        try:
+            os.kill(attempt.pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    clock.now = at("2026-12-03 06:10")
+    first, second = await one.tick(), await two.tick()
+    assert sorted(first.exited + second.exited) == [attempt.id]
+    post = [c for c in lab.standin.of("chat.postMessage") if "exited while serving" in str(c.params.get("text"))][-1]
+    text = blocks_to_text(post.blocks)
+    assert "First cause from the node's kernel log: *host_oom_kill*" in text
+    assert f"killed PID {attempt.pid} (python3) in CT 129 while this launch ran: CT 129 reached its memory limit" \
+        in text
+    stored = await lab.services.attempts.get(attempt.id)
+    assert stored.error_line.startswith(f"the kernel's OOM killer killed PID {attempt.pid} (python3) in CT 129")
+
+
 async def test_a_ready_server_that_lives_but_stops_answering_is_announced_once(replicas):
     import signal
 
