@@ -136,10 +136,27 @@ async def ready_server(lab):
     return (await lab.services.attempts.recent("pve5", 129, 1))[0]
 
 
+async def killed_and_sampled(attempt, replicas):
+    """The server's process group killed (the stand-in this test's lab started), then one sampling slot on both
+    replicas: one of them samples, and finds it gone."""
+    import signal
+
+    _, one, two, clock = replicas
+    os.killpg(attempt.pid, signal.SIGKILL)
+    for _ in range(100):
+        try:
+            os.kill(attempt.pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    clock.now = at("2026-12-03 06:10")
+    first, second = await one.tick(), await two.tick()
+    assert sorted(first.exited + second.exited) == [attempt.id]
+
+
 async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_thread(replicas):
     """The sampler notices a ready server's process is gone: the attempt is recorded as failed and its
     thread (and channel) told what its own log shows first, once across replicas."""
-    import signal
 
     from tests.conftest import ROOT
     from tests.edges.test_cli import long_serving_log
@@ -150,16 +167,7 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
     served = long_serving_log(FIXTURES / "sglang-failures/cases.jsonl", ROOT / "bot/lab/data/logs", 50)
     with open(attempt.log_path, "a") as log:  # it served, then hung until the watchdog ended it
         log.write(served.split("\n", 40)[-1])
-    os.killpg(attempt.pid, signal.SIGKILL)  # the stand-in this test's lab started, by its process group
-    for _ in range(100):
-        try:
-            os.kill(attempt.pid, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
-    clock.now = at("2026-12-03 06:10")
-    first, second = await one.tick(), await two.tick()  # the same sampling slot: one of them samples
-    assert sorted(first.exited + second.exited) == [attempt.id]
+    await killed_and_sampled(attempt, replicas)
     stored = await lab.services.attempts.get(attempt.id)
     assert stored.status.value == "failed"
     assert f"(PID {attempt.pid}) exited while serving" in stored.transitions[-1].note
@@ -181,23 +189,13 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
 async def test_a_ready_server_the_oom_killer_ended_is_announced_with_the_kill_as_its_cause(replicas):
     """A serving server killed by the kernel writes nothing: its announcement names the kill from the node's
     kernel log, which the lab's kernel stand-in writes as the kernel words it."""
-    import signal
 
     from bot.lab.fake_sglang import record_oom_kill
 
     lab, one, two, clock = replicas
     attempt = await ready_server(lab)
     record_oom_kill(lab.nodes["pve5"].state_dir / "node.json", "129", attempt.pid, 60 * 1024 * 1024)
-    os.killpg(attempt.pid, signal.SIGKILL)  # the stand-in this test's lab started, by its process group
-    for _ in range(100):
-        try:
-            os.kill(attempt.pid, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
-    clock.now = at("2026-12-03 06:10")
-    first, second = await one.tick(), await two.tick()
-    assert sorted(first.exited + second.exited) == [attempt.id]
+    await killed_and_sampled(attempt, replicas)
     post = [c for c in lab.standin.of("chat.postMessage") if "exited while serving" in str(c.params.get("text"))][-1]
     text = blocks_to_text(post.blocks)
     assert "First cause from the node's kernel log: *host_oom_kill*" in text
