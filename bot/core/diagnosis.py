@@ -326,6 +326,7 @@ _CUT_SITES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple((label, re.comp
                             r"compile_to_fn|load_by_key_path)$", "torch.compile generated and loaded a graph's code"),
 ))
 _COMPILED = [(r, r.compiled()) for r in RULES]
+Hit = tuple[int, Rule, int]  # (position in time order, the rule that matched, index of the line in the file)
 
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
 _OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError")
@@ -480,21 +481,7 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
     raw = text.replace("\r\n", "\n").split("\n")
     lines = plain_lines(raw)
     order, reversed_export = time_order(lines, [strip_ansi(x) for x in raw])
-    hits: list[tuple[int, Rule, int]] = []  # (position in time order, rule, file index)
-    for position, index in enumerate(order):
-        line = lines[index]
-        if not line.strip() or _BENIGN.search(line):
-            continue
-        for rule, patterns in _COMPILED:
-            if any(p.search(line) for p in patterns):
-                if rule.label == "cuda_graph_capture_error" and (wrapper := _CAPTURE_WRAPPER.search(line)):
-                    tail = " ".join([line[wrapper.end():], *(lines[order[j]] for j in
-                                                             range(position + 1, min(len(order), position + 4)))])
-                    hits.append((position, RULE_BY_LABEL[_wrapper_label(tail)], index))
-                elif rule.label == "weight_load_oom":
-                    hits.append((position, RULE_BY_LABEL[_oom_label(lines, order, position)], index))
-                else:
-                    hits.append((position, rule, index))
+    hits = _rule_hits(lines, order)
     notes = ("log was exported newest-first; read in time order",) if reversed_export else ()
     if context is not None:
         hits = _with_context(hits, lines, order, context)
@@ -516,26 +503,7 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
                 + ", ".join(frames)), also_seen=frames, next_step=(
                 "find the rest of this log (it was cut: rotated, truncated, or the process was killed mid-write); "
                 f"to test the frames' lead meanwhile: {rule.next_step}"))
-        same = list({h[2]: h for h in causes if h[1].label == rule.label}.values())  # one per line
-        evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in same[:3])
-        also = tuple(sorted({h[1].label for h in hits if h[1].label != rule.label}))
-        confidence = "high" if rule.strength >= 3 else "medium" if rule.strength == 2 else "low"
-        phase = _phase(lines, order, chosen[0], rule.phase)
-        explanation, next_step = rule.explanation, rule.next_step
-        if rule.label == "nccl_error" and any(_NCCL_OOM.search(lines[i]) for i in order[chosen[0]:]):
-            explanation = ("NCCL could not allocate its buffers: its own last error is a CUDA out-of-memory "
-                           "(they live outside the static pool that --mem-fraction-static sizes)")
-            next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
-        if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
-            explanation += (f" (one GPU had only {free.group('least')} GB free against {free.group('here')} GB on "
-                            "this rank's)")
-        if (oom := torch_oom(lines, order, chosen[0])) is not None:
-            notes = (*notes, _torch_oom_note(oom))
-        if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):
-            explanation = "torch.compile ran out of GPU memory while compiling (the compiler's error wraps a CUDA OOM)"
-            next_step = ("lower --torch-compile-max-bs or --mem-fraction-static (compiling needs room outside the "
-                         "static pool), or launch without --enable-torch-compile")
-        return Finding(rule.label, phase, confidence, explanation, next_step, evidence, also, notes, oom)
+        return _cause_finding(chosen, causes, hits, lines, order, notes)
     for index in order:  # weak signal: weights left almost nothing free
         m = _TINY_AVAIL.search(lines[index])
         if m and float(m.group("avail")) < 0.2 * (float(m.group("avail")) + float(m.group("usage"))):
@@ -560,21 +528,74 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
         if stalled is not None:
             return stalled
     if echoes:
-        rule = RULE_BY_LABEL[ECHO]
-        evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in echoes[:2])
-        exit_line = child_exit(lines, order)
-        explanation = rule.explanation + "; the child's own error is not in this text"
-        next_step = rule.next_step
-        if exit_line is not None:
-            index, child, code = exit_line
-            explanation += f"; {child} exited with code {code}: {exit_meaning(code)}"
-            if index + 1 not in {e.line_no for e in evidence}:
-                evidence = (*evidence, Evidence(index + 1, lines[index].strip()[:400]))
-            if code == -9:
-                next_step = ("read the node's kernel log for the OOM killer (`journalctl -k | grep -i 'killed "
-                             "process'`): a container's memory limit or the node's RAM; then " + next_step)
-        return Finding(ECHO, rule.phase, "low", explanation, next_step, evidence, (), notes)
+        return _echo_finding(echoes, lines, order, notes)
     return _no_failure(lines, order, notes) or _unknown(lines, order, notes)
+
+
+def _rule_hits(lines: list[str], order: list[int]) -> list[Hit]:
+    """Every line's matching rules, in time order: a capture wrapper is named by what follows it, an
+    out-of-memory by what was happening when it struck."""
+    hits: list[Hit] = []
+    for position, index in enumerate(order):
+        line = lines[index]
+        if not line.strip() or _BENIGN.search(line):
+            continue
+        for rule, patterns in _COMPILED:
+            if any(p.search(line) for p in patterns):
+                if rule.label == "cuda_graph_capture_error" and (wrapper := _CAPTURE_WRAPPER.search(line)):
+                    tail = " ".join([line[wrapper.end():], *(lines[order[j]] for j in
+                                                             range(position + 1, min(len(order), position + 4)))])
+                    hits.append((position, RULE_BY_LABEL[_wrapper_label(tail)], index))
+                elif rule.label == "weight_load_oom":
+                    hits.append((position, RULE_BY_LABEL[_oom_label(lines, order, position)], index))
+                else:
+                    hits.append((position, rule, index))
+    return hits
+
+
+def _cause_finding(chosen: Hit, causes: list[Hit], hits: list[Hit], lines: list[str], order: list[int],
+                   notes: tuple[str, ...]) -> Finding:
+    """The finding for the rule chosen as the first cause: its lines (one per line, up to three), the other labels
+    seen, and what its context refines (NCCL out of memory, the unbalanced GPU, torch's own OOM report)."""
+    rule = chosen[1]
+    same = list({h[2]: h for h in causes if h[1].label == rule.label}.values())  # one per line
+    evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in same[:3])
+    also = tuple(sorted({h[1].label for h in hits if h[1].label != rule.label}))
+    confidence = "high" if rule.strength >= 3 else "medium" if rule.strength == 2 else "low"
+    phase = _phase(lines, order, chosen[0], rule.phase)
+    explanation, next_step = rule.explanation, rule.next_step
+    if rule.label == "nccl_error" and any(_NCCL_OOM.search(lines[i]) for i in order[chosen[0]:]):
+        explanation = ("NCCL could not allocate its buffers: its own last error is a CUDA out-of-memory "
+                       "(they live outside the static pool that --mem-fraction-static sizes)")
+        next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
+    if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
+        explanation += (f" (one GPU had only {free.group('least')} GB free against {free.group('here')} GB on "
+                        "this rank's)")
+    if (oom := torch_oom(lines, order, chosen[0])) is not None:
+        notes = (*notes, _torch_oom_note(oom))
+    if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):
+        explanation = "torch.compile ran out of GPU memory while compiling (the compiler's error wraps a CUDA OOM)"
+        next_step = ("lower --torch-compile-max-bs or --mem-fraction-static (compiling needs room outside the "
+                     "static pool), or launch without --enable-torch-compile")
+    return Finding(rule.label, phase, confidence, explanation, next_step, evidence, also, notes, oom)
+
+
+def _echo_finding(echoes: list[Hit], lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding:
+    """Only a parent's word that a child died: said as that, with the exit code read when the log has it."""
+    rule = RULE_BY_LABEL[ECHO]
+    evidence = tuple(Evidence(h[2] + 1, lines[h[2]].strip()[:400]) for h in echoes[:2])
+    exit_line = child_exit(lines, order)
+    explanation = rule.explanation + "; the child's own error is not in this text"
+    next_step = rule.next_step
+    if exit_line is not None:
+        index, child, code = exit_line
+        explanation += f"; {child} exited with code {code}: {exit_meaning(code)}"
+        if index + 1 not in {e.line_no for e in evidence}:
+            evidence = (*evidence, Evidence(index + 1, lines[index].strip()[:400]))
+        if code == -9:
+            next_step = ("read the node's kernel log for the OOM killer (`journalctl -k | grep -i 'killed "
+                         "process'`): a container's memory limit or the node's RAM; then " + next_step)
+    return Finding(ECHO, rule.phase, "low", explanation, next_step, evidence, (), notes)
 
 
 # how a parent reports its child's end: the watchdog's line, or the launcher's "Exit code: N" after "Rank N scheduler is
@@ -796,8 +817,8 @@ def _cut_site(lines: list[str], order: list[int], notes: tuple[str, ...], seen: 
                    tuple(sorted(seen - {label})), notes)
 
 
-def _with_context(hits: list[tuple[int, Rule, int]], lines: list[str], order: list[int],
-                  context: LaunchContext) -> list[tuple[int, Rule, int]]:
+def _with_context(hits: list[Hit], lines: list[str], order: list[int],
+                  context: LaunchContext) -> list[Hit]:
     """Generic symptoms re-read in the light of the launch (an assert in a speculative run, ...)."""
     extra = []
     for position, index in enumerate(order):
