@@ -59,6 +59,14 @@ class CommandFailed(RemoteError):
         self.stderr_tail = tail
         self.stdout = stdout
 
+    @property
+    def last_word(self) -> str:
+        """The failure in one line: the command's last stderr line (a login shell's start-up noise on the node,
+        e.g. a `.bashrc` that runs `pyenv init`, comes before it)."""
+        lines = self.stderr_tail.splitlines()
+        return f"`{self.argv[0]}` on {self.node} exited with {self.exit_status}: " + \
+            (lines[-1].strip() if lines else "(no stderr)")
+
 
 class RemoteTimeout(RemoteError):
     def __init__(self, node: str, seconds: float, what: str = "command") -> None:

@@ -69,7 +69,7 @@ async def read_faults(transport: Transport, node: str, now: float, hours: int = 
     if isinstance(memory, BaseException):
         if not isinstance(memory, GpuopsError):
             raise memory
-        problem = (memory.stdout.strip() or memory.stderr_tail or memory.user_message) \
+        problem = (memory.stdout.strip() or (memory.stderr_tail.splitlines() or [""])[-1] or memory.user_message) \
             if isinstance(memory, CommandFailed) else memory.user_message
         result = NodeFaults(node, memory_problem=f"ECC counters not readable: {_short(problem)}")
     else:
@@ -78,7 +78,8 @@ async def read_faults(transport: Transport, node: str, now: float, hours: int = 
     if isinstance(xid, BaseException):
         if not isinstance(xid, RemoteError | ParseError):
             raise xid
-        return replace(result, xid_problem=f"kernel log not readable: {_short(xid.user_message)}")
+        said = xid.last_word if isinstance(xid, CommandFailed) else xid.user_message
+        return replace(result, xid_problem=f"kernel log not readable: {_short(said)}")
     return replace(result, xid=tuple(xid.xid), oom_kills=tuple(xid.oom_kills), xid_source=xid.source)
 
 

@@ -34,7 +34,7 @@ from bot.core.label_evidence import (
     ports_named,
     transformers_evidence,
 )
-from bot.errors import GpuopsError, RemoteError, UsageError
+from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events
 from bot.launch import container_of
 from bot.status import SmiFailed, Transport, read_node, read_peer_access
@@ -261,7 +261,8 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
         bus = gpus_by_bus((g.index, g.pci_bus_id) for g in host.gpus)
     if isinstance(kernel, BaseException):
         if isinstance(kernel, RemoteError):
-            return gpus, (f"kernel log not readable: {kernel.user_message[:160]}",), snapshot, []
+            said = kernel.last_word if isinstance(kernel, CommandFailed) else kernel.user_message
+            return gpus, (f"kernel log not readable: {said[:160]}",), snapshot, []
         if not isinstance(kernel, Exception):
             raise kernel
         log.warning("reading the kernel log on %s failed", attempt.node, exc_info=kernel)  # evidence, not the triage

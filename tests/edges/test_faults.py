@@ -71,3 +71,16 @@ async def test_the_oom_killers_kills_are_read_from_the_same_kernel_log(tmp_path)
         assert [(k.pid, k.vmid, k.at) for k in faults.oom_kills] == [
             (3783517, 703, datetime(2026, 12, 3, 7, tzinfo=UTC).timestamp())], source
         assert [e.code for e in faults.xid] == [79]
+
+
+def test_a_failed_reads_own_words_come_before_a_login_shells_noise():
+    """A node whose root `.bashrc` writes to stderr (this machine's runs `pyenv init`, whose rehash can race): the
+    failure names the command's own last line, not the shell's first."""
+    from bot.errors import CommandFailed
+
+    failed = CommandFailed("pve5", ("dmesg", "--time-format", "iso"), 1,
+                           "rm: cannot remove '/root/.pyenv/shims/tmp.IbbaukyRvx': No such file or directory\n"
+                           "dmesg: read kernel buffer failed: Operation not permitted\n")
+    assert failed.last_word == ("`dmesg` on pve5 exited with 1: dmesg: read kernel buffer failed: Operation not "
+                                "permitted")
+    assert CommandFailed("pve5", ("dmesg",), 1, "").last_word == "`dmesg` on pve5 exited with 1: (no stderr)"
