@@ -21,6 +21,11 @@ class GpuopsError(Exception):
         super().__init__(user_message)
         self.user_message = user_message
 
+    @property
+    def last_word(self) -> str:
+        """The failure in one line, where one is wanted (a failed command narrows it to its own last line)."""
+        return self.user_message
+
 
 class UsageError(GpuopsError):
     pass

@@ -9,6 +9,7 @@ read through ``dmesg``; one that shows neither is named as "not readable", never
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, replace
 
 from bot.core import argv as remote
@@ -49,9 +50,11 @@ class KernelEvents:
     source: str  # journalctl | dmesg
 
 
-async def read_kernel_events(transport: Transport, node: str, hours: int, since: float) -> KernelEvents:
-    """The node's kernel log since ``since``: Xid events and the OOM killer's kills, from the journal, else from the
-    ring buffer."""
+async def read_kernel_events(transport: Transport, node: str, since: float, hours: int | None = None) -> KernelEvents:
+    """The node's kernel log since ``since``: Xid events and the OOM killer's kills, from the journal (asked for the
+    last ``hours``, by default the whole hours back to ``since``), else from the ring buffer."""
+    if hours is None:
+        hours = max(1, int((time.time() - since) // 3600) + 1)
     try:
         out = await transport.run(node, remote.kernel_log_journal(hours), timeout_s=30)
         if "No journal files were found" not in out.stdout + out.stderr:
@@ -64,7 +67,7 @@ async def read_kernel_events(transport: Transport, node: str, hours: int, since:
 
 async def read_faults(transport: Transport, node: str, now: float, hours: int = 24) -> NodeFaults:
     memory_task = read_memory_errors(transport, node)
-    xid_task = read_kernel_events(transport, node, hours, now - hours * 3600)
+    xid_task = read_kernel_events(transport, node, now - hours * 3600, hours)
     memory, xid = await asyncio.gather(memory_task, xid_task, return_exceptions=True)
     if isinstance(memory, BaseException):
         if not isinstance(memory, GpuopsError):
@@ -78,8 +81,7 @@ async def read_faults(transport: Transport, node: str, now: float, hours: int = 
     if isinstance(xid, BaseException):
         if not isinstance(xid, RemoteError | ParseError):
             raise xid
-        said = xid.last_word if isinstance(xid, CommandFailed) else xid.user_message
-        return replace(result, xid_problem=f"kernel log not readable: {_short(said)}")
+        return replace(result, xid_problem=f"kernel log not readable: {_short(xid.last_word)}")
     return replace(result, xid=tuple(xid.xid), oom_kills=tuple(xid.oom_kills), xid_source=xid.source)
 
 

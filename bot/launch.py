@@ -379,8 +379,7 @@ async def _oom_kills_since(transport: Transport, attempt: Attempt, since: float)
     """The OOM killer's kills in the node's kernel log since ``since`` (none when it is not readable: the caller's
     answer stands without them)."""
     try:
-        events = await read_kernel_events(transport, attempt.node, max(1, int((time.time() - since) // 3600) + 1),
-                                          since - 60)
+        events = await read_kernel_events(transport, attempt.node, since - 60)
     except GpuopsError as exc:
         log.warning("reading %s's kernel log for %s: %s", attempt.node, attempt.id, exc.user_message)
         return []

@@ -34,7 +34,7 @@ from bot.core.label_evidence import (
     ports_named,
     transformers_evidence,
 )
-from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
+from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events
 from bot.launch import container_of
 from bot.status import SmiFailed, Transport, read_node, read_peer_access
@@ -240,10 +240,9 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
     """The node's GPUs now (who holds them: as a line, and the reading itself when there is one), and from its
     kernel log the Xid events and the OOM killer's kills since the attempt started."""
     node = inventory.node(attempt.node)
-    hours = max(1, int((time.time() - attempt.created_at) // 3600) + 1)
     host, kernel = await asyncio.gather(
         read_node(transport, attempt.node, node.proc_root),
-        read_kernel_events(transport, attempt.node, hours, attempt.created_at - 60),
+        read_kernel_events(transport, attempt.node, attempt.created_at - 60),
         return_exceptions=True,
     )
     if isinstance(host, BaseException):
@@ -261,8 +260,7 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
         bus = gpus_by_bus((g.index, g.pci_bus_id) for g in host.gpus)
     if isinstance(kernel, BaseException):
         if isinstance(kernel, RemoteError):
-            said = kernel.last_word if isinstance(kernel, CommandFailed) else kernel.user_message
-            return gpus, (f"kernel log not readable: {said[:160]}",), snapshot, []
+            return gpus, (f"kernel log not readable: {kernel.last_word[:160]}",), snapshot, []
         if not isinstance(kernel, Exception):
             raise kernel
         log.warning("reading the kernel log on %s failed", attempt.node, exc_info=kernel)  # evidence, not the triage

@@ -100,8 +100,29 @@ async def test_a_slash_triage_answered_in_an_incident_thread_proposes_its_hypoth
     assert len((await lab.services.incidents.get(failed.channel, failed.thread_ts)).hypotheses) == 1
 
 
-async def test_leftover_memory_seen_freed_and_an_unchanged_relaunch_that_starts_confirm_the_hypothesis(lab):
+def free_leftover(node, pid):
+    """The leftover process gone from the node (as /gpu free would make it after its confirmation)."""
+    state = node.read_state()
+    state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
+    node.write_state(state)
+
+
+async def relaunch_until_confirmed(lab):
+    """The failed launch again with its own flags (forced past the budget check, as the first was), up to ready,
+    and the thread's summary once the evidence confirmed a hypothesis: (the new attempt, the summary's text)."""
     from tests.handlers.test_launch_flow import SEED, model
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
+    return latest, blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
+                                   in blocks_to_text(c.blocks)][-1].blocks)
+
+
+async def test_leftover_memory_seen_freed_and_an_unchanged_relaunch_that_starts_confirm_the_hypothesis(lab):
 
     node = lab.nodes["pve5"]
     node.add_process(424242, 0, "python3", 30000, 129)  # an earlier run's leftover on GPU 0 of CT 129
@@ -115,21 +136,12 @@ async def test_leftover_memory_seen_freed_and_an_unchanged_relaunch_that_starts_
     assert len(summaries) == 1
     text = summary_text(calls, summaries[0].answer["ts"])
     assert "*H1* leftover memory from the earlier run" in text and "GPUs not clean: pve5: GPU 0 30001/49140" in text
-    state = node.read_state()  # freed (as /gpu free would after its confirmation)
-    state["processes"] = [p for p in state["processes"] if p["pid"] != 424242]
-    node.write_state(state)
+    free_leftover(node, 424242)
     await lab.mention("status", thread)
     await wait_text(lab, "GPUs clean", method="chat.update")
     # the same launch again, unchanged: it records "same flags as the previous attempt", and it starts
-    node.set_scenario(129, ["ready"], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
-                    user_id="U0ADMIN")
-    await wait_text(lab, "*ready*")
-    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    latest, text = await relaunch_until_confirmed(lab)
     assert latest.changes == ("same flags as the previous attempt",)
-    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
-    text = blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
-                           in blocks_to_text(c.blocks)][-1].blocks)
     assert "*H1* leftover memory from the earlier run" in text
     assert f"and {latest.id} started with the same flags" in text
 
@@ -137,7 +149,6 @@ async def test_leftover_memory_seen_freed_and_an_unchanged_relaunch_that_starts_
 async def test_the_triages_own_reading_and_the_relaunchs_pre_flight_decide_leftovers_without_a_status(lab):
     """The seed story's loop with no `@gpuops status` in it: the triage's snapshot shows the leftover, it is freed,
     and the unchanged relaunch, whose pre-flight read its GPUs clean, starts."""
-    from tests.handlers.test_launch_flow import SEED, model
 
     node = lab.nodes["pve5"]
     node.add_process(424242, 0, "python3", 30000, 129)  # an earlier run's leftover on GPU 0 of CT 129
@@ -149,24 +160,14 @@ async def test_the_triages_own_reading_and_the_relaunchs_pre_flight_decide_lefto
                                and "Incident summary" in blocks_to_text(c.blocks)).blocks)
     assert "the first cause is gpu_memory_occupied" in text
     assert "triage's reading: GPUs not clean: pve5: GPU 0 30001/49140 MiB" in text
-    state = node.read_state()  # freed (as /gpu free would after its confirmation)
-    state["processes"] = [p for p in state["processes"] if p["pid"] != 424242]
-    node.write_state(state)
-    node.set_scenario(129, ["ready"], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
-                    user_id="U0ADMIN")  # forced past the budget check, as the first was: the same flags
-    await wait_text(lab, "*ready*")
-    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    free_leftover(node, 424242)
+    latest, text = await relaunch_until_confirmed(lab)
     assert latest.found_gpus_clean is True and latest.changes == ("same flags as the previous attempt",)
-    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
-    text = blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
-                           in blocks_to_text(c.blocks)][-1].blocks)
     assert "the first cause is gpu_memory_occupied" in text
     assert f"freed ({latest.id}'s pre-flight found them clean) and {latest.id} started with the same flags" in text
 
 
 async def test_a_launch_the_oom_killer_ended_is_confirmed_in_the_thread_once_the_raised_limit_lets_it_start(lab):
-    from tests.handlers.test_launch_flow import SEED, model
 
     failed = await failed_launch(lab, "host_oom_kill")
     assert failed.observed["ct_memory_mib"] == 65536  # the limit its pre-flight read
@@ -177,14 +178,7 @@ async def test_a_launch_the_oom_killer_ended_is_confirmed_in_the_thread_once_the
     state = node.read_state()  # `pct set 129 -memory 131072` on the node
     state["containers"]["129"]["memory_mib"] = 131072
     node.write_state(state)
-    node.set_scenario(129, ["ready"], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
-                    user_id="U0ADMIN")
-    await wait_text(lab, "*ready*")
-    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    latest, text = await relaunch_until_confirmed(lab)
     assert latest.changes == ("same flags as the previous attempt", "CT memory 64.0 GiB -> 128.0 GiB")
-    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
-    text = blocks_to_text([c for c in calls if c.method == "chat.update" and "Incident summary"
-                           in blocks_to_text(c.blocks)][-1].blocks)
     assert "the first cause is host_oom_kill" in text
     assert f"{latest.id} with `CT memory 64.0 GiB -> 128.0 GiB` (a raised limit) started" in text
