@@ -545,13 +545,23 @@ def e5_text(architecture: str) -> str:
 
 @dataclass
 class _Work:
-    """Mutable scratch of one computation (kept private; the result is frozen)."""
+    """Mutable scratch of one computation (kept private; the result is frozen): the explanation's lines, the
+    first refusal SGLang would print (it stops at the first) and the ways the launch would start degraded."""
 
     lines: list[BudgetLine] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+    # (kind, text); kinds: support, radix, admit, capped, context, headroom
+    degraded: list[tuple[str, str]] = field(default_factory=list)
 
     def line(self, label: str, gib: float | None, why: str, value: str | None = None) -> None:
         self.lines.append(BudgetLine(label, gib, why, value))
+
+    def fail(self, error: str) -> None:
+        if self.error is None:
+            self.error = error
+
+    def degrade(self, kind: str, text: str) -> None:
+        self.degraded.append((kind, text))
 
 
 def compute_budget(inp: BudgetInput, with_remedies: bool = True) -> Budget:
@@ -688,8 +698,7 @@ class _Draft:
     why: str
 
 
-def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str,
-                 degraded: list[tuple[str, str]]) -> _Draft:
+def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str, w: _Work) -> _Draft:
     """The speculative draft per GPU: the checkpoint's own MTP layers, an EAGLE head, or a standalone model."""
     model, flags, tp = inp.model, inp.flags, inp.flags.tp
     draft_layers = 0
@@ -705,16 +714,16 @@ def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str,
         note = "" if model.mtp_layers else " (the config states no MTP layer count: one assumed)"
         if model.no_mtp:
             note = " (sized as one MTP layer, but this checkpoint has none)"
-            degraded.append(("support", "the checkpoint's config states no MTP layer (num_nextn_predict_layers 0): "
-                             "NEXTN/MTP without --speculative-draft-model-path has no draft head to load; give "
-                             "an EAGLE draft model's path"))
+            w.degrade("support", "the checkpoint's config states no MTP layer (num_nextn_predict_layers 0): "
+                      "NEXTN/MTP without --speculative-draft-model-path has no draft head to load; give "
+                      "an EAGLE draft model's path")
         elif inp.mtp_in_checkpoint is False:
             note = " (sized from the config, but the checkpoint holds no MTP tensor)"
-            degraded.append(("support", f"the config names {model.mtp_layers} MTP layer(s) but the checkpoint's "
-                             "index holds no MTP tensor (quantized or pruned without them): NEXTN/MTP would draft "
-                             "from uninitialized weights, accepting next to nothing; launch without "
-                             "--speculative-algorithm, or give --speculative-draft-model-path a checkpoint that "
-                             "has them"))
+            w.degrade("support", f"the config names {model.mtp_layers} MTP layer(s) but the checkpoint's "
+                      "index holds no MTP tensor (quantized or pruned without them): NEXTN/MTP would draft "
+                      "from uninitialized weights, accepting next to nothing; launch without "
+                      "--speculative-algorithm, or give --speculative-draft-model-path a checkpoint that "
+                      "has them")
     elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
         draft_layers = small.layers
         draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB
@@ -747,16 +756,14 @@ class _HybridPool:
     spec_gib: float  # intermediate SSM state for the draft tokens
     rest_gib: float  # left for the KV cache after them
     max_running_requests: int | None
-    error: str | None
 
 
 def _hybrid_pool(inp: BudgetInput, per_conv: float, per_ssm: float, rest: float, radix_off: bool, strategy: str,
-                 overlap: bool, mrr_requested: int | None, w: _Work, degraded: list[tuple[str, str]]) -> _HybridPool:
+                 overlap: bool, mrr_requested: int | None, w: _Work) -> _HybridPool:
     """A hybrid linear-attention model's state slots (conv + SSM per request) out of the pools, before the KV
     cache: how many requests they admit, and what is left."""
     model, flags, version, spec = inp.model, inp.flags, inp.version, inp.flags.speculative
     per = per_conv + per_ssm
-    error = None
     mrr_final = mrr_requested
     ratio = 1 if radix_off else 3 + (0 if strategy == "no_buffer" else (2 if overlap else 1))
     r = flags.mamba_full_memory_ratio if flags.mamba_full_memory_ratio is not None else (
@@ -781,19 +788,19 @@ def _hybrid_pool(inp: BudgetInput, per_conv: float, per_ssm: float, rest: float,
         w.line("speculative state", spec_gib, f"intermediate SSM state for {d} draft tokens per request")
     w.line("left for KV after state", rest, "pools left for the full-attention KV cache")
     if mamba_error:
-        error = mamba_error
+        w.fail(mamba_error)
     elif slots is not None:
         cap = slots // ratio
         estimated = mrr_final if mrr_final is not None else 4096
         if cap < estimated:
             mrr_final = cap
             if cap <= 0:
-                degraded.append(("admit", f"max_running_requests = {slots}//{ratio} = 0: the server starts "
-                                          "but cannot admit a request"))
+                w.degrade("admit", f"max_running_requests = {slots}//{ratio} = 0: the server starts "
+                          "but cannot admit a request")
             elif mrr_requested is not None and cap < mrr_requested:
-                degraded.append(("capped", f"max_running_requests capped to {cap} by the hybrid state pool "
-                                           f"({slots} slots, {ratio} per request)"))
-    return _HybridPool(slots, mamba_gib, spec_gib, rest, mrr_final, error)
+                w.degrade("capped", f"max_running_requests capped to {cap} by the hybrid state pool "
+                          f"({slots} slots, {ratio} per request)")
+    return _HybridPool(slots, mamba_gib, spec_gib, rest, mrr_final)
 
 
 def _kv_cell(inp: BudgetInput, draft_layers: int, era: str) -> tuple[float, float, float, str]:
@@ -818,31 +825,17 @@ def _kv_cell(inp: BudgetInput, draft_layers: int, era: str) -> tuple[float, floa
     return cell, kv_bytes, swa_ratio, why_cell
 
 
-def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirroring SGLang's startup order
+def _compute_rank(inp: BudgetInput) -> Budget:
+    """One rank's budget, in SGLang's startup order: the refusals made before anything loads, the weights,
+    the static reserve, the hybrid state pool, the KV pool, then what the reserve must hold at runtime."""
+    inp, downcast = _in_load_dtype(inp)
     model, flags, version = inp.model, inp.flags, inp.version
-    downcast = flags.dtype not in DTYPE_FLAG and model.dtype == "float32"
-    if (wanted := load_dtype(flags.dtype, model.dtype, model.model_type)) != model.dtype:
-        # weights and an "auto" KV cache follow --dtype; a 16-bit checkpoint's bytes scale with it
-        if inp.weights_bytes_total and (inp.quant or model.quant).method == "none":
-            scale = DTYPE_BYTES.get(wanted, 2.0) / DTYPE_BYTES.get(model.dtype, 2.0)
-            inp = replace(inp, weights_bytes_total=int(inp.weights_bytes_total * scale))
-        model = replace(model, dtype=wanted)
-        inp = replace(inp, model=model)
-    era = version.era
+    era, tp, spec = version.era, flags.tp, flags.speculative
     w = _Work()
-    tp = flags.tp
-    total_mib = inp.gpus.total_for_defaults
-    error: str | None = None
-    degraded: list[tuple[str, str]] = []  # (kind, text); kinds: support, radix, admit, capped, context, headroom
-
-    support = SUPPORT.get(model.model_type)
-    if support and version.tuple < support.loads_from:
-        error = f"model type {model.model_type} is not supported by SGLang {version} ({support.why})"
-    elif support and version.tuple < support.recommended:
-        degraded.append(("support", f"SGLang {version} is below {'.'.join(map(str, support.recommended))} for "
-                                    f"{model.model_type}: {support.why}"))
+    _check_support(model, version, w)
 
     # defaults that depend on version and GPU size
+    total_mib = inp.gpus.total_for_defaults
     chunk = flags.chunked_prefill_size or default_chunked_prefill(total_mib, era)
     graph_bs = flags.cuda_graph_max_bs or default_cuda_graph_max_bs(total_mib, tp, era)
     if flags.mem_fraction_static is not None:
@@ -850,12 +843,8 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     else:
         mfs, mfs_why = default_mem_fraction_static(model, flags, total_mib, version, chunk, graph_bs)
         mfs_auto = True
-    spec = flags.speculative
     mrr_requested = flags.max_running_requests or (48 if spec and flags.speculative_algorithm != "NGRAM" else None)
     context_len = flags.context_length or model.max_context
-    # a --json-model-override-args may change the config's context keys: then the limit is not known here
-    overridden = any(x.startswith("--json-model-override-args") for x in (*flags.unknown, *flags.passthrough))
-    longer = flags.context_length and model.max_context and flags.context_length > model.max_context and not overridden
 
     quant = inp.quant or model.quant
     online = None
@@ -864,73 +853,28 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
     # an earlier load counts only in this layout and only if it was this checkpoint's format
     measured = inp.measured_load if inp.measured_load and inp.measured_load.layout == flags.weight_layout else None
     conflict = None if measured is None else load_format_conflict(measured.load_format, quant, model.dtype)
-    earlier = None if conflict else measured
-
-    pre, pre_why = inp.gpus.pre_load_gib(tp)
-    if (earlier is not None and earlier.context_gib is not None and 0 < earlier.context_gib <= MAX_CONTEXT_GIB
-            and inp.gpus.free_mib and inp.gpus.pre_gib is None):
-        # only a plausible context (observed 0.7-1.1 GiB): a larger gap means that load's free memory was read
-        # on other GPUs or while something else was loading
-        pre = min(inp.gpus.free_mib) / 1024 - earlier.context_gib
-        pre_why = (f"min free {min(inp.gpus.free_mib)} MiB over the GPUs minus the {earlier.context_gib:.2f} GiB "
-                   f"CUDA context/NCCL took in {earlier.source}")
-    w.line("free before load (pre)", pre, pre_why)
-    free = inp.gpus.free_mib[:tp]
-    if tp > 1 and len(free) > 1 and inp.gpus.pre_gib is None and error is None:
-        # after distributed init every rank compares the least free memory over the ranks with its own
-        least, local = min(free) / 1024 - context_gib(tp), max(free) / 1024 - context_gib(tp)
-        if least < 0.9 * local:
-            error = unbalanced_text(least, local)
-            w.line("GPU balance", None, f"free memory differs across the launch GPUs ({', '.join(map(str, free))} "
-                   "MiB): SGLang refuses to start when one rank has less than 90 % of another's, as other "
-                   "processes hold some of it")
+    pre = _free_before_load(inp, None if conflict else measured, w)
 
     # weights
     attn_tp = tp // flags.dp if flags.enable_dp_attention and flags.dp > 1 and tp % flags.dp == 0 else tp
-    group_why = ""
-    if quant.bits and quant.group_size is None:
-        # the checkpoint does not state its group: it can only be one that splits over this tp
-        group = loadable_group(model, tp, quant, attn_tp, flags.moe_tp)
-        if group is not None and group < default_group(quant.method):
-            inputs = quantized_inputs(model, tp, quant, attn_tp, flags.moe_tp)
-            tight = next(f"{name} {size}" for name, size in inputs.items() if size % (2 * group))
-            quant = with_group(quant, group)
-            group_why = (f"; group size not stated: {group}, the largest that divides every quantized layer's input "
-                         f"on a rank ({tight} at tp {tp})")
-    heads_misfit = tp_misfit(model, tp, attn_tp, flags.moe_tp)
-    misfit = split_misfit(model, tp, quant, attn_tp, flags.moe_tp)
-    blocks = block_misfit(model, tp, flags.moe_tp, quant)
-    if longer and error is None:
-        # ModelConfig refuses it before anything loads, unless the server's environment allows it
-        error = context_over_derived_text(flags.context_length or 0, model.max_context or 0)
-        w.line("context length", None, f"--context-length {flags.context_length:,} is longer than the "
-               f"{model.max_context:,} the config allows; SGLang refuses it unless the server runs with "
-               "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (\"may lead to incorrect model outputs or CUDA errors\")")
-    if heads_misfit is not None and error is None:
-        error = split_error_text(model, attn_tp)
-        w.line("layers over tp", None, heads_misfit)
-    elif misfit is not None and error is None:
-        error = AWQ_SPLIT_TEXT
-        w.line("quantized layers over tp", None, misfit)
-    elif blocks is not None and error is None:
-        error, why = blocks
-        w.line("quantized layers over tp", None, why)
+    quant, group_why = _group_over_tp(model, tp, quant, attn_tp, flags.moe_tp)
+    _refuse_before_load(inp, quant, attn_tp, w)
     fp8_moe = fp8_moe_misfit(model, quant, inp.gpus)
     if fp8_moe is not None:
         w.line("FP8 MoE kernel", None, fp8_moe)
     weights, weights_why, weights_source = _target_weights(inp, quant, online, attn_tp, measured, conflict,
                                                          downcast, group_why)
     w.line("target weights", weights, weights_why)
-    draft = _draft_model(inp, quant, attn_tp, era, degraded) if spec else _Draft(0, 0.0, 0.0, "")
-    draft_layers, draft_weights, draft_shared = draft.layers, draft.weights_gib, draft.shared_gib
+    draft = _draft_model(inp, quant, attn_tp, era, w) if spec else _Draft(0, 0.0, 0.0, "")
     if spec:
-        w.line("draft weights", draft_weights, draft.why)
+        w.line("draft weights", draft.weights_gib, draft.why)
+    draft_counted = draft.weights_gib if era == "D" else 0.0  # from 0.5.14 the draft loads before the pools
+    if weights + draft_counted >= pre:
+        w.fail("torch.OutOfMemoryError: CUDA out of memory (while loading weights: "
+               f"{weights:.2f} GiB of weights per GPU, {pre:.2f} GiB free)")
 
-    if weights + (draft_weights if era == "D" else 0) >= pre and error is None:
-        error = ("torch.OutOfMemoryError: CUDA out of memory (while loading weights: "
-                 f"{weights:.2f} GiB of weights per GPU, {pre:.2f} GiB free)")
-
-    avail = pre - weights - (draft_weights if era == "D" else 0.0)
+    # the static reserve, and what is left for the pools
+    avail = pre - weights - draft_counted
     slack = pre * (1 - mfs)
     rest = avail - slack
     w.line("static reserve pre x (1 - mfs)", slack,
@@ -944,97 +888,190 @@ def _compute_rank(inp: BudgetInput) -> Budget:  # noqa: C901 - one pass mirrorin
                                                              "pools for image features")
     w.line("left for KV/state pools", rest, "free after weights - static reserve")
 
-    # radix cache / hybrid strategy resolution
+    # hybrid linear-attention state
     hybrid = model.is_hybrid_linear
+    radix_off, strategy, overlap = _radix_and_strategy(inp, w)
+    per_conv, per_ssm = mamba_bytes_per_request(model, tp, flags.mamba_ssm_dtype)
+    mamba_slots: int | None = None
+    mamba_gib = spec_gib = 0.0
+    mrr_final = mrr_requested
+    if hybrid and w.error is None:
+        pool = _hybrid_pool(inp, per_conv, per_ssm, rest, radix_off, strategy, overlap, mrr_requested, w)
+        mamba_slots, mamba_gib, spec_gib, rest = pool.slots, pool.state_gib, pool.spec_gib, pool.rest_gib
+        mrr_final = pool.max_running_requests
+
+    # KV cell and tokens
+    cell, kv_bytes, swa_ratio, why_cell = _kv_cell(inp, draft.layers, era)
+    w.line("KV bytes per token", None, why_cell, value=f"{cell:,.0f} B")
+    tokens = _kv_tokens(inp, rest, cell, mfs, 1 - avail / pre if pre > 0 else 1.0, w)
+    swa_tokens = int(tokens * swa_ratio) if model.is_hybrid_swa and tokens else None
+    w.line("KV cache capacity", tokens * cell / GIB if tokens else 0.0,
+           "tokens the full-attention pool holds" + (f"; sliding pool {swa_tokens:,}" if swa_tokens else ""),
+           value=f"{tokens:,} tokens")
+    if w.error is None and spec and not hybrid and flags.max_running_requests is None:
+        mrr_final = 48
+    if w.error is None and context_len and tokens and tokens < context_len:
+        w.degrade("context", f"KV pool ({tokens:,} tokens) is smaller than the context length ({context_len:,}): "
+                             f"requests longer than {tokens - 1:,} tokens will be rejected")
+
+    # what the slack must hold at runtime (estimates: SGLang does not pre-compute these)
+    need, need_lines = _runtime_need(model, flags, version, tokens, chunk, graph_bs, draft.weights_gib,
+                                     draft.layers, kv_bytes, era, mrr_final, draft.shared_gib)
+    for label, gib, why in need_lines:
+        w.line(label, gib, why)
+    headroom = slack - need
+    w.line("runtime headroom (estimate)", headroom, "static reserve - runtime needs above")
+    if w.error is None and headroom < 0:
+        w.degrade("headroom", f"the static reserve ({slack:.2f} GiB) is {-headroom:.2f} GiB short of the runtime "
+                              "needs: expect a CUDA out of memory at graph capture or the first long prefill")
+    if fp8_moe is not None:
+        w.fail(FP8_MOE_TEXT)  # after the load and the pools: the first forward compiles the kernel
+
+    error, degraded = w.error, w.degraded
+    kind = VerdictKind.FAILS if error else VerdictKind.DEGRADED if degraded else VerdictKind.FITS
+    return Budget(
+        version=version, era=era, mem_fraction_static=mfs, mfs_auto=mfs_auto, pre_gib=pre, weights_gib=weights,
+        draft_weights_gib=draft.weights_gib, draft_load_gib=draft.weights_gib + draft.shared_gib, slack_gib=slack,
+        rest_gib=rest, kv_cell_bytes=cell, kv_tokens=tokens, swa_tokens=swa_tokens,
+        mamba_per_request_bytes=per_conv + per_ssm, mamba_slots=mamba_slots, mamba_state_gib=mamba_gib,
+        spec_state_gib=spec_gib, max_running_requests=mrr_final, context_len=context_len, runtime_need_gib=need,
+        headroom_gib=headroom, verdict=kind, error_text=error, reasons=tuple(text for _, text in degraded),
+        reason_kinds=tuple(k for k, _ in degraded), lines=tuple(w.lines),
+        not_modelled=redacted(flags.unknown),  # shown to people: a secret value never is
+        model_notes=tuple(n for n in model.notes
+                          if inp.weights_bytes_total is None or "not counted in the weights" not in n),
+        weights_source=weights_source,
+        weights_format=f"quant={quant.method}" if quant.method != "none" else f"dtype={model.dtype}",
+    )
+
+
+def _in_load_dtype(inp: BudgetInput) -> tuple[BudgetInput, bool]:
+    """The input in the dtype SGLang builds the model in, and whether that halves a float32 checkpoint."""
+    model, flags = inp.model, inp.flags
+    downcast = flags.dtype not in DTYPE_FLAG and model.dtype == "float32"
+    if (wanted := load_dtype(flags.dtype, model.dtype, model.model_type)) != model.dtype:
+        # weights and an "auto" KV cache follow --dtype; a 16-bit checkpoint's bytes scale with it
+        if inp.weights_bytes_total and (inp.quant or model.quant).method == "none":
+            scale = DTYPE_BYTES.get(wanted, 2.0) / DTYPE_BYTES.get(model.dtype, 2.0)
+            inp = replace(inp, weights_bytes_total=int(inp.weights_bytes_total * scale))
+        inp = replace(inp, model=replace(model, dtype=wanted))
+    return inp, downcast
+
+
+def _check_support(model: ModelSpec, version: SglangVersion, w: _Work) -> None:
+    """Whether this SGLang loads the model type at all, and whether it runs it as well as a later one."""
+    support = SUPPORT.get(model.model_type)
+    if support and version.tuple < support.loads_from:
+        w.fail(f"model type {model.model_type} is not supported by SGLang {version} ({support.why})")
+    elif support and version.tuple < support.recommended:
+        w.degrade("support", f"SGLang {version} is below {'.'.join(map(str, support.recommended))} for "
+                             f"{model.model_type}: {support.why}")
+
+
+def _free_before_load(inp: BudgetInput, earlier: MeasuredLoad | None, w: _Work) -> float:
+    """GiB free on a GPU when the weights start loading (after CUDA context and NCCL); SGLang's refusal of
+    ranks whose free memory differs too much."""
+    tp = inp.flags.tp
+    pre, pre_why = inp.gpus.pre_load_gib(tp)
+    if (earlier is not None and earlier.context_gib is not None and 0 < earlier.context_gib <= MAX_CONTEXT_GIB
+            and inp.gpus.free_mib and inp.gpus.pre_gib is None):
+        # only a plausible context (observed 0.7-1.1 GiB): a larger gap means that load's free memory was read
+        # on other GPUs or while something else was loading
+        pre = min(inp.gpus.free_mib) / 1024 - earlier.context_gib
+        pre_why = (f"min free {min(inp.gpus.free_mib)} MiB over the GPUs minus the {earlier.context_gib:.2f} GiB "
+                   f"CUDA context/NCCL took in {earlier.source}")
+    w.line("free before load (pre)", pre, pre_why)
+    free = inp.gpus.free_mib[:tp]
+    if tp > 1 and len(free) > 1 and inp.gpus.pre_gib is None and w.error is None:
+        # after distributed init every rank compares the least free memory over the ranks with its own
+        least, local = min(free) / 1024 - context_gib(tp), max(free) / 1024 - context_gib(tp)
+        if least < 0.9 * local:
+            w.fail(unbalanced_text(least, local))
+            w.line("GPU balance", None, f"free memory differs across the launch GPUs ({', '.join(map(str, free))} "
+                   "MiB): SGLang refuses to start when one rank has less than 90 % of another's, as other "
+                   "processes hold some of it")
+    return pre
+
+
+def _group_over_tp(model: ModelSpec, tp: int, quant: Quantization, attn_tp: int,
+                   moe_tp: int | None) -> tuple[Quantization, str]:
+    """An AWQ/GPTQ checkpoint that does not state its group size can only have one that splits over this tp."""
+    if not quant.bits or quant.group_size is not None:
+        return quant, ""
+    group = loadable_group(model, tp, quant, attn_tp, moe_tp)
+    if group is None or group >= default_group(quant.method):
+        return quant, ""
+    inputs = quantized_inputs(model, tp, quant, attn_tp, moe_tp)
+    tight = next(f"{name} {size}" for name, size in inputs.items() if size % (2 * group))
+    return with_group(quant, group), (f"; group size not stated: {group}, the largest that divides every quantized "
+                                      f"layer's input on a rank ({tight} at tp {tp})")
+
+
+def _refuse_before_load(inp: BudgetInput, quant: Quantization, attn_tp: int, w: _Work) -> None:
+    """What SGLang refuses before any weight loads: a context beyond the config's, layers that do not split over
+    tp (heads, MLP, a quantized layer's groups or FP8 blocks)."""
+    model, flags, tp = inp.model, inp.flags, inp.flags.tp
+    # a --json-model-override-args may change the config's context keys: then the limit is not known here
+    overridden = any(x.startswith("--json-model-override-args") for x in (*flags.unknown, *flags.passthrough))
+    if (flags.context_length and model.max_context and flags.context_length > model.max_context and not overridden
+            and w.error is None):
+        # ModelConfig refuses it before anything loads, unless the server's environment allows it
+        w.fail(context_over_derived_text(flags.context_length, model.max_context))
+        w.line("context length", None, f"--context-length {flags.context_length:,} is longer than the "
+               f"{model.max_context:,} the config allows; SGLang refuses it unless the server runs with "
+               "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (\"may lead to incorrect model outputs or CUDA errors\")")
+    if w.error is not None:
+        return
+    if (heads := tp_misfit(model, tp, attn_tp, flags.moe_tp)) is not None:
+        w.fail(split_error_text(model, attn_tp))
+        w.line("layers over tp", None, heads)
+    elif (misfit := split_misfit(model, tp, quant, attn_tp, flags.moe_tp)) is not None:
+        w.fail(AWQ_SPLIT_TEXT)
+        w.line("quantized layers over tp", None, misfit)
+    elif (blocks := block_misfit(model, tp, flags.moe_tp, quant)) is not None:
+        error, why = blocks
+        w.fail(error)
+        w.line("quantized layers over tp", None, why)
+
+
+def _radix_and_strategy(inp: BudgetInput, w: _Work) -> tuple[bool, str, bool]:
+    """Whether the radix cache is off, the mamba scheduler strategy, and whether overlap scheduling runs with it;
+    speculative decoding on a hybrid model needs the radix cache off or a strategy that supports it."""
+    flags, version = inp.flags, inp.version
     radix_off = flags.disable_radix_cache
     strategy = flags.mamba_scheduler_strategy or "auto"
     if strategy == "auto":
         strategy = "extra_buffer" if version.tuple >= (0, 5, 14) and not flags.disable_overlap_schedule \
             else "no_buffer"
     overlap = not flags.disable_overlap_schedule and strategy != "no_buffer"
-    if hybrid and spec and not radix_off and strategy == "no_buffer" and error is None:
+    if (inp.model.is_hybrid_linear and flags.speculative and not radix_off and strategy == "no_buffer"
+            and w.error is None):
         if version.tuple >= (0, 5, 10):
-            error = e5_text(model.architecture)
+            w.fail(e5_text(inp.model.architecture))
         else:
             radix_off = True
-            degraded.append(("radix", "radix cache silently disabled: speculative decoding on a hybrid model "
-                                      "(`Disabling radix cache since speculative decoding ... is not supported`)"))
+            w.degrade("radix", "radix cache silently disabled: speculative decoding on a hybrid model "
+                               "(`Disabling radix cache since speculative decoding ... is not supported`)")
+    return radix_off, strategy, overlap
 
-    # hybrid linear-attention state
-    per_conv, per_ssm = mamba_bytes_per_request(model, tp, flags.mamba_ssm_dtype)
-    per = per_conv + per_ssm
-    mamba_slots: int | None = None
-    mamba_gib = spec_gib = 0.0
-    mrr_final = mrr_requested
-    if hybrid and error is None:
-        pool = _hybrid_pool(inp, per_conv, per_ssm, rest, radix_off, strategy, overlap, mrr_requested, w,
-                            degraded)
-        mamba_slots, mamba_gib, spec_gib, rest = pool.slots, pool.state_gib, pool.spec_gib, pool.rest_gib
-        mrr_final, error = pool.max_running_requests, pool.error
 
-    # KV cell and tokens
-    cell, kv_bytes, swa_ratio, why_cell = _kv_cell(inp, draft_layers, era)
-    w.line("KV bytes per token", None, why_cell, value=f"{cell:,.0f} B")
-
-    tokens = 0
-    swa_tokens: int | None = None
-    if error is None:
-        if rest <= 0:
-            if era == "D":
-                minimum = 1 - avail / pre if pre > 0 else 1.0
-                error = e2_text(mfs, minimum)
-            else:
-                error = not_enough_memory_text(version, mfs)
-        else:
-            tokens = int(rest * GIB // cell) if cell else 0
-            if flags.max_total_tokens:
-                tokens = min(tokens, flags.max_total_tokens)
-            page = flags.page_size or 1
-            tokens = tokens // page * page
-            if tokens <= 0:
-                error = not_enough_memory_text(version, mfs)
-    if model.is_hybrid_swa and tokens:
-        swa_tokens = int(tokens * swa_ratio)
-    w.line("KV cache capacity", tokens * cell / GIB if tokens else 0.0,
-           "tokens the full-attention pool holds" + (f"; sliding pool {swa_tokens:,}" if swa_tokens else ""),
-           value=f"{tokens:,} tokens")
-
-    if error is None and spec and not hybrid and flags.max_running_requests is None:
-        mrr_final = 48
-    if error is None and context_len and tokens and tokens < context_len:
-        degraded.append(("context", f"KV pool ({tokens:,} tokens) is smaller than the context length "
-                                    f"({context_len:,}): requests longer than {tokens - 1:,} tokens will be rejected"))
-
-    # what the slack must hold at runtime (estimates: SGLang does not pre-compute these)
-    need, need_lines = _runtime_need(model, flags, version, tokens, chunk, graph_bs, draft_weights,
-                                     draft_layers, kv_bytes, era, mrr_final, draft_shared)
-    for label, gib, why in need_lines:
-        w.line(label, gib, why)
-    headroom = slack - need
-    w.line("runtime headroom (estimate)", headroom, "static reserve - runtime needs above")
-    if error is None and headroom < 0:
-        degraded.append(("headroom", f"the static reserve ({slack:.2f} GiB) is {-headroom:.2f} GiB short of the "
-                                     "runtime needs: expect a CUDA out of memory at graph capture or the first long "
-                                     "prefill"))
-
-    if error is None and fp8_moe is not None:
-        error = FP8_MOE_TEXT  # after the load and the pools: the first forward compiles the kernel
-    kind = VerdictKind.FAILS if error else VerdictKind.DEGRADED if degraded else VerdictKind.FITS
-    not_modelled = redacted(flags.unknown)  # shown to people: a secret value never is
-    return Budget(
-        version=version, era=era, mem_fraction_static=mfs, mfs_auto=mfs_auto, pre_gib=pre, weights_gib=weights,
-        draft_weights_gib=draft_weights, draft_load_gib=draft_weights + draft_shared, slack_gib=slack, rest_gib=rest,
-        kv_cell_bytes=cell, kv_tokens=tokens,
-        swa_tokens=swa_tokens, mamba_per_request_bytes=per, mamba_slots=mamba_slots, mamba_state_gib=mamba_gib,
-        spec_state_gib=spec_gib, max_running_requests=mrr_final, context_len=context_len, runtime_need_gib=need,
-        headroom_gib=headroom, verdict=kind, error_text=error, reasons=tuple(text for _, text in degraded),
-        reason_kinds=tuple(k for k, _ in degraded), lines=tuple(w.lines),
-        not_modelled=not_modelled,
-        model_notes=tuple(n for n in model.notes
-                          if inp.weights_bytes_total is None or "not counted in the weights" not in n),
-        weights_source=weights_source,
-        weights_format=f"quant={quant.method}" if quant.method != "none" else f"dtype={model.dtype}",
-    )
+def _kv_tokens(inp: BudgetInput, rest: float, cell: float, mfs: float, minimum_mfs: float, w: _Work) -> int:
+    """Tokens the KV pool holds in what is left (``rest`` GiB), or SGLang's refusal when nothing is left
+    (``minimum_mfs``: the fraction that would have held the weights, which 0.5.14's message names)."""
+    if w.error is not None:
+        return 0
+    version = inp.version
+    if rest <= 0:
+        w.fail(e2_text(mfs, minimum_mfs) if version.era == "D" else not_enough_memory_text(version, mfs))
+        return 0
+    tokens = int(rest * GIB // cell) if cell else 0
+    if inp.flags.max_total_tokens:
+        tokens = min(tokens, inp.flags.max_total_tokens)
+    page = inp.flags.page_size or 1
+    tokens = tokens // page * page
+    if tokens <= 0:
+        w.fail(not_enough_memory_text(version, mfs))
+    return tokens
 
 
 ONLINE_QUANT = ("fp8", "w8a8_fp8")  # flags that quantize an unquantized checkpoint at load time
@@ -1168,132 +1205,201 @@ def _good(b: Budget, original: Budget, need_tokens: int | None) -> bool:
 
 
 def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
-    """The smallest changes that make the launch fit, each with its computed threshold."""
-    flags = inp.flags
-    model = inp.model
-    remedies: list[Remedy] = []
-    need_tokens = min(failed.context_len or 0, 32768) or None
-
-    def trial(**changes: object) -> Budget:
-        return _compute(replace(inp, flags=flags.changed(**changes)))
-
-    def good(b: Budget) -> bool:
-        return _good(b, failed, need_tokens)
-
+    """The smallest changes that make the launch fit, each with its computed threshold, cheapest first."""
     if failed.error_text == FP8_MOE_TEXT:
         return _fp8_moe_remedies(inp)
-    if failed.error_text and "is greater than the derived context_length" in failed.error_text and model.max_context:
-        # the config's own limit first; whatever else fails is then computed at that length
-        at_limit = replace(inp, flags=flags.changed(context_length=model.max_context))
-        b = _compute(at_limit)
-        first = Remedy(f"--context-length {model.max_context}", at_limit.flags,
-                       f"the longest the config allows: {_effect(b, failed)}", 0)
-        if b.verdict is not VerdictKind.FAILS:
-            return [first]
-        return [first] + [replace(r, effect=f"with --context-length {model.max_context}: {r.effect}")
-                          for r in find_remedies(at_limit, b)]
+    if failed.error_text and "is greater than the derived context_length" in failed.error_text \
+            and inp.model.max_context:
+        return _context_limit_remedies(inp, failed, inp.model.max_context)
+    remedies, settled = _free_first_remedies(inp, failed)
+    if settled:
+        return remedies
+    trials = _Trials(inp, failed)
+    remedies += _scheduler_remedies(trials)
+    remedies += _fraction_remedies(trials)
+    remedies += _state_pool_remedies(trials)
+    remedies += _context_remedies(trials)
+    remedies += _split_remedies(trials)
+    remedies += _wider_tp_remedies(trials, remedies)
+    return sorted(remedies, key=lambda r: r.cost_rank)
+
+
+@dataclass(frozen=True)
+class _Trials:
+    """The failed (or degraded) launch, relaunched on paper with changed flags."""
+
+    inp: BudgetInput
+    failed: Budget
+
+    @property
+    def flags(self) -> LaunchFlags:
+        return self.inp.flags
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.inp.model
+
+    def run(self, **changes: object) -> Budget:
+        return _compute(replace(self.inp, flags=self.flags.changed(**changes)))
+
+    def good(self, b: Budget) -> bool:
+        """It helps, and still holds a useful context (32K, or the one asked for if shorter)."""
+        return _good(b, self.failed, min(self.failed.context_len or 0, 32768) or None)
+
+    def effect(self, b: Budget) -> str:
+        return _effect(b, self.failed)
+
+
+def _context_limit_remedies(inp: BudgetInput, failed: Budget, limit: int) -> list[Remedy]:
+    """The config's own context limit first; whatever else fails is then computed at that length."""
+    at_limit = replace(inp, flags=inp.flags.changed(context_length=limit))
+    b = _compute(at_limit)
+    first = Remedy(f"--context-length {limit}", at_limit.flags, f"the longest the config allows: {_effect(b, failed)}",
+                   0)
+    if b.verdict is not VerdictKind.FAILS:
+        return [first]
+    return [first] + [replace(r, effect=f"with --context-length {limit}: {r.effect}")
+                      for r in find_remedies(at_limit, b)]
+
+
+def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy], bool]:
+    """When memory is held on the GPUs before the launch, freeing them comes first. Freeing may be necessary but
+    not enough: then the changes that fit are the ones computed for clean GPUs, and nothing else is (True)."""
     gpus = inp.gpus
-    if gpus.free_mib and gpus.total_mib and gpus.pre_gib is None:
-        held_gib = (gpus.total_mib - min(gpus.free_mib)) / 1024
-        if held_gib > 1.0:
-            clean_gpus = replace(gpus, free_mib=tuple(gpus.total_mib - 1 for _ in gpus.free_mib))
-            on_clean = replace(inp, gpus=clean_gpus)
-            clean = _compute(on_clean)
-            # freeing may be necessary but not enough: then the changes that fit are the ones for clean GPUs
-            still = clean.error_text if clean.verdict is VerdictKind.FAILS else None
-            outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
-                       "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean, failed)}"
-            where = "per GPU" if len(set(gpus.free_mib)) == 1 else "of the fullest GPU"
-            remedies.append(Remedy("free the GPUs first (/gpu status shows who holds them)", None,
-                                   f"{held_gib:.1f} GiB {where} is in use before the launch; {outcome}", 0))
-            if still:
-                return remedies + [replace(r, effect=f"after freeing the GPUs: {r.effect}")
-                                   for r in find_remedies(on_clean, clean)]
-    if failed.error_text and "no_buffer" in failed.error_text:
-        changed = trial(mamba_scheduler_strategy="extra_buffer")
-        remedies.append(Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",
-                               flags.changed(mamba_scheduler_strategy="extra_buffer"), _effect(changed, failed), 0))
-    mfs0 = failed.mem_fraction_static
+    if not (gpus.free_mib and gpus.total_mib and gpus.pre_gib is None):
+        return [], False
+    held_gib = (gpus.total_mib - min(gpus.free_mib)) / 1024
+    if held_gib <= 1.0:
+        return [], False
+    on_clean = replace(inp, gpus=replace(gpus, free_mib=tuple(gpus.total_mib - 1 for _ in gpus.free_mib)))
+    clean = _compute(on_clean)
+    still = clean.error_text if clean.verdict is VerdictKind.FAILS else None
+    outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
+               "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean, failed)}"
+    where = "per GPU" if len(set(gpus.free_mib)) == 1 else "of the fullest GPU"
+    free = Remedy("free the GPUs first (/gpu status shows who holds them)", None,
+                  f"{held_gib:.1f} GiB {where} is in use before the launch; {outcome}", 0)
+    if not still:
+        return [free], False
+    return [free] + [replace(r, effect=f"after freeing the GPUs: {r.effect}")
+                     for r in find_remedies(on_clean, clean)], True
+
+
+def _scheduler_remedies(t: _Trials) -> list[Remedy]:
+    """Speculative decoding on a hybrid model with the radix cache needs the extra_buffer strategy."""
+    if not (t.failed.error_text and "no_buffer" in t.failed.error_text):
+        return []
+    b = t.run(mamba_scheduler_strategy="extra_buffer")
+    return [Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",
+                   t.flags.changed(mamba_scheduler_strategy="extra_buffer"), t.effect(b), 0)]
+
+
+def _fraction_remedies(t: _Trials) -> list[Remedy]:
+    """The smallest --mem-fraction-static that helps (up to 0.95), and a float32 SSM state halved."""
+    remedies = []
     for step in range(1, 40):
-        mfs = round(mfs0 + 0.01 * step, 2)
+        mfs = round(t.failed.mem_fraction_static + 0.01 * step, 2)
         if mfs > 0.95:
             break
-        b = trial(mem_fraction_static=mfs)
-        if good(b):
-            remedies.append(Remedy(f"--mem-fraction-static {mfs:.2f}", flags.changed(mem_fraction_static=mfs),
-                                   f"smallest value that helps: {_effect(b, failed)}", 1))
+        b = t.run(mem_fraction_static=mfs)
+        if t.good(b):
+            remedies.append(Remedy(f"--mem-fraction-static {mfs:.2f}", t.flags.changed(mem_fraction_static=mfs),
+                                   f"smallest value that helps: {t.effect(b)}", 1))
             break
-    linear = model.linear
-    if linear is not None and (flags.mamba_ssm_dtype or linear.ssm_dtype) == "float32":
-        b = trial(mamba_ssm_dtype="bfloat16")
-        if good(b) or (b.verdict is not VerdictKind.FAILS and (b.mamba_slots or 0) > (failed.mamba_slots or 0)):
-            remedies.append(Remedy("--mamba-ssm-dtype bfloat16", flags.changed(mamba_ssm_dtype="bfloat16"),
-                                   f"halves the hybrid state: {_effect(b, failed)}", 2))
+    linear = t.model.linear
+    if linear is not None and (t.flags.mamba_ssm_dtype or linear.ssm_dtype) == "float32":
+        b = t.run(mamba_ssm_dtype="bfloat16")
+        if t.good(b) or (b.verdict is not VerdictKind.FAILS and (b.mamba_slots or 0) > (t.failed.mamba_slots or 0)):
+            remedies.append(Remedy("--mamba-ssm-dtype bfloat16", t.flags.changed(mamba_ssm_dtype="bfloat16"),
+                                   f"halves the hybrid state: {t.effect(b)}", 2))
+    return remedies
+
+
+def _state_pool_remedies(t: _Trials) -> list[Remedy]:
+    """A hybrid model's state pool: more slots for a capped concurrency, or fewer requests when it fails."""
+    flags, failed = t.flags, t.failed
+    remedies = []
     if "capped" in failed.fixable or "admit" in failed.fixable:
         base = flags.mamba_full_memory_ratio or 0.9
         ratios = [r for r in (0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if r > base]
-        lifted = next(((r, b) for r in ratios if good(b := trial(mamba_full_memory_ratio=r))), None)
+        lifted = next(((r, b) for r in ratios if t.good(b := t.run(mamba_full_memory_ratio=r))), None)
         if lifted is not None:
             remedies.append(Remedy(f"--mamba-full-memory-ratio {lifted[0]:g}",
                                    flags.changed(mamba_full_memory_ratio=lifted[0]),
-                                   "smallest ratio that lifts the concurrency cap: "
-                                   f"{_effect(lifted[1], failed)}", 2))
+                                   f"smallest ratio that lifts the concurrency cap: {t.effect(lifted[1])}", 2))
         elif ratios and base < 2.0:
-            b = trial(mamba_full_memory_ratio=2.0)
+            b = t.run(mamba_full_memory_ratio=2.0)
             more = (b.max_running_requests or 0) > (failed.max_running_requests or 0)
             if b.verdict is not VerdictKind.FAILS and more:
                 remedies.append(Remedy("--mamba-full-memory-ratio 2", flags.changed(mamba_full_memory_ratio=2.0),
-                                       f"more state slots for fewer KV tokens (no ratio reaches the requested "
-                                       f"concurrency): {_effect(b, failed)}", 2))
+                                       "more state slots for fewer KV tokens (no ratio reaches the requested "
+                                       f"concurrency): {t.effect(b)}", 2))
         if failed.max_running_requests and failed.max_running_requests > 0:
             cap = failed.max_running_requests
             remedies.append(Remedy(f"--max-running-requests {cap}", flags.changed(max_running_requests=cap),
                                    f"accept the {cap} concurrent requests the state pool allows, explicitly", 3))
-    hybrid_failure = model.is_hybrid_linear and failed.verdict is VerdictKind.FAILS
+    hybrid_failure = t.model.is_hybrid_linear and failed.verdict is VerdictKind.FAILS
     if hybrid_failure and (flags.speculative or flags.disable_radix_cache):
         start = flags.max_running_requests or 48
         for mrr in (32, 24, 16, 12, 8, 6, 4, 2, 1):
             if mrr >= start:
                 continue
-            b = trial(max_running_requests=mrr)
-            if good(b):
+            b = t.run(max_running_requests=mrr)
+            if t.good(b):
                 remedies.append(Remedy(f"--max-running-requests {mrr}", flags.changed(max_running_requests=mrr),
-                                       f"largest concurrency that fits: {_effect(b, failed)}", 3))
+                                       f"largest concurrency that fits: {t.effect(b)}", 3))
                 break
-    if "context" in failed.fixable and failed.kv_tokens:
-        ctx = failed.kv_tokens // 1024 * 1024
+    return remedies
+
+
+def _context_remedies(t: _Trials) -> list[Remedy]:
+    """A context the KV pool holds, or a KV cache in FP8 for twice the tokens."""
+    remedies = []
+    if "context" in t.failed.fixable and t.failed.kv_tokens:
+        ctx = t.failed.kv_tokens // 1024 * 1024
         if ctx > 0:
-            remedies.append(Remedy(f"--context-length {ctx}", flags.changed(context_length=ctx),
-                                   f"fits the KV pool of {failed.kv_tokens:,} tokens", 4))
-    if flags.kv_cache_dtype == "auto" and model.dtype in ("bfloat16", "float16"):
-        b = trial(kv_cache_dtype="fp8_e4m3")
-        if good(b):
-            remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", flags.changed(kv_cache_dtype="fp8_e4m3"),
-                                   f"halves KV bytes per token: {_effect(b, failed)}", 5))
-    split_error = _is_split_error(failed.error_text)
-    if split_error and model.moe is not None and flags.moe_tp > 1:
-        b = trial(ep=flags.tp, enable_ep_moe=False)
+            remedies.append(Remedy(f"--context-length {ctx}", t.flags.changed(context_length=ctx),
+                                   f"fits the KV pool of {t.failed.kv_tokens:,} tokens", 4))
+    if t.flags.kv_cache_dtype == "auto" and t.model.dtype in ("bfloat16", "float16"):
+        b = t.run(kv_cache_dtype="fp8_e4m3")
+        if t.good(b):
+            remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", t.flags.changed(kv_cache_dtype="fp8_e4m3"),
+                                   f"halves KV bytes per token: {t.effect(b)}", 5))
+    return remedies
+
+
+def _split_remedies(t: _Trials) -> list[Remedy]:
+    """A model that does not split over tp: expert parallelism, or the largest tp it splits over."""
+    flags = t.flags
+    if not _is_split_error(t.failed.error_text):
+        return []
+    remedies = []
+    if t.model.moe is not None and flags.moe_tp > 1:
+        b = t.run(ep=flags.tp, enable_ep_moe=False)
         if b.verdict is not VerdictKind.FAILS:
             remedies.append(Remedy(f"--ep-size {flags.tp}", flags.changed(ep=flags.tp, enable_ep_moe=False),
-                                   "expert parallelism keeps each expert whole on a rank: "
-                                   f"{_effect(b, failed)}", 1))
-    if split_error:
-        for narrower in range(flags.tp - 1, 0, -1):
-            b = trial(tp=narrower)
-            if not _is_split_error(b.error_text):
-                remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
-                                       f"the largest tp the model splits over: {_effect(b, failed)}", 2))
-                break
+                                   f"expert parallelism keeps each expert whole on a rank: {t.effect(b)}", 1))
+    for narrower in range(flags.tp - 1, 0, -1):
+        b = t.run(tp=narrower)
+        if not _is_split_error(b.error_text):
+            remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
+                                   f"the largest tp the model splits over: {t.effect(b)}", 2))
+            break
+    return remedies
+
+
+def _wider_tp_remedies(t: _Trials, found: list[Remedy]) -> list[Remedy]:
+    """Twice the tp when the GPUs are there; else, when nothing cheaper was ``found``, what it would take."""
+    flags = t.flags
     wider = flags.changed(tp=flags.tp * 2)
-    if inp.gpus.count >= wider.gpus_needed:
-        b = trial(tp=flags.tp * 2)
-        if good(b):
-            remedies.append(Remedy(f"--tp-size {flags.tp * 2}", wider,
-                                   f"uses {wider.gpus_needed} GPUs: {_effect(b, failed)}", 6))
-    elif failed.verdict is VerdictKind.FAILS and not any(r.cost_rank < 6 for r in remedies):
-        remedies.append(Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {inp.gpus.count} available)",
-                               None, "more GPUs share the weights", 7))
-    return sorted(remedies, key=lambda r: r.cost_rank)
+    if t.inp.gpus.count >= wider.gpus_needed:
+        b = t.run(tp=flags.tp * 2)
+        if t.good(b):
+            return [Remedy(f"--tp-size {flags.tp * 2}", wider, f"uses {wider.gpus_needed} GPUs: {t.effect(b)}", 6)]
+    elif t.failed.verdict is VerdictKind.FAILS and not any(r.cost_rank < 6 for r in found):
+        return [Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {t.inp.gpus.count} available)", None,
+                       "more GPUs share the weights", 7)]
+    return []
 
 
 def _fp8_moe_remedies(inp: BudgetInput) -> list[Remedy]:
