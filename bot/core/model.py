@@ -244,12 +244,10 @@ def _need(cfg: dict[str, Any], key: str, where: str) -> Any:
 def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     """Parse a config.json (flat, or a multimodal wrapper whose language model is its ``text_config``, or
     InternVL's ``llm_config``, or DeepSeek-VL2's ``language_config``)."""
-    nested = next((key for key in ("text_config", "llm_config", "language_config")
-                   if isinstance(config.get(key), dict) and config[key]), None)
-    text = config[nested] if nested else config
-    where = "config.json" + (f" {nested}" if nested else "")
+    text, where = _language_config(config)
     architecture = (config.get("architectures") or text.get("architectures") or ["?"])[0]
     model_type = str(config.get("model_type") or text.get("model_type") or "?")
+    own_type = str(text.get("model_type", model_type))  # the language model's, under a multimodal wrapper
     hidden = int(_need(text, "hidden_size", where))
     notes: list[str] = []
     blocks = _block_types(text)
@@ -260,69 +258,25 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     head_dim = int(_get(text, "head_dim", default=hidden // heads))
     dtype = str(_get(text, "torch_dtype", "dtype", default=None) or _get(config, "torch_dtype", "dtype",
                                                                         default="bfloat16"))
-    own_type = str(text.get("model_type", model_type))
     lfm2 = own_type.startswith("lfm2")
-    if lfm2 and own_type == "lfm2_moe":
+    if own_type == "lfm2_moe":
         head_dim = hidden // heads  # Lfm2MoeAttention: hidden_size // num_attention_heads, whatever head_dim says
     tied = _tied_embeddings(config, text, own_type)
     vocab = int(_need(text, "vocab_size", where))
     kinds = _layer_kinds(text, layers, architecture, blocks)
-    parallel = str(text.get("model_type", model_type)) == "falcon_h1"
+    parallel = own_type == "falcon_h1"
     linear = _linear_attention(text, kinds, blocks, parallel, hidden, where)
-    mla = None
-    if text.get("kv_lora_rank"):
-        mla = Mla(
-            kv_lora_rank=int(text["kv_lora_rank"]),
-            qk_rope_head_dim=int(_need(text, "qk_rope_head_dim", where)),
-            qk_nope_head_dim=int(_get(text, "qk_nope_head_dim", default=128)),
-            v_head_dim=int(_get(text, "v_head_dim", default=128)),
-            q_lora_rank=_get(text, "q_lora_rank"),
-            index_head_dim=_get(text, "index_head_dim"),
-            index_n_heads=int(_get(text, "index_n_heads", default=32) or 32),
-        )
+    mla = _mla(text, where)
     moe = _moe(text, layers, blocks, notes)
-    # Llama 4 names its dense layers' MLP width intermediate_size_mlp (intermediate_size is the experts')
-    intermediate_value = _get(text, "intermediate_size_mlp", "intermediate_size", default=0)
-    if isinstance(intermediate_value, list):  # Nemotron-H: one width per MLP layer
-        intermediate_value = max(intermediate_value) if intermediate_value else 0
-        notes.append("the MLP layers' widths differ; each is counted at the widest (an upper bound)")
-    intermediate = int(intermediate_value)
-    if own_type == "lfm2":
-        intermediate = _lfm2_mlp_width(text, intermediate)
-    if moe is None and text.get("shared_intermediate_size") and "num_local_experts" in text:
-        # GraniteMoeHybrid without experts (Granite 4.0-H-Micro): each layer's MLP is its shared_mlp
-        intermediate = int(text["shared_intermediate_size"])
+    intermediate = _mlp_width(text, own_type, moe, notes)
     vision = config.get("vision_config") or {}
     if config.get("downsample_ratio") and isinstance(vision, dict):  # InternVL: its projector sees shuffled pixels
         vision = {**vision, "downsample_ratio": config["downsample_ratio"]}
     vision_params, vision_projector = _vision_params(vision, hidden)
     quant = _quantization(config, text, kinds)
     mtp = _get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers")  # None: the config does not say
-    if quant is UNKNOWN_QUANT:
-        method = (config.get("quantization_config") or text.get("quantization_config") or {}).get("quant_method")
-        notes.append(f"quantization {method!r} is not sized here: its layers are counted at 16 bits (an upper "
-                     "bound); the checkpoint's size, or an earlier load's measured weights, replace the estimate")
-    if vision and not (vision_params or vision_projector):
-        notes.append("the vision tower's size cannot be read from this config: it is not counted in the weights")
-    if config.get("audio_config"):
-        notes.append("an audio tower is loaded too and is not counted in the weights")
-    unread_experts = sorted(k for k, v in text.items() if "expert" in k and _positive(v))
-    if unread_experts and moe is None and not blocks:
-        notes.append(f"this config describes experts ({', '.join(unread_experts[:3])}"
-                     f"{', ...' if len(unread_experts) > 3 else ''}) that are not read here: the model is counted as "
-                     "dense, far below its real size; give the checkpoint's size (or launch once and let the first "
-                     "load's log decide) before trusting this budget")
-    unread_state = sorted(k for k in text if k.startswith(STATE_KEY_PREFIXES) or k in STATE_KEYS)
-    if isinstance(text.get("attn_type_list"), list) and 0 in text["attn_type_list"]:
-        unread_state.insert(0, "attn_type_list")  # MiniMax-Text-01/M1: 0 marks a lightning (linear) attention layer
-    if unread_state and linear is None:
-        notes.append(f"this config describes state-space or linear-attention layers ({', '.join(unread_state[:3])}"
-                     f"{', ...' if len(unread_state) > 3 else ''}) that are not modelled here: every layer is "
-                     "counted as attention and no per-request state is counted; the first load's log decides")
-    shared = int(_get(text, "num_kv_shared_layers", default=0) or 0)
-    if shared:
-        notes.append(f"{shared} layers reuse earlier layers' KV cache; the KV estimate counts every layer "
-                     "(an upper bound on bytes per token)")
+    vision_unsized = bool(vision) and not (vision_params or vision_projector)
+    notes += _uncounted_notes(config, text, quant, vision_unsized, moe, blocks, linear)
     return ModelSpec(
         name=name,
         architecture=architecture,
@@ -349,10 +303,9 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         mtp_layers=int(mtp or 0),
         no_mtp=mtp in (0, "0"),
         # Qwen3-Next gates its attention output without saying so (SGLang: getattr(config, "attn_output_gate", True))
-        attn_output_gate=bool(_get(text, "attn_output_gate",
-                                   default=str(text.get("model_type", model_type)).startswith("qwen3_next"))),
+        attn_output_gate=bool(_get(text, "attn_output_gate", default=own_type.startswith("qwen3_next"))),
         qkv_bias=bool(_get(text, "attention_bias", default=model_type.startswith("qwen2"))),
-        qk_norm=str(text.get("model_type", model_type)).startswith(("qwen3", "gemma3", "gemma4", "olmo2", "lfm2")),
+        qk_norm=own_type.startswith(("qwen3", "gemma3", "gemma4", "olmo2", "lfm2")),
         vision_params=vision_params,
         vision_projector_params=vision_projector,
         quant=quant,
@@ -363,7 +316,7 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         vision_layers=int(_get(vision, "num_hidden_layers", "vt_num_hidden_layers", default=24)) if vision else 0,
         vision_hidden=int(_get(vision, "hidden_size", "vt_hidden_size", default=1024)) if vision else 0,
         transformers_version=_get(config, "transformers_version") or _get(text, "transformers_version"),
-        replicated_embeddings=str(text.get("model_type", model_type)).startswith(("gemma3", "gemma4")),
+        replicated_embeddings=own_type.startswith(("gemma3", "gemma4")),
         per_layer_input=int(_get(text, "hidden_size_per_layer_input", default=0) or 0),
         per_layer_vocab=int(_get(text, "vocab_size_per_layer_input", default=vocab) or vocab),
         # Nemotron-H's attention layers take no rotary embedding (models/nemotron_h.py builds no get_rope),
@@ -376,6 +329,78 @@ def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
         lm_head_copy=lfm2 and tied,
         notes=tuple(notes),
     )
+
+
+def _language_config(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The language model's part of a config, and where it is (for error messages)."""
+    nested = next((key for key in ("text_config", "llm_config", "language_config")
+                   if isinstance(config.get(key), dict) and config[key]), None)
+    if nested is None:
+        return config, "config.json"
+    return config[nested], f"config.json {nested}"
+
+
+def _mla(text: dict[str, Any], where: str) -> Mla | None:
+    """DeepSeek-style multi-head latent attention, when the config has a KV LoRA rank."""
+    if not text.get("kv_lora_rank"):
+        return None
+    return Mla(
+        kv_lora_rank=int(text["kv_lora_rank"]),
+        qk_rope_head_dim=int(_need(text, "qk_rope_head_dim", where)),
+        qk_nope_head_dim=int(_get(text, "qk_nope_head_dim", default=128)),
+        v_head_dim=int(_get(text, "v_head_dim", default=128)),
+        q_lora_rank=_get(text, "q_lora_rank"),
+        index_head_dim=_get(text, "index_head_dim"),
+        index_n_heads=int(_get(text, "index_n_heads", default=32) or 32),
+    )
+
+
+def _mlp_width(text: dict[str, Any], own_type: str, moe: Moe | None, notes: list[str]) -> int:
+    """The dense MLP's intermediate width, under each family's key."""
+    # Llama 4 names its dense layers' MLP width intermediate_size_mlp (intermediate_size is the experts')
+    value = _get(text, "intermediate_size_mlp", "intermediate_size", default=0)
+    if isinstance(value, list):  # Nemotron-H: one width per MLP layer
+        value = max(value) if value else 0
+        notes.append("the MLP layers' widths differ; each is counted at the widest (an upper bound)")
+    width = int(value)
+    if own_type == "lfm2":
+        width = _lfm2_mlp_width(text, width)
+    if moe is None and text.get("shared_intermediate_size") and "num_local_experts" in text:
+        # GraniteMoeHybrid without experts (Granite 4.0-H-Micro): each layer's MLP is its shared_mlp
+        width = int(text["shared_intermediate_size"])
+    return width
+
+
+def _uncounted_notes(config: dict[str, Any], text: dict[str, Any], quant: Quantization, vision_unsized: bool,
+                     moe: Moe | None, blocks: tuple[str, ...], linear: LinearAttention | None) -> list[str]:
+    """What this config describes that the weights or the pools do not count, said rather than passed over."""
+    notes = []
+    if quant is UNKNOWN_QUANT:
+        method = (config.get("quantization_config") or text.get("quantization_config") or {}).get("quant_method")
+        notes.append(f"quantization {method!r} is not sized here: its layers are counted at 16 bits (an upper "
+                     "bound); the checkpoint's size, or an earlier load's measured weights, replace the estimate")
+    if vision_unsized:
+        notes.append("the vision tower's size cannot be read from this config: it is not counted in the weights")
+    if config.get("audio_config"):
+        notes.append("an audio tower is loaded too and is not counted in the weights")
+    unread_experts = sorted(k for k, v in text.items() if "expert" in k and _positive(v))
+    if unread_experts and moe is None and not blocks:
+        notes.append(f"this config describes experts ({', '.join(unread_experts[:3])}"
+                     f"{', ...' if len(unread_experts) > 3 else ''}) that are not read here: the model is counted as "
+                     "dense, far below its real size; give the checkpoint's size (or launch once and let the first "
+                     "load's log decide) before trusting this budget")
+    unread_state = sorted(k for k in text if k.startswith(STATE_KEY_PREFIXES) or k in STATE_KEYS)
+    if isinstance(text.get("attn_type_list"), list) and 0 in text["attn_type_list"]:
+        unread_state.insert(0, "attn_type_list")  # MiniMax-Text-01/M1: 0 marks a lightning (linear) attention layer
+    if unread_state and linear is None:
+        notes.append(f"this config describes state-space or linear-attention layers ({', '.join(unread_state[:3])}"
+                     f"{', ...' if len(unread_state) > 3 else ''}) that are not modelled here: every layer is "
+                     "counted as attention and no per-request state is counted; the first load's log decides")
+    shared = int(_get(text, "num_kv_shared_layers", default=0) or 0)
+    if shared:
+        notes.append(f"{shared} layers reuse earlier layers' KV cache; the KV estimate counts every layer "
+                     "(an upper bound on bytes per token)")
+    return notes
 
 
 def _linear_attention(text: dict[str, Any], kinds: tuple[LayerKind, ...], blocks: tuple[str, ...], parallel: bool,
