@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
@@ -40,6 +41,7 @@ from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
+from bot.ssh import CommandResult
 from bot.status import SmiFailed, Transport, read_node, read_peer_access
 from bot.store import AttemptStore
 
@@ -104,6 +106,9 @@ def launch_argv(request: LaunchRequest, port: int) -> tuple[str, ...]:
 
 async def preflight(transport: Transport, inventory: Inventory, store: AttemptStore, request: LaunchRequest,
                     limits: Thresholds, settings: LaunchSettings) -> Preflight:
+    """Every check a launch must pass, read at once over SSH: the container and its GPUs, the port, the GPUs'
+    hardware and peer access, the container's memory, SGLang and transformers against the model, the memory
+    budget, and the container's launch lock."""
     target = request.target
     container = container_of(inventory, target)
     python = container.python if container else "python3"
@@ -140,12 +145,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         host = await host_task
     except (RemoteError, SmiFailed, GpuopsError):
         host = None
-    try:
-        port_result = await port_task
-        checks.append(Check("port free", "fail" if port_result.exit_status == 0 else "ok",
-                            f"127.0.0.1:{port} {'is already in use' if port_result.exit_status == 0 else 'is free'}"))
-    except RemoteError as exc:
-        checks.append(Check("port free", "warn", f"could not check port {port}: {exc.user_message}"))
+    checks.append(await _port_check(port_task, port))
 
     try:
         faults: NodeFaults | None = await faults_task
@@ -156,45 +156,75 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
-        try:
-            ct_config: str | None = (await ct_config_task).stdout
-        except RemoteError:
-            ct_config = None
-        ct_memory_mib = container_memory_mib(ct_config)[0] if ct_config is not None else None
-        # the weights pass through host memory: a container the OOM killer met at its limit meets it again
-        checks.append(Check("container memory", *launch_memory_health(target.vmid, ct_config,
-                                                                      faults.oom_kills if faults else ())))
-        versions = planned.versions
-        sglang = versions.get("sglang")
-        support = [r for r, k in zip(planned.budget.reasons, planned.budget.reason_kinds, strict=True)
-                   if k == "support"]
-        if not sglang:
-            checks.append(Check("SGLang installed", "fail", f"no sglang package for {python} in the container"))
-        elif planned.budget.error_text and "is not supported by SGLang" in planned.budget.error_text:
-            checks.append(Check("SGLang supports the model", "fail", planned.budget.error_text))
-        elif support:
-            checks.append(Check("SGLang supports the model", "warn", support[0]))
-        else:
-            extra = ", ".join(f"{k} {v}" for k, v in versions.items() if k != "sglang" and v)
-            detail = f"SGLang {sglang}" + (f" ({extra})" if extra else "")
-            checks.append(Check("SGLang supports the model", "ok", detail))
+        memory_check, ct_memory_mib = await _container_memory_check(ct_config_task, target.vmid, faults)
+        checks.append(memory_check)
+        checks.append(_sglang_check(planned, python))
         checks.append(_transformers_check(planned))
         if p2p_task is not None:
             checks.append(Check("GPU peer access", *await p2p_task))
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
-    for unread in (ct_config_task, p2p_task):  # not read when the budget could not be planned
-        if unread is not None and not unread.done():
-            unread.cancel()
-            with contextlib.suppress(asyncio.CancelledError, GpuopsError):
-                await unread
+    await _drop_unread(ct_config_task, p2p_task)  # not read when the budget could not be planned
     if flags.unknown and not settings.allow_unknown_flags:
         checks.append(Check("flags known", "fail", "unknown flags refused: " + " ".join(flags.unknown)))
     holder = await store.lock_holder(target.node, target.vmid)
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
     return Preflight(request, tuple(checks), planned, port, ct_memory_mib)
+
+
+async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Check:
+    try:
+        in_use = (await port_task).exit_status == 0
+    except RemoteError as exc:
+        return Check("port free", "warn", f"could not check port {port}: {exc.user_message}")
+    return Check("port free", "fail" if in_use else "ok",
+                 f"127.0.0.1:{port} {'is already in use' if in_use else 'is free'}")
+
+
+async def _container_memory_check(ct_config_task: asyncio.Future[CommandResult], vmid: int,
+                                  faults: NodeFaults | None) -> tuple[Check, int | None]:
+    """The container's RAM limit (``pct config``), and whether the kernel's OOM killer met it lately: the weights
+    pass through host memory, so a container the OOM killer met at its limit meets it again."""
+    try:
+        ct_config: str | None = (await ct_config_task).stdout
+    except RemoteError:
+        ct_config = None
+    ct_memory_mib = container_memory_mib(ct_config)[0] if ct_config is not None else None
+    check = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
+    return check, ct_memory_mib
+
+
+def _sglang_check(planned: PlannedBudget, python: str) -> Check:
+    """SGLang is installed in the container, and that version loads (and runs well) the model."""
+    versions = planned.versions
+    sglang = versions.get("sglang")
+    budget = planned.budget
+    support = [r for r, k in zip(budget.reasons, budget.reason_kinds, strict=True) if k == "support"]
+    if not sglang:
+        return Check("SGLang installed", "fail", f"no sglang package for {python} in the container")
+    if budget.error_text and "is not supported by SGLang" in budget.error_text:
+        return Check("SGLang supports the model", "fail", budget.error_text)
+    if support:
+        return Check("SGLang supports the model", "warn", support[0])
+    extra = ", ".join(f"{k} {v}" for k, v in versions.items() if k != "sglang" and v)
+    return Check("SGLang supports the model", "ok", f"SGLang {sglang}" + (f" ({extra})" if extra else ""))
+
+
+async def _drop_unread(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel the reads the pre-flight did not get to; one that already failed has its error collected (logged),
+    so asyncio does not report it as never retrieved."""
+    for task in tasks:
+        if task is None:
+            continue
+        if task.done():
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                log.debug("an unused pre-flight read failed: %s", exc)
+            continue
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, GpuopsError):
+            await task
 
 
 def _transformers_check(planned: PlannedBudget) -> Check:
