@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.core import argv as remote
-from bot.core.argv import LogExcerpt, hub_cache, hub_repo_dir, hub_snapshot_dir, is_hub_id
+from bot.core.argv import LOG_TAIL_MAX_LINES, LogExcerpt, hub_cache, hub_repo_dir, hub_snapshot_dir, is_hub_id
+from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.gpu import SmiSnapshot
 from bot.core.model import CheckpointIndex, ModelSpec, read_index
 from bot.errors import GpuopsError, UsageError
@@ -429,6 +430,29 @@ def _triage_attempt(args: argparse.Namespace) -> int:
     return _with_services(args, work)
 
 
+def cmd_log(args: argparse.Namespace) -> int:
+    """The last lines of an attempt's own log, read in its container (same answer as /sglang log)."""
+    import time
+
+    from bot.attempt_log import read_attempt_log
+    from bot.core.attempts import is_attempt_id
+    from bot.core.commands import checked_log_lines
+    from bot.triage import find_attempt
+    from bot.views import attempt_log_message, blocks_to_text
+
+    lines = checked_log_lines(args.lines)
+
+    async def work(services: Any) -> int:
+        target = None if is_attempt_id(args.what) else _one_container(
+            args.what, services.inventory, f"{args.what} names no one container or attempt")
+        attempt = await find_attempt(services.attempts, args.what, target)
+        log = await read_attempt_log(services.transport, attempt, lines)
+        print(blocks_to_text(attempt_log_message(log, time.time()).blocks))
+        return 0 if log.tail is not None else 3
+
+    return _with_services(args, work)
+
+
 def _relaunch_commands(report: Any) -> list[str]:
     """Each remedy and experiment as the /sglang launch that runs it (through the pre-flight)."""
     import shlex
@@ -577,6 +601,14 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--chart", help="also write a per-GPU stacked bar PNG here")
     budget.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
     budget.set_defaults(func=cmd_budget)
+
+    log_cmd = sub.add_parser("log", help="the last lines of an attempt's own log, read in its container (same answer "
+                             "as /sglang log)")
+    log_cmd.add_argument("what", metavar="ATTEMPT|CONTAINER", help="an attempt id, or a container (its latest attempt)")
+    log_cmd.add_argument("-n", "--lines", type=int, default=DEFAULT_LOG_LINES,
+                         help=f"how many lines (default {DEFAULT_LOG_LINES}, at most {LOG_TAIL_MAX_LINES})")
+    log_cmd.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    log_cmd.set_defaults(func=cmd_log)
 
     triage = sub.add_parser("triage", help="name the first cause of a failed SGLang launch: from a log file, or "
                             "from an attempt's own log in its container (same answer as /sglang triage)")

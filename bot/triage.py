@@ -67,8 +67,8 @@ class TriageReport:
 
 async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target | None,
                        channel: str | None = None) -> Attempt:
-    """The attempt a triage reads: the one ``spec`` names by id, else the latest on ``target``'s container, else
-    the latest launched (from ``channel``, when the triage is asked in one)."""
+    """The attempt a triage (or ``/sglang log``) reads: the one ``spec`` names by id, else the latest on
+    ``target``'s container, else the latest launched (from ``channel``, when asked in one)."""
     if spec and is_attempt_id(spec):
         attempt = await attempts.get(spec)
         if attempt is None:
@@ -79,7 +79,7 @@ async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target 
     else:
         attempt = next((a for a in await attempts.recent(count=50) if a.pid and channel in (None, a.channel)), None)
     if attempt is None or attempt.pid is None:
-        raise UsageError("no launched attempt to triage there (a refused pre-flight has no log)")
+        raise UsageError("no launched attempt there (a refused pre-flight has no log)")
     return attempt
 
 

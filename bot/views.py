@@ -25,8 +25,11 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from bot.attempt_log import AttemptLog
+from bot.core.argv import LOG_TAIL_MAX_LINES
 from bot.core.attempts import Attempt, Check
 from bot.core.budget import Budget, planned_format_conflict
+from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.health import HealthReport
 from bot.core.incident import Incident
@@ -157,7 +160,7 @@ def help_text(inventory: Inventory) -> str:
 
 def sglang_help_text(inventory: Inventory) -> str:
     return render("sglang_help.mrkdwn.j2", containers=sorted(inventory.containers),
-                  profiles=sorted(inventory.profiles.items()))
+                  profiles=sorted(inventory.profiles.items()), log_lines=DEFAULT_LOG_LINES, log_max=LOG_TAIL_MAX_LINES)
 
 
 def usage_text(problem: str, inventory: Inventory) -> str:
@@ -445,6 +448,41 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     return SlackMessage(f"Triage of {a.id}: {label}", [b.to_dict() for b in blocks])
 
 
+def attempt_log_message(log: AttemptLog, now: float) -> SlackMessage:
+    """The last lines of an attempt's own log, numbered as in the file, with how long ago it was last written."""
+    a, tail = log.attempt, log.tail
+    head = f":scroll: *Log of `{a.id}`* on {escape_mrkdwn(a.target_label)} ({a.status.value})"
+    if tail is None:
+        text = f"{head}\n:warning: {escape_mrkdwn(log.problem or 'the log could not be read')}"
+        return SlackMessage(f"Log of {a.id}: not read", [SectionBlock(text=MarkdownTextObject(text=text)).to_dict()])
+    if not tail.lines:
+        where = "the log is empty"
+    else:
+        where = f"lines {tail.first_line:,}–{tail.total_lines:,} of {tail.total_lines:,}"
+    head += f" — {where}, last written {_age(now - tail.modified_at)} ago"
+    numbered = [f"{n:>6}  {'… ' if i == 0 and tail.cut else ''}{text}"
+                for i, (n, text) in enumerate(zip(range(tail.first_line, tail.total_lines + 1), tail.lines,
+                                                  strict=True))]
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=head))]
+    blocks += monospace_sections(numbered)
+    footer = f"`{escape_mrkdwn(a.log_path or '')}`"
+    if a.status.value in ("failed", "orphaned"):
+        footer += f" · `/sglang triage {a.id}` reads it whole for the first cause"
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=footer)]))
+    return SlackMessage(f"Log of {a.id}: {where}", [b.to_dict() for b in blocks])
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
 HYPOTHESIS_ICON = {"open": ":grey_question:", "confirmed": ":white_check_mark:", "refuted": ":x:"}
 
 
@@ -477,8 +515,8 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
 
 
 MENTION_HELP = ("In an incident thread: `@gpuops triage [container|attempt]`, `@gpuops status [target]`, "
-                "`@gpuops hypothesis <text>`, `@gpuops confirm H1 <why>`, `@gpuops refute H1 <why>`, "
-                "`@gpuops note <text>`, `@gpuops history`")
+                "`@gpuops log [container|attempt] [lines]`, `@gpuops hypothesis <text>`, "
+                "`@gpuops confirm H1 <why>`, `@gpuops refute H1 <why>`, `@gpuops note <text>`, `@gpuops history`")
 
 
 

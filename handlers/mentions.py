@@ -15,6 +15,7 @@ from slack_bolt.async_app import AsyncApp
 from bot import views
 from bot.app import Services
 from bot.core.attempts import is_attempt_id
+from bot.core.commands import log_args
 from bot.core.incident import Incident, Observation, gpu_reading, parse_mention
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError, UsageError
@@ -32,7 +33,7 @@ def register(app: AsyncApp, services: Services) -> None:
         thread = event.get("thread_ts") or event["ts"]
         user = event.get("user", "")
         mention = parse_mention(event.get("text", ""))
-        action = "sglang.triage" if mention.verb == "triage" else "gpu.status"
+        action = {"triage": "sglang.triage", "log": "sglang.log"}.get(mention.verb, "gpu.status")
         decision = await authorize(services, client, action, user, channel)
         if not decision.allowed:
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":no_entry: {decision.reason}")
@@ -118,6 +119,17 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         label = latest.observed.get("triage") if latest else None
         if latest and label:
             incident = incident.propose_triage(label, latest.id, now)
+    elif verb == "log":
+        from handlers.sglang import show_log
+
+        spec, lines = log_args(rest.split(), views.MENTION_HELP)
+        target = None
+        if spec and not is_attempt_id(spec):
+            (target,) = resolve_targets(spec, services.inventory)
+        elif not spec and incident.node is not None:
+            target = Target("container", incident.node, incident.vmid)
+        await show_log(services, client, _ThreadRespond(client, channel, thread), spec, target, lines, channel,
+                       thread_ts=thread)
     elif verb == "history":
         attempts = await container_attempts(services, incident)
         where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"

@@ -12,6 +12,7 @@ from slack_bolt.async_app import AsyncApp
 
 from bot import views
 from bot.app import Services
+from bot.attempt_log import read_attempt_log
 from bot.budget import plan_budget
 from bot.chart import budget_png
 from bot.core.attempts import ACTIVE, Attempt, is_attempt_id, user_flags
@@ -21,6 +22,7 @@ from bot.core.commands import (
     SglangHelpRequest,
     SglangHistoryRequest,
     SglangLaunchRequest,
+    SglangLogRequest,
     SglangStopRequest,
     SglangTriageRequest,
     parse_sglang_command,
@@ -68,9 +70,9 @@ def register(app: AsyncApp, services: Services) -> None:
             if isinstance(request, SglangHelpRequest):
                 await ack(views.sglang_help_text(services.inventory))
                 return
-            if isinstance(request, SglangHistoryRequest | SglangTriageRequest):
+            if isinstance(request, SglangHistoryRequest | SglangTriageRequest | SglangLogRequest):
                 spec = request.target
-                target = container_target(services, spec, isinstance(request, SglangTriageRequest)) \
+                target = container_target(services, spec, not isinstance(request, SglangHistoryRequest)) \
                     if spec and not is_attempt_id(spec) else None
             elif isinstance(request, SglangStopRequest):
                 target = None if is_attempt_id(request.target) else container_target(services, request.target, True)
@@ -81,12 +83,13 @@ def register(app: AsyncApp, services: Services) -> None:
             return
         action = {SglangBudgetRequest: "sglang.budget", SglangLaunchRequest: "sglang.launch",
                   SglangStopRequest: "sglang.stop", SglangHistoryRequest: "sglang.history",
-                  SglangTriageRequest: "sglang.triage"}[type(request)]
+                  SglangTriageRequest: "sglang.triage", SglangLogRequest: "sglang.log"}[type(request)]
         if isinstance(request, SglangLaunchRequest) and request.force:
             action = "sglang.launch.force"
         await ack({"sglang.budget": "planning the memory budget", "sglang.launch": "running the pre-flight",
                    "sglang.launch.force": "running the pre-flight", "sglang.stop": "looking up the attempt",
-                   "sglang.history": "reading the history", "sglang.triage": "reading the attempt's own log"}[action]
+                   "sglang.history": "reading the history", "sglang.triage": "reading the attempt's own log",
+                   "sglang.log": "reading the attempt's own log"}[action]
                   + (f" on {target.label}…" if target else "…"))
         decision = await authorize(services, client, action, user, channel)
         if not decision.allowed:
@@ -105,6 +108,8 @@ def register(app: AsyncApp, services: Services) -> None:
             elif isinstance(request, SglangTriageRequest):
                 report = await triage(services, client, respond, request.target, target, user, channel)
                 await triage_answered(services, client, report, time.time())
+            elif isinstance(request, SglangLogRequest):
+                await show_log(services, client, respond, request.target, target, request.lines, channel)
             else:
                 await history(services, client, respond, target, channel)
         except GpuopsError as exc:
@@ -270,6 +275,15 @@ async def history(services: Services, client: Any, respond: Any, target: Target 
         found = await attempts.recent(count=15)
         where = "all containers"
     await post_messages(client, channel, [views.history_message(found, where)], respond=respond, pace=services.pace)
+
+
+async def show_log(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None,
+                   lines: int, channel: str, thread_ts: str | None = None) -> None:
+    """The last lines of the attempt's own log, where it was asked (a channel, or an incident's thread)."""
+    attempt = await find_attempt(services.attempts, spec, target, channel)
+    log = await read_attempt_log(services.transport, attempt, lines)
+    await post_messages(client, channel, [views.attempt_log_message(log, time.time())], respond=respond,
+                        thread_ts=thread_ts, pace=services.pace)
 
 
 async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,

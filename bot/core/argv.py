@@ -57,9 +57,10 @@ def nvidia_smi_versions() -> Argv:
     return ("nvidia-smi", "-q", "-x", "-d", "COMPUTE")
 
 
-def _check_int(value: int, what: str, low: int) -> str:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+def _check_int(value: int, what: str, low: int, high: int | None = None) -> str:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"from {low} to {high}"
+        raise ValueError(f"{what} must be an integer {bounds}, got {value!r}")
     return str(value)
 
 
@@ -113,6 +114,25 @@ LOG_TAIL_BYTES = 1536 * 1024
 def log_excerpt(path: str, head_bytes: int = LOG_HEAD_BYTES, tail_bytes: int = LOG_TAIL_BYTES) -> Argv:
     return ("bash", "-c", LOG_EXCERPT_SCRIPT, "gpuops-log-excerpt", checked_path(path),
             _check_int(head_bytes, "head_bytes", 1), _check_int(tail_bytes, "tail_bytes", 1))
+
+
+# The last lines of a log as it is now, after one line with the file's mtime and line count; at most ``max_bytes``
+# of them (a progress bar rewritten with carriage returns makes one line megabytes long). A fixed script: the path
+# and sizes arrive as positional parameters.
+LOG_TAIL_SCRIPT = (
+    'f="$1"; n="$2"; b="$3"\n'
+    'm=$(stat -c %Y -- "$f") || exit 1\n'
+    'l=$(wc -l < "$f") || exit 1\n'
+    'echo "$m $l"\n'
+    'tail -n "$n" -- "$f" | tail -c "$b"\n'
+)
+LOG_TAIL_MAX_BYTES = 64 * 1024
+LOG_TAIL_MAX_LINES = 200
+
+
+def log_tail(path: str, lines: int, max_bytes: int = LOG_TAIL_MAX_BYTES) -> Argv:
+    return ("bash", "-c", LOG_TAIL_SCRIPT, "gpuops-log-tail", checked_path(path),
+            _check_int(lines, "lines", 1, LOG_TAIL_MAX_LINES), _check_int(max_bytes, "max_bytes", 1))
 
 
 @dataclass(frozen=True)

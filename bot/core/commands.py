@@ -6,12 +6,14 @@ User text is tokenised here and only ever leaves as typed values; it never reach
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.core.argv import is_hub_id
+from bot.core.argv import LOG_TAIL_MAX_LINES, is_hub_id
 from bot.errors import UsageError
+
+DEFAULT_LOG_LINES = 40  # lines of an attempt's log `/sglang log` shows unless asked for another count
 
 GPU_USAGE = ("usage: `/gpu status [all | <node> | <node>:<vmid> | <container>]`, `/gpu health [target]`, "
              "`/gpu free <node|container>` or `/gpu help`")
@@ -71,8 +73,8 @@ def parse_gpu_command(text: str) -> GpuRequest:
 SGLANG_USAGE = (
     "usage: `/sglang budget <container> <model path or org/name> [flags]`, "
     "`/sglang launch <container> <model path or org/name> [flags] [--force]` or `/sglang launch <profile>`, "
-    "`/sglang stop <container|attempt>`, `/sglang triage [container|attempt]`, `/sglang history [container]`, "
-    "`/sglang help`"
+    "`/sglang stop <container|attempt>`, `/sglang triage [container|attempt]`, "
+    "`/sglang log [container|attempt] [lines]`, `/sglang history [container]`, `/sglang help`"
 )
 
 
@@ -102,6 +104,12 @@ class SglangTriageRequest:
 
 
 @dataclass(frozen=True)
+class SglangLogRequest:
+    target: str | None  # a container or an attempt id; None: the latest attempt here
+    lines: int
+
+
+@dataclass(frozen=True)
 class SglangHistoryRequest:
     target: str | None
 
@@ -112,7 +120,22 @@ class SglangHelpRequest:
 
 
 SglangRequest = (SglangBudgetRequest | SglangLaunchRequest | SglangStopRequest | SglangHistoryRequest
-                 | SglangTriageRequest | SglangHelpRequest)
+                 | SglangTriageRequest | SglangLogRequest | SglangHelpRequest)
+
+
+def log_args(args: Sequence[str], usage: str) -> tuple[str | None, int]:
+    """``[container|attempt] [lines]`` of ``log``: a bare number is the line count."""
+    names = [a for a in args if not a.isdigit()]
+    counts = [int(a) for a in args if a.isdigit()]
+    if len(names) > 1 or len(counts) > 1:
+        raise UsageError(f"`log` takes at most a container or attempt id and a line count. {usage}")
+    return (names[0] if names else None), checked_log_lines(counts[0] if counts else DEFAULT_LOG_LINES)
+
+
+def checked_log_lines(lines: int) -> int:
+    if not 1 <= lines <= LOG_TAIL_MAX_LINES:
+        raise UsageError(f"`log` shows from 1 to {LOG_TAIL_MAX_LINES} lines, not {lines}")
+    return lines
 
 
 def _model_args(verb: str, args: list[str]) -> tuple[str, str, tuple[str, ...]]:
@@ -150,6 +173,8 @@ def parse_sglang_command(text: str, profiles: Mapping[str, Any] | None = None) -
         if len(args) > 1:
             raise UsageError(f"`triage` takes at most one container or attempt id. {SGLANG_USAGE}")
         return SglangTriageRequest(args[0] if args else None)
+    if verb == "log":
+        return SglangLogRequest(*log_args(args, SGLANG_USAGE))
     if verb == "history":
         if len(args) > 1:
             raise UsageError(f"`history` takes at most one container. {SGLANG_USAGE}")

@@ -194,7 +194,7 @@ class Mention:
     target: str = field(default="")
 
 
-MENTION_VERBS = ("triage", "status", "hypothesis", "note", "history", "confirm", "refute", "help")
+MENTION_VERBS = ("triage", "status", "log", "hypothesis", "note", "history", "confirm", "refute", "help")
 
 
 def parse_mention(text: str) -> Mention:

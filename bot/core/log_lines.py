@@ -10,11 +10,16 @@ so these prefixes are taken off first; line numbers stay those of the file.
 
 A prefix form is taken off only when it is how this log was collected: when it starts at least a third of the
 log's non-blank lines. A line of SGLang's own that happens to look like one prefix is left alone.
+
+The last lines of a launch's own log, as ``/sglang log`` shows them, are read here too (``parse_log_tail``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+from bot.core.flags import scrub_secrets
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RFC3339 = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})"
@@ -69,3 +74,38 @@ def plain_lines(lines: list[str]) -> list[str]:
     for _, pattern in forms:
         bare = [pattern.sub("", line, count=1) for line in bare]
     return bare
+
+
+SHOWN_LINE_CHARS = 500  # a longer line is cut when shown (a traceback's locals, a dumped tensor)
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The last lines of a log as people are shown them: numbered as in the file, colour codes and secret values
+    taken off, and a progress bar that rewrote its line with carriage returns shown as a terminal shows it, last."""
+
+    first_line: int  # the file's line number of ``lines[0]``
+    lines: tuple[str, ...]
+    total_lines: int
+    modified_at: float  # the file's mtime (epoch seconds)
+    cut: bool  # ``lines[0]`` is only the end of its line (the read's byte limit fell inside it)
+
+
+def parse_log_tail(output: str, max_bytes: int) -> LogTail:
+    """What ``argv.log_tail`` printed: ``<mtime> <newline count>``, then at most ``max_bytes`` of the last lines."""
+    head, _, body = output.partition("\n")
+    mtime, count = head.split()
+    if not body:
+        raw, last = [], int(count)
+    elif body.endswith("\n"):
+        raw, last = body.split("\n")[:-1], int(count)  # the file's last line is complete: wc counted it
+    else:
+        raw, last = body.split("\n"), int(count) + 1  # a last line still being written has no newline yet
+    shown = tuple(scrub_secrets(_as_shown(line)) for line in raw)
+    return LogTail(first_line=last - len(shown) + 1, lines=shown, total_lines=last, modified_at=float(mtime),
+                   cut=len(body.encode()) >= max_bytes)
+
+
+def _as_shown(line: str) -> str:
+    line = strip_ansi(line.rstrip("\r")).rsplit("\r", 1)[-1]
+    return line if len(line) <= SHOWN_LINE_CHARS else line[:SHOWN_LINE_CHARS] + " …"

@@ -1,6 +1,6 @@
 """Who may do what: viewer < operator < admin, from Slack user IDs, user groups and channels.
 
-Viewers read (status, budget, history, triage); operators change things (launch, stop, free);
+Viewers read (status, budget, history, triage, an attempt's log); operators change things (launch, stop, free);
 admins may also force a launch over a failed pre-flight. Nothing here touches Slack: the
 caller passes the user's groups in.
 """
@@ -25,6 +25,7 @@ ACTION_ROLE: dict[str, Role] = {
     "sglang.budget": Role.VIEWER,
     "sglang.history": Role.VIEWER,
     "sglang.triage": Role.VIEWER,
+    "sglang.log": Role.VIEWER,
     "sglang.launch": Role.OPERATOR,
     "sglang.stop": Role.OPERATOR,
     "gpu.free": Role.OPERATOR,

@@ -255,8 +255,9 @@ def main(argv: list[str]) -> int:
         stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.gmtime())
         lines = [*lines[:5], f"{stamp} Rank 0 scheduler is dead. Please check if there are relevant logs.",
                  f"{stamp} Exit code: -9"]
-    print(f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, tp_size={args.tp}) "
-          "[gpuops lab stand-in]", flush=True)
+    # SGLang prints every server argument, the API key among them (what quotes a log line must redact it)
+    print(f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, tp_size={args.tp}, "
+          f"api_key={args.api_key!r}) [gpuops lab stand-in]", flush=True)
     try:
         for line in lines:
             time.sleep(delay)

@@ -103,3 +103,82 @@ def test_collector_timestamps_show_a_newest_first_export():
     newest_first = diagnose("\n".join(reversed(stamped)))
     assert "log was exported newest-first; read in time order" in newest_first.notes
     assert newest_first.label == diagnose("\n".join(lines)).label == case["label"]
+
+
+# --- the last lines of a launch's own log (/sglang log): the real tail script, run here on real log text
+
+def tail_of(path, lines, max_bytes=64 * 1024):
+    import subprocess
+
+    from bot.core.argv import log_tail
+    from bot.core.log_lines import parse_log_tail
+
+    # bytes, decoded as the SSH client does: no newline translation (a carriage return stays one)
+    done = subprocess.run(log_tail(str(path), lines, max_bytes), capture_output=True, check=True)
+    return parse_log_tail(done.stdout.decode(), max_bytes)
+
+
+def startup_log(case_id: str) -> list[str]:
+    cases = [json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if x]
+    excerpt = next(c for c in cases if c["id"] == case_id)["log_excerpt"]
+    return excerpt if isinstance(excerpt, list) else excerpt.split("\n")
+
+
+def test_the_tail_of_a_log_is_numbered_as_in_the_file(tmp_path):
+    lines = startup_log("sglang-startup-032")
+    log = tmp_path / "a.log"
+    log.write_text("\n".join(lines) + "\n")
+    tail = tail_of(log, 5)
+    assert tail.lines == tuple(lines[-5:]) and tail.total_lines == len(lines)
+    assert tail.first_line == len(lines) - 4 and not tail.cut
+    assert abs(tail.modified_at - log.stat().st_mtime) < 1
+    # a last line still being written (no newline yet) is shown, and numbered after the complete ones
+    log.write_text("\n".join(lines))
+    tail = tail_of(log, 3)
+    assert tail.lines == tuple(lines[-3:]) and tail.total_lines == len(lines) and tail.first_line == len(lines) - 2
+    # more lines asked for than the file has
+    assert tail_of(log, 200).lines == tuple(lines) and tail_of(log, 200).first_line == 1
+    log.write_text("")
+    empty = tail_of(log, 10)
+    assert empty.lines == () and empty.total_lines == 0
+
+
+def test_the_tail_shows_what_a_terminal_would_and_no_secret(tmp_path):
+    progress = [x for x in lines_of("olmocr-python-logging.txt") if "Completed |" in x]
+    assert len(progress) >= 3
+    states = [x.split(" - INFO - ", 1)[-1] for x in progress]
+    # SGLang prints its ServerArgs (a public fragment, with a key put in as a launch with --api-key has it)
+    server_args = ("server_args=ServerArgs(export_metrics_to_file_dir=None, api_key='sk-lab-789', "
+                   "admin_api_key=None, served_model_name='qwen/qwen2.5-0.5b-instruct')")
+    log = tmp_path / "a.log"
+    # tqdm rewrites its line with carriage returns; a terminal recorded colour codes around a line
+    log.write_text(server_args + "\n" + "\r".join(states) + "\n" + "\x1b[32m" + startup_log("sglang-startup-032")[-1]
+                   + "\x1b[0m\n")
+    tail = tail_of(log, 3)
+    assert tail.lines[0] == server_args.replace("'sk-lab-789'", "<redacted>")
+    assert tail.lines[1] == states[-1]  # the progress bar as a terminal last showed it
+    assert tail.lines[2] == startup_log("sglang-startup-032")[-1]
+
+
+def test_a_tail_longer_than_its_byte_limit_says_its_first_line_is_cut(tmp_path):
+    lines = startup_log("sglang-startup-032")
+    log = tmp_path / "a.log"
+    log.write_text("\n".join(lines) + "\n")
+    limit = len(lines[-1]) + 1 + 20  # the last line and 20 bytes of the one before
+    tail = tail_of(log, 5, max_bytes=limit)
+    assert tail.cut and tail.lines[-1] == lines[-1] and lines[-2].endswith(tail.lines[0])
+    assert tail.first_line == len(lines) - 1  # still numbered as in the file
+    long_line = tmp_path / "b.log"
+    long_line.write_text("x" * 2000 + "\n")
+    assert tail_of(long_line, 1).lines[0] == "x" * 500 + " …"  # shown cut, not dropped
+
+
+def test_the_tail_command_is_bounded_and_takes_only_absolute_paths():
+    from bot.core.argv import LOG_TAIL_MAX_LINES, log_tail
+
+    assert log_tail("/var/log/gpuops/a.log", 40)[:2] == ("bash", "-c")
+    for bad in (0, LOG_TAIL_MAX_LINES + 1, -3):
+        with pytest.raises(ValueError):
+            log_tail("/var/log/gpuops/a.log", bad)
+    with pytest.raises(ValueError):
+        log_tail("../a.log", 10)

@@ -38,10 +38,25 @@ def test_sglang_help_lists_every_accepted_subcommand_the_thread_mentions_and_the
     text = sglang_help_text(inventory)
     listed = set(re.findall(r"`/sglang (\w+)", text))
     assert listed == set(re.findall(r"`/sglang (\w+)", SGLANG_USAGE)) == {
-        "budget", "launch", "triage", "history", "stop", "help"}
+        "budget", "launch", "triage", "log", "history", "stop", "help"}
     for verb in listed:  # each listed form parses
         parse_sglang_command({"budget": "budget sglang-a6000 /models/q", "launch": "launch qwen36",
                               "stop": "stop sglang-a6000"}.get(verb, verb), inventory.profiles)
     mentioned = set(re.findall(r"`@gpuops (\w+)", text))
     assert mentioned == set(MENTION_VERBS) - {"help"}
     assert "`qwen36` (sglang-a6000)" in text and "Containers: `sglang-a6000`" in text
+
+
+def test_sglang_log_takes_a_container_or_attempt_and_a_line_count_in_either_order():
+    from bot.core.commands import DEFAULT_LOG_LINES, SglangLogRequest, parse_sglang_command
+    from bot.errors import UsageError
+
+    assert parse_sglang_command("log") == SglangLogRequest(None, DEFAULT_LOG_LINES)
+    assert parse_sglang_command("log sglang-a6000") == SglangLogRequest("sglang-a6000", DEFAULT_LOG_LINES)
+    assert parse_sglang_command("log 80") == SglangLogRequest(None, 80)
+    assert parse_sglang_command("log a20261204-153451-e8f9 120") == SglangLogRequest("a20261204-153451-e8f9", 120)
+    assert parse_sglang_command("log 10 sglang-a6000") == SglangLogRequest("sglang-a6000", 10)
+    for bad, why in (("log 500", "from 1 to 200 lines"), ("log 0", "from 1 to 200 lines"),
+                     ("log a b", "at most a container"), ("log 5 6", "at most a container")):
+        with pytest.raises(UsageError, match=why):
+            parse_sglang_command(bad)
