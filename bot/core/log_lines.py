@@ -9,7 +9,9 @@ along when a terminal was recorded. The triage's rules read SGLang's words (a tr
 so these prefixes are taken off first; line numbers stay those of the file.
 
 A prefix form is taken off only when it is how this log was collected: when it starts at least a third of the
-log's non-blank lines. A line of SGLang's own that happens to look like one prefix is left alone.
+log's non-blank lines. A line of SGLang's own that happens to look like one prefix is left alone. An indentation
+that every line shares comes off too: it is how the log was pasted (SGLang starts its own lines at the margin, and a
+traceback's frames are told by their indentation).
 
 The last lines of a launch's own log, as ``/sglang log`` shows them, are read here too (``parse_log_tail``).
 """
@@ -68,12 +70,35 @@ def _forms(lines: list[str]) -> list[tuple[str, re.Pattern[str]]]:
 
 
 def plain_lines(lines: list[str]) -> list[str]:
-    """Each line as SGLang wrote it: colour codes, a trailing CR and the collector's prefixes taken off."""
+    """Each line as SGLang wrote it: colour codes, a trailing CR and the collector's prefixes taken off, and an
+    indentation every line shares (a log pasted as an indented block: SGLang starts its own lines at the margin)."""
     bare = [strip_ansi(line.rstrip("\r")) for line in lines]
-    forms = _forms(bare)
-    for _, pattern in forms:
+    if margin := _shared_indent(bare):  # the paste's, outside any collector's prefix
+        bare = [line[margin:] for line in bare]
+    for _, pattern in _forms(bare):
         bare = [pattern.sub("", line, count=1) for line in bare]
     return bare
+
+
+_FRAME_LINE = re.compile(r'File "[^"]*", line \d+')
+
+
+def _shared_indent(lines: list[str]) -> int:
+    """How many leading whitespace characters every non-blank line starts with, all the same ones; none when the
+    lines at that margin are all traceback frames (an excerpt that begins inside a traceback is indented by itself)."""
+    written = [line for line in lines if line.strip()]
+    if not written:
+        return 0
+    first = written[0]
+    width = len(first) - len(first.lstrip())
+    for line in written[1:]:
+        width = min(width, len(line) - len(line.lstrip()))
+        while width and line[:width] != first[:width]:
+            width -= 1
+        if not width:
+            return 0
+    at_margin = [line[width:] for line in written if not line[width:width + 1].isspace()]
+    return 0 if all(_FRAME_LINE.match(line) for line in at_margin) else width
 
 
 SHOWN_LINE_CHARS = 500  # a longer line is cut when shown (a traceback's locals, a dumped tensor)

@@ -74,13 +74,16 @@ COLLECTORS = {
     "kubectl --timestamps": lambda i, line: f"2026-12-04T12:{i // 60 % 60:02d}:{i % 60:02d}.123456789Z {line}",
     "journalctl": lambda i, line: f"Dec 04 12:{i // 60 % 60:02d}:{i % 60:02d} ct129 python3[4242]: {line}",
     "compose around docker -t": lambda i, line: f"sglang-1  | 2026-12-04T12:00:{i % 60:02d}.5Z {line}",
+    # not a collector, but how a log is often pasted (a Markdown code block by indentation, a nested list item)
+    "pasted as an indented block": lambda i, line: f"    {line}" if line.strip() else line,
+    "pasted with a tab": lambda i, line: f"\t{line}",
 }
 
 
 @pytest.mark.parametrize("collector", COLLECTORS)
 def test_every_corpus_failure_is_read_the_same_through_a_collector(collector):
     """The corpus logs as `docker compose logs`, `kubectl logs --timestamps` or `journalctl -u` would hand them
-    over: each names the same cause from the same lines."""
+    over, or as pasted indented: each names the same cause from the same lines."""
     add = COLLECTORS[collector]
     changed = []
     for case in CASES:
