@@ -438,7 +438,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     from bot.core.attempts import is_attempt_id
     from bot.core.commands import checked_log_lines
     from bot.triage import find_attempt
-    from bot.views import attempt_log_message, blocks_to_text
+    from bot.views import attempt_log_messages, blocks_to_text
 
     lines = checked_log_lines(args.lines)
 
@@ -447,7 +447,7 @@ def cmd_log(args: argparse.Namespace) -> int:
             args.what, services.inventory, f"{args.what} names no one container or attempt")
         attempt = await find_attempt(services.attempts, args.what, target)
         log = await read_attempt_log(services.transport, attempt, lines)
-        print(blocks_to_text(attempt_log_message(log, time.time()).blocks))
+        print("\n".join(blocks_to_text(m.blocks) for m in attempt_log_messages(log, time.time())))
         return 0 if log.tail is not None else 3
 
     return _with_services(args, work)

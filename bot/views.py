@@ -42,6 +42,9 @@ from bot.triage import TriageReport
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 SECTION_LIMIT = 3000
 BLOCKS_PER_MESSAGE = 50
+# Slack refuses a message whose blocks are too long together (msg_blocks_too_long) well below 50 full sections;
+# a long answer (a log's last lines) goes out in messages of at most this much text each
+MESSAGE_TEXT_LIMIT = 12_000
 STATE_ICON = {
     "ok": ":large_green_circle:",
     "attention": ":large_yellow_circle:",
@@ -89,6 +92,26 @@ def monospace_sections(lines: Sequence[str], limit: int = SECTION_LIMIT) -> list
     return blocks
 
 
+def paged(blocks: Sequence[Block]) -> list[list[dict[str, Any]]]:
+    """Blocks in as many messages as Slack takes: at most 50 blocks and MESSAGE_TEXT_LIMIT of text each."""
+    pages: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for block in blocks:
+        as_dict = block.to_dict()  # raises SlackObjectFormationError past a block's own limits
+        length = _text_chars(as_dict)
+        if pages[-1] and (len(pages[-1]) == BLOCKS_PER_MESSAGE or size + length > MESSAGE_TEXT_LIMIT):
+            pages.append([])
+            size = 0
+        pages[-1].append(as_dict)
+        size += length
+    return pages
+
+
+def _text_chars(block: dict[str, Any]) -> int:
+    texts = [block.get("text") or {}, *(block.get("fields") or []), *(block.get("elements") or [])]
+    return sum(len(t.get("text", "")) if isinstance(t.get("text"), str) else 0 for t in texts if isinstance(t, dict))
+
+
 def target_blocks(view: TargetView) -> list[Block]:
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(
         text=render("gpu_status_target.mrkdwn.j2", icon=STATE_ICON[view.state], view=view)[:SECTION_LIMIT]))]
@@ -127,15 +150,14 @@ def status_summary(report: StatusReport) -> str:
 
 
 def status_messages(report: StatusReport) -> list[SlackMessage]:
-    """One message, or several when Slack's 50-block limit requires it."""
+    """One message, or several when Slack's limits require it."""
     blocks: list[Block] = []
     for i, status in enumerate(report.statuses):
         if i:
             blocks.append(DividerBlock())
         blocks += target_blocks(target_view(status, report.launches))
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=status_summary(report))]))
-    dicts = [b.to_dict() for b in blocks]  # raises SlackObjectFormationError past Slack's limits
-    pages = [dicts[i:i + BLOCKS_PER_MESSAGE] for i in range(0, len(dicts), BLOCKS_PER_MESSAGE)]
+    pages = paged(blocks)
     summary = status_summary(report)
     return [
         SlackMessage(summary if n == 0 else f"{summary} (part {n + 1}/{len(pages)})", page)
@@ -234,9 +256,7 @@ def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
     if budget.model_notes:
         blocks.append(ContextBlock(elements=[MarkdownTextObject(
             text="Note: " + escape_mrkdwn("; ".join(budget.model_notes))[:2900])]))
-    dicts = [b.to_dict() for b in blocks]
-    return [SlackMessage(f"{title}: {word}", dicts[i:i + BLOCKS_PER_MESSAGE])
-            for i in range(0, len(dicts), BLOCKS_PER_MESSAGE)]
+    return [SlackMessage(f"{title}: {word}", page) for page in paged(blocks)]
 
 
 # ----------------------------------------------------------------------------- launches
@@ -448,13 +468,15 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     return SlackMessage(f"Triage of {a.id}: {label}", [b.to_dict() for b in blocks])
 
 
-def attempt_log_message(log: AttemptLog, now: float) -> SlackMessage:
-    """The last lines of an attempt's own log, numbered as in the file, with how long ago it was last written."""
+def attempt_log_messages(log: AttemptLog, now: float) -> list[SlackMessage]:
+    """The last lines of an attempt's own log, numbered as in the file, with how long ago it was last written; in
+    as many messages as keep each under MESSAGE_TEXT_LIMIT."""
     a, tail = log.attempt, log.tail
     head = f":scroll: *Log of `{a.id}`* on {escape_mrkdwn(a.target_label)} ({a.status.value})"
     if tail is None:
         text = f"{head}\n:warning: {escape_mrkdwn(log.problem or 'the log could not be read')}"
-        return SlackMessage(f"Log of {a.id}: not read", [SectionBlock(text=MarkdownTextObject(text=text)).to_dict()])
+        return [SlackMessage(f"Log of {a.id}: not read",
+                             [SectionBlock(text=MarkdownTextObject(text=text)).to_dict()])]
     if not tail.lines:
         where = "the log is empty"
     else:
@@ -463,13 +485,13 @@ def attempt_log_message(log: AttemptLog, now: float) -> SlackMessage:
     numbered = [f"{n:>6}  {'… ' if i == 0 and tail.cut else ''}{text}"
                 for i, (n, text) in enumerate(zip(range(tail.first_line, tail.total_lines + 1), tail.lines,
                                                   strict=True))]
-    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=head))]
-    blocks += monospace_sections(numbered)
     footer = f"`{escape_mrkdwn(a.log_path or '')}`"
     if a.status.value in ("failed", "orphaned"):
         footer += f" · `/sglang triage {a.id}` reads it whole for the first cause"
-    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=footer)]))
-    return SlackMessage(f"Log of {a.id}: {where}", [b.to_dict() for b in blocks])
+    pages = paged([SectionBlock(text=MarkdownTextObject(text=head)), *monospace_sections(numbered),
+                   ContextBlock(elements=[MarkdownTextObject(text=footer)])])
+    return [SlackMessage(f"Log of {a.id}: {where}" + (f" (part {n}/{len(pages)})" if len(pages) > 1 else ""), page)
+            for n, page in enumerate(pages, 1)]
 
 
 def _age(seconds: float) -> str:

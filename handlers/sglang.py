@@ -282,7 +282,7 @@ async def show_log(services: Services, client: Any, respond: Any, spec: str | No
     """The last lines of the attempt's own log, where it was asked (a channel, or an incident's thread)."""
     attempt = await find_attempt(services.attempts, spec, target, channel)
     log = await read_attempt_log(services.transport, attempt, lines)
-    await post_messages(client, channel, [views.attempt_log_message(log, time.time())], respond=respond,
+    await post_messages(client, channel, views.attempt_log_messages(log, time.time()), respond=respond,
                         thread_ts=thread_ts, pace=services.pace)
 
 

@@ -11,7 +11,7 @@ from bot.core.inventory import Target
 from bot.core.smi import parse_any
 from bot.core.status import assess_container, assess_node, unreachable
 from bot.status import StatusReport
-from bot.views import blocks_to_text, status_messages, status_text
+from bot.views import MESSAGE_TEXT_LIMIT, blocks_to_text, status_messages, status_text
 from tests.conftest import FIXTURES
 
 GOLDEN = FIXTURES.parent / "views" / "golden"
@@ -74,8 +74,9 @@ def test_eight_gpus_with_twenty_processes_each_fit_slack_limits():
     assert len(messages) > 1  # 7 nodes x (8 GPUs, 20 processes each) need more than one message
     for message in messages:
         assert len(message.blocks) <= 50
-        for block in message.blocks:
-            assert len(block.get("text", {}).get("text", "")) <= 3000
+        texts = [block.get("text", {}).get("text", "") for block in message.blocks]
+        assert all(len(t) <= 3000 for t in texts)
+        assert sum(map(len, texts)) <= MESSAGE_TEXT_LIMIT  # Slack's msg_blocks_too_long comes far below 50 x 3000
     text = "\n".join(blocks_to_text(m.blocks) for m in messages)
     assert all(text.count(f" {p.pid} ") == 7 for p in procs)  # every process of every node, once
     assert all(f"*pve{n}*" in text for n in range(7))
