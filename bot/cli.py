@@ -133,14 +133,14 @@ def cmd_health(args: argparse.Namespace) -> int:
     import time
 
     from bot.scheduler import Scheduler
-    from bot.views import blocks_to_text, health_message
+    from bot.views import blocks_to_text, health_messages
 
     async def work(services: Any) -> int:
         report = await Scheduler(services, client=None).report(args.target, "cli", time.time())
         if args.json:
             print(json.dumps(report.to_dict(), indent=2, default=str))
         else:
-            print(blocks_to_text(health_message(report).blocks))
+            print("\n".join(blocks_to_text(m.blocks) for m in health_messages(report)))
         return 3 if report.findings or report.unreachable else 0
 
     return _with_services(args, work)

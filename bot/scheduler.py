@@ -217,8 +217,7 @@ class Scheduler:
 
     async def post(self, channel: str, targets_spec: str, name: str, now: float) -> HealthReport:
         report = await self.report(targets_spec, name, now)
-        message = views.health_message(report)
-        posted = await post_messages(self.client, channel, [message], pace=self.services.pace)
+        posted = await post_messages(self.client, channel, views.health_messages(report), pace=self.services.pace)
         recorded, _ = await self.health.samples_since(now - 24 * 3600)
         png = health_png(recorded, now, f"GPU memory and utilization, last 24 h ({name})")
         await upload_png(self.client, channel, posted[0] if posted else None, png, "gpu-health.png", "GPU health")

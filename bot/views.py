@@ -509,29 +509,35 @@ HYPOTHESIS_ICON = {"open": ":grey_question:", "confirmed": ":white_check_mark:",
 
 
 def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMessage:
+    """The thread's one summary, edited in place: so it stays one message Slack takes, a long incident shows its
+    first attempt and as many of the latest as fit, and says how many in between `@gpuops history` lists."""
     where = f"{incident.node}:{incident.vmid}" if incident.node else "(no container linked yet)"
-    lines = [f":pushpin: *Incident summary* — {escape_mrkdwn(where)} (kept up to date by gpuops)", "*Attempts*"]
-    if attempts:
-        for a in sorted(attempts, key=lambda x: x.created_at):
-            result = a.error_line or (a.transitions[-1].note if a.transitions else "")
-            triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
-            lines.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
-                         f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
-    else:
-        lines.append("none yet")
-    lines.append("*Hypotheses*")
-    if incident.hypotheses:
-        for h in incident.hypotheses:
-            decided = f" — {h.status} by {h.decided_by}: {escape_mrkdwn(h.why)}" if h.status != "open" else ""
-            lines.append(f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} (<@{h.author}>){decided}"
-                         if h.author.startswith("U") else
-                         f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} ({h.author}){decided}")
-    else:
-        lines.append("none yet — `@gpuops hypothesis <text>`")
+    head = [f":pushpin: *Incident summary* — {escape_mrkdwn(where)} (kept up to date by gpuops)", "*Attempts*"]
+    tried = []
+    for a in sorted(attempts, key=lambda x: x.created_at):
+        result = a.error_line or (a.transitions[-1].note if a.transitions else "")
+        triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
+        tried.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
+                     f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
+    rest = ["*Hypotheses*"]
+    for h in incident.hypotheses:
+        decided = f" — {h.status} by {h.decided_by}: {escape_mrkdwn(h.why)[:300]}" if h.status != "open" else ""
+        who = f"<@{h.author}>" if h.author.startswith("U") else h.author
+        rest.append(f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} ({who}){decided}")
+    if not incident.hypotheses:
+        rest.append("none yet — `@gpuops hypothesis <text>`")
     notes = [o for o in incident.observations if o.kind in ("note", "status")][-5:]
     if notes:
-        lines.append("*Observations*")
-        lines += [f"• {escape_mrkdwn(o.text)[:300]}" for o in notes]
+        rest.append("*Observations*")
+        rest += [f"• {escape_mrkdwn(o.text)[:300]}" for o in notes]
+    room = MESSAGE_TEXT_LIMIT - sum(len(x) + 1 for x in head + rest) - 200  # 200: the elision line, section joins
+    kept, left_out = list(tried), 0
+    while len(kept) > 2 and sum(len(x) + 1 for x in kept) > room:
+        kept.pop(1)  # the first attempt says where it began; the latest say where it is
+        left_out += 1
+    if left_out:
+        kept.insert(1, f"… {left_out} attempts in between (`@gpuops history` lists them)")
+    lines = head + (kept or ["none yet"]) + rest
     blocks = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     return SlackMessage("Incident summary", [b.to_dict() for b in blocks])
 
@@ -542,7 +548,8 @@ MENTION_HELP = ("In an incident thread: `@gpuops triage [container|attempt]`, `@
 
 
 
-def health_message(report: HealthReport) -> SlackMessage:
+def health_messages(report: HealthReport) -> list[SlackMessage]:
+    """The daily report: one message, or as many as Slack's limits need (a large fleet's findings are never cut)."""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(report.generated_at))
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(
         text=f":stethoscope: *GPU health* — last {report.window_h:g} h, computed {when}"))]
@@ -563,7 +570,8 @@ def health_message(report: HealthReport) -> SlackMessage:
         parts.append("*ECC and Xid:*\n" + "\n".join(f"• {escape_mrkdwn(h)}" for h in report.hardware))
     for part in parts:
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(part)]
-    dicts = [b.to_dict() for b in blocks]
     text = (f"GPU health: {len(report.gpus)} GPUs, {len(report.findings)} findings, "
             f"{len(report.unreachable)} unreachable")
-    return SlackMessage(text, dicts[:BLOCKS_PER_MESSAGE])
+    pages = paged(blocks)
+    return [SlackMessage(text + (f" (part {n}/{len(pages)})" if len(pages) > 1 else ""), page)
+            for n, page in enumerate(pages, 1)]

@@ -53,3 +53,4 @@ def test_power_over_the_enforced_cap_is_a_finding_at_the_cap_is_not():
     samples += [at_power(h, 314.0, gpu=1) for h in (1, 0)]  # within 5% of the cap: running at the limit
     report = build_report(samples, [], now, None)
     assert [f for f in report.findings if "cap" in f] == ["pve5 GPU 0: drew 355 W over its 300 W cap in 2 of 4 samples"]
+

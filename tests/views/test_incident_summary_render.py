@@ -1,0 +1,40 @@
+"""The incident thread's summary stays one message Slack takes, however long the bring-up."""
+
+import json
+
+from bot.core.attempts import Attempt, AttemptStatus
+from bot.core.incident import Incident
+from bot.views import MESSAGE_TEXT_LIMIT, blocks_to_text, incident_summary
+from tests.conftest import FIXTURES
+
+CASES = [json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text().splitlines() if x]
+
+
+def failed(n: int, error_line: str) -> Attempt:
+    a = Attempt(f"a20261202-12{n:02d}00-abcd", "U1", "C", "pve5", 129, "sglang-a6000", "/models/q",
+                ("--tp", "2", "--mem-fraction-static", f"0.{80 + n}"), 30000, 1000.0 + n,
+                changes=(f"--mem-fraction-static 0.{79 + n} -> 0.{80 + n}",), error_line=error_line)
+    return a.moved(AttemptStatus.PLANNED, 1000.0 + n).moved(AttemptStatus.LAUNCHING, 1000.0 + n).moved(
+        AttemptStatus.FAILED, 1001.0 + n)
+
+
+def test_a_long_incident_keeps_its_first_and_latest_attempts_and_every_hypothesis_within_slacks_limit():
+    # 20 attempts (what the thread reads) failing with real error lines; 20 hypotheses worded as the corpus's
+    # evidence notes, each decided with a long reason
+    evidence = [c["evidence"] for c in CASES if len(c["evidence"]) > 100]
+    assert len(evidence) >= 40
+    attempts = [failed(n, evidence[n][:400]) for n in range(20)]
+    incident = Incident("C", "1.0", "pve5", 129)
+    for n in range(20):
+        incident, h = incident.add_hypothesis(evidence[20 + n], "U0ALICE", 2000.0 + n)
+        incident = incident.decide(h.id, "refuted", "gpuops", evidence[n] + " " + evidence[-1 - n])
+    text = "\n".join(b["text"]["text"] for b in incident_summary(incident, attempts).blocks)
+    assert len(text) <= MESSAGE_TEXT_LIMIT
+    shown = blocks_to_text(incident_summary(incident, attempts).blocks)
+    assert attempts[0].id in shown and attempts[-1].id in shown  # where it began, where it is
+    left_out = [a.id for a in attempts if a.id not in shown]
+    assert left_out and f"… {len(left_out)} attempts in between (`@gpuops history` lists them)" in shown
+    assert all(f"*H{n}*" in shown for n in range(1, 21))
+    # a short incident is shown whole
+    short = blocks_to_text(incident_summary(incident, attempts[:3]).blocks)
+    assert all(a.id in short for a in attempts[:3]) and "in between" not in short
