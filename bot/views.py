@@ -337,8 +337,9 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
     if attempt.status.value == "ready" and attempt.transitions:
         lines.append(escape_mrkdwn(attempt.transitions[-1].note))
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
+    follow = f" · `/sglang log {attempt.id}` shows its last lines" if status == "launching" else ""
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=escape_mrkdwn(
-        f"PID {attempt.pid} · log {attempt.log_path} · changes: {attempt.changes_text}")[:2900])]))
+        f"PID {attempt.pid} · log {attempt.log_path} · changes: {attempt.changes_text}")[:2800] + follow)]))
     return SlackMessage(f"Launch {attempt.id}: {status} ({progress.label})", [b.to_dict() for b in blocks])
 
 
@@ -370,8 +371,9 @@ def server_unanswering_message(attempt: Attempt, error: str, now: float) -> Slac
     lines = [f":warning: *Server `{attempt.id}`* on {escape_mrkdwn(attempt.target_label)} *is not answering* "
              f"(its process, PID {attempt.pid}, still runs; two health probes in a row failed, the last at {since})",
              f"Last probe: `{escape_mrkdwn(error[:300])}`",
-             f"`/sglang triage {attempt.id}` reads its log (a hang is placed where it stopped); "
-             f"`/sglang stop {attempt.id}` stops it by its process group, after a confirmation."]
+             f"`/sglang log {attempt.id}` shows its last lines and when it last wrote; `/sglang triage {attempt.id}` "
+             f"reads it whole (a hang is placed where it stopped); `/sglang stop {attempt.id}` stops it by its process "
+             "group, after a confirmation."]
     return SlackMessage(f"Server {attempt.id} on {attempt.target_label} is not answering",
                         [SectionBlock(text=MarkdownTextObject(text="\n".join(lines))).to_dict()])
 
@@ -384,7 +386,7 @@ def server_slow_message(attempt: Attempt, seconds: float, threshold_s: float, no
              f"({seconds:.1f} s at {since}; an idle healthy server answers in well under a second)",
              f"`/gpu status {attempt.target_label}` shows its GPUs (utilization, memory, who holds them); "
              f"its log's `#queue-req` and `token usage` lines say whether requests are queueing "
-             f"(`/sglang triage {attempt.id}` reads it)."]
+             f"(`/sglang log {attempt.id}` shows its last lines)."]
     return SlackMessage(f"Server {attempt.id} on {attempt.target_label} answers slowly",
                         [SectionBlock(text=MarkdownTextObject(text="\n".join(lines))).to_dict()])
 

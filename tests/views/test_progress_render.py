@@ -48,3 +48,14 @@ def test_a_load_in_another_format_than_the_budget_planned_is_called_out():
     plain = advance(Progress(), CASES["sglang-startup-045"]["log_excerpt"])
     assert "pre-flight sized" not in _text(progress_message(_attempt({"weights_format": "dtype=bfloat16"}), plain))
     assert "pre-flight sized" not in _text(progress_message(_attempt({"weights_gib": 25.47}), progress))
+
+
+def test_a_launch_in_progress_says_how_to_see_its_last_lines_and_a_finished_one_does_not():
+    from bot.views import blocks_to_text
+
+    progress = advance(Progress(), CASES["sglang-startup-032"]["log_excerpt"][:4])
+    launching = _attempt({})
+    assert f"`/sglang log {launching.id}` shows its last lines" in blocks_to_text(
+        progress_message(launching, progress).blocks)
+    failed = launching.moved(AttemptStatus.FAILED, 3.0)
+    assert "/sglang log" not in blocks_to_text(progress_message(failed, progress).blocks)
