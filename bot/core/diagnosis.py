@@ -44,6 +44,9 @@ BUSY = "gpu_busy"
 # the kernel's OOM killer killed the launch (a container's memory limit or the node's RAM): read in the node's kernel
 # log, not the launch's own (a process killed that way writes nothing)
 HOST_OOM_KILL = "host_oom_kill"
+# SGLang's ModelConfig refusing a --context-length beyond the one it derives from the model's config, before anything
+# loads (the same text logged as a warning, when SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN lets it through, is not)
+CONTEXT_OVER_MODEL = "context_length_over_model"
 OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
                 "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
@@ -84,6 +87,14 @@ RULES: tuple[Rule, ...] = (
     Rule("context_exceeds_kv_pool", (r"Input length \(\d+ tokens\) exceeds the maximum allowed length \(\d+ tokens\)",),
          "request", "--context-length is larger than the KV pool can hold, so long prompts are rejected",
          "lower --context-length to the pool size, or grow the pool", 3),
+    Rule(CONTEXT_OVER_MODEL, (r"context_length \(\d+\) is greater than the derived context_length \(\d+\).*"
+                              r"To allow overriding this maximum",
+                              r"ValueError: (?:Warning: )?User-specified context_length \(\d+\) is greater than the "
+                              r"derived"),
+         "startup", "--context-length is longer than the context SGLang derives from the model's config (its position "
+         "limit, times a rope scaling factor): it refuses before loading anything",
+         "launch with the config's context length (the budget computes what fits), or extend the model's context "
+         "properly (rope scaling in the config) and set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", 3),
     Rule("request_exceeds_context", (r"The input \(\d+ tokens\) is longer than the model's context length",
                                      # the OpenAI-compatible API's wording for the same rejection
                                      r"Requested token count exceeds the model's maximum context length of \d+ tokens"),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.attempts import CT_MEMORY_CHANGE
-from bot.core.diagnosis import HOST_OOM_KILL
+from bot.core.diagnosis import CONTEXT_OVER_MODEL, HOST_OOM_KILL
 from bot.core.flags import parse_sglang_flags, with_flag, without_flags
 from bot.errors import UsageError
 
@@ -66,9 +66,11 @@ MOVES: dict[str, tuple[_Move, ...]] = {
 }
 MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
 MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
-# findings the budget engine sizes the next experiment for: memory, and a model that does not split over tp
+# findings the budget engine sizes the next experiment for: memory, a model that does not split over tp, and a context
+# longer than the model's
 BUDGETED_LABELS = frozenset({"kv_pool_oom", "cuda_graph_oom", "weight_load_oom", "runtime_oom",
-                             "flashinfer_workspace_oom", "context_exceeds_kv_pool", "tp_divisibility_error"})
+                             "flashinfer_workspace_oom", "context_exceeds_kv_pool", "tp_divisibility_error",
+                             CONTEXT_OVER_MODEL})
 # the launch flags the budget's remedies change: an attempt that changed one of them tested a budgeted finding
 BUDGET_FLAGS = frozenset({"--mem-fraction-static", "--mamba-ssm-dtype", "--max-running-requests",
                           "--mamba-full-memory-ratio", "--max-mamba-cache-size", "--mamba-scheduler-strategy",

@@ -130,14 +130,15 @@ def unbalanced_line(free_mib: tuple[int, ...]) -> str:
 
 
 def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, Any],
-                 gpus: list[int], free: tuple[int, ...]) -> tuple[str, int]:
-    """Decide with gpuops' own arithmetic: fail the way the budget predicts, else start."""
+                 gpus: list[int], free: tuple[int, ...]) -> tuple[str, int, str | None]:
+    """Decide with gpuops' own arithmetic: fail the way the budget predicts, else start. A refusal SGLang makes
+    before loading (a context longer than the model's) is printed as the budget predicts SGLang prints it."""
     try:
         from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
         from bot.core.flags import parse_sglang_flags
         from bot.core.model import read_config
     except ImportError:
-        return "ready", 40000
+        return "ready", 40000, None
     version = os.environ.get("GPUOPS_LAB_SGLANG_VERSION", "current")
     model = read_config(json.loads((model_dir(args.model_path) / "config.json").read_text()))
     flags = parse_sglang_flags(extra)
@@ -145,9 +146,11 @@ def auto_outcome(args: argparse.Namespace, extra: list[str], state: dict[str, An
     total = min(by_index[i]["memory_total_mib"] for i in gpus)
     budget = compute_budget(BudgetInput(model, flags, GpuPlan("lab", total, len(gpus), free),
                                         parse_version(version)), with_remedies=False)
+    if budget.error_text and "is greater than the derived context_length" in budget.error_text:
+        return "refused_before_load", 0, budget.error_text
     hold = int((budget.pre_gib * budget.mem_fraction_static) * 1024) if budget.error_text is None else \
         int(budget.weights_gib * 1024)
-    return ("kv_pool_oom" if budget.error_text else "ready"), max(hold, 1000)
+    return ("kv_pool_oom" if budget.error_text else "ready"), max(hold, 1000), None
 
 
 class Terminated(Exception):
@@ -228,11 +231,12 @@ def main(argv: list[str]) -> int:
     gpus = state["containers"].get(vmid, {}).get("gpus", [0])[: args.tp]
     outcome, delay = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
     hold_mib = 40000
+    refusal: str | None = None
     free = free_mib(state, gpus)
     if outcome == "auto" and len(gpus) > 1 and min(free) < 0.9 * max(free):
         outcome = "gpu_memory_occupied"
     if outcome == "auto":
-        outcome, hold_mib = auto_outcome(args, extra, state, gpus, free)
+        outcome, hold_mib, refusal = auto_outcome(args, extra, state, gpus, free)
     holder = Holder(state_dir, vmid, os.getpid())
 
     def on_term(signum: int, frame: object) -> None:
@@ -244,8 +248,10 @@ def main(argv: list[str]) -> int:
     log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
                 "torch_compile_error": "torch_compile_error.log", "p2p_unsupported": "p2p_unsupported.log",
                 "port_in_use": "port_in_use.log", "hang": "ready.log", "gpu_memory_occupied": "ready.log",
-                "host_oom_kill": "ready.log"}[outcome]
+                "host_oom_kill": "ready.log", "refused_before_load": "ready.log"}[outcome]
     lines = (LOGS / log_name).read_text().splitlines()
+    if refusal is not None:  # ModelConfig raises while the server starts, before any rank or weight
+        lines = ["Traceback (most recent call last):", refusal]
     if outcome == "gpu_memory_occupied":  # refused at distributed init, before any weight is loaded
         lines = [*lines[:next(i for i, x in enumerate(lines) if "Init torch distributed ends" in x)],
                  unbalanced_line(free)]

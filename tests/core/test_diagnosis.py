@@ -543,3 +543,21 @@ def test_a_childs_death_reported_by_the_launcher_or_the_watchdog_is_an_echo_that
                     if "CUDA out of memory" in x)
     caused = diagnose(oom_line + "\n" + blocks[0])
     assert caused.label == "weight_load_oom" and caused.also_seen == ("child_process_died",)
+
+
+def test_a_context_longer_than_the_models_is_named_when_sglang_refuses_it_not_when_it_warns():
+    """ModelConfig raises it (``To allow overriding this maximum, set the env var ...``) before anything loads: the
+    budget's prediction of that text, and SGLang's newer spelling with its "Warning: " lead, are both named. The
+    same words logged as a warning on a healthy start (a draft's context, or an override the env var allows) are
+    not a failure."""
+    from bot.core.budget import context_over_derived_text
+
+    predicted = context_over_derived_text(524288, 262144)  # what the pre-flight says SGLang prints
+    newer = predicted.replace("ValueError: User-specified", "ValueError: Warning: User-specified")
+    for refusal in (predicted, newer):
+        finding = diagnose(refusal)
+        assert (finding.label, finding.confidence, finding.phase) == ("context_length_over_model", "high", "startup")
+        assert "--context-length" in finding.next_step or "context length" in finding.next_step
+    healthy = (FIXTURES / "other-logs" / "context-length-warnings.txt").read_text()
+    assert diagnose(healthy).label != "context_length_over_model"
+    assert all(diagnose(line).label != "context_length_over_model" for line in healthy.splitlines())

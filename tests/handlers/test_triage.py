@@ -408,3 +408,22 @@ async def test_after_an_oom_kill_the_next_preflight_warns_about_the_containers_l
     # (another command: the same one again within seconds is a double click, answered once)
     _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FLAGS} --mem-fraction-static 0.84")
     assert "CT 129: RAM limit 128.0 GiB" in blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+
+
+async def test_a_context_longer_than_the_models_is_named_and_its_computed_length_relaunches(lab):
+    """The pre-flight refuses it with SGLang's own ValueError; an admin forces it, SGLang refuses it before loading,
+    and the triage names that refusal (not an unknown) with the budget's --context-length as the button."""
+    attempt = await failed_launch(lab, "auto", flags="--tp 2 --context-length 524288 --mem-fraction-static 0.88 "
+                                                     "--mamba-ssm-dtype bfloat16")
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert (f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *context_length_over_model* "
+            "(high confidence") in text
+    assert "User-specified context_length (524288) is greater than the derived context_length (262144)" in text
+    choice = next(b for b in buttons(report) if b["text"]["text"] == "launch with --context-length 262144")
+    lab.nodes["pve5"].set_scenario(129, ["auto"], delay_s=0.02)
+    await lab.click(choice["action_id"], choice["value"])
+    await wait_text(lab, "*ready*")
+    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert latest.changes == ("--context-length 524288 -> 262144",)
