@@ -67,6 +67,10 @@ def seed_steps(model: str) -> list[Step]:
         Step("Nobody types: the failure updates the thread's summary, and H1 is refuted by the evidence (seed 5)",
              None, ("refuted by gpuops: the GPUs were clean", "and the failure repeated in"), follows=True,
              until="refuted by gpuops"),
+        Step("Its own log, not the old file read as new (seed step 2): the failed attempt's last lines, and when "
+             "they were written", "/sglang log sglang-a6000 4",
+             ("Log of `", "(failed)", "last written", "RuntimeError: Not enough memory", "Received sigquit"),
+             until="Log of"),
         Step("Triage in the thread: the first cause, the sigquit as its echo, the hypothesis it proposes (seed 6)",
              None, ("*kv_pool_oom*", "Also in the log, not the cause: child_process_died",
                     "the first cause is kv_pool_oom"), mention="triage", until="*H2* the first cause is kv_pool_oom"),

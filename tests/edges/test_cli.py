@@ -189,6 +189,7 @@ def test_seed_demo_plays_through_the_real_app():
     assert "seed demo: all steps happened as scripted" in out.stdout
     assert "first error: `RuntimeError: Not enough memory" in out.stdout  # the cause, not the sigquit echo
     assert "changes: + --mamba-ssm-dtype bfloat16" in out.stdout
+    assert "(failed) — lines 8–11 of 11, last written" in out.stdout  # the failed attempt's own log, numbered
     assert "memory returned: GPU 0: 1 MiB used; GPU 1: 1 MiB used" in out.stdout
 
 
