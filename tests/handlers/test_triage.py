@@ -21,6 +21,22 @@ async def failed_launch(lab, scenario, flags="--mem-fraction-static 0.85"):
     raise AssertionError("the forced launch did not fail in time")
 
 
+async def triaged(lab, attempt):
+    """`/sglang triage <attempt>` in the channel: its answer, and that answer as text."""
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
+    return report, blocks_to_text(report.blocks)
+
+
+async def relaunched_by(lab, report, button, scenario="ready"):
+    """Click the triage's ``button``; the attempt it launched, once that is ready."""
+    choice = next(b for b in buttons(report) if b["text"]["text"] == button)
+    lab.nodes["pve5"].set_scenario(129, [scenario], delay_s=0.02)
+    await lab.click(choice["action_id"], choice["value"])
+    await wait_text(lab, "*ready*")
+    return (await lab.services.attempts.recent("pve5", 129, 1))[0]
+
+
 async def test_triage_names_the_cause_not_the_sigquit_echo_and_offers_experiments(lab):
     attempt = await failed_launch(lab, "sigquit_after_oom")
     # the real MMU-fault Xid line, on this node's GPU 0: once an hour before the attempt (not its
@@ -85,16 +101,9 @@ async def test_a_compiler_failure_offers_the_launch_without_torch_compile_as_a_b
     pre-flight with only that change."""
     # flags the budget passes (the first test's remedy applied), so the relaunch's pre-flight lets it start
     attempt = await failed_launch(lab, "torch_compile_error", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
-    await lab.slash("/sglang", f"triage {attempt.id}")
-    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
-    report = post_with(calls, "Triage of")
-    text = blocks_to_text(report.blocks)
+    report, text = await triaged(lab, attempt)
     assert "*torch_compile_error*" in text and "`drop --enable-torch-compile`" in text
-    choice = next(b for b in buttons(report) if b["text"]["text"] == "launch with drop --enable-torch-compile")
-    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
-    await lab.click(choice["action_id"], choice["value"])
-    await wait_text(lab, "*ready*")
-    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    latest = await relaunched_by(lab, report, "launch with drop --enable-torch-compile")
     assert latest.changes == ("- --enable-torch-compile (on)",) and "--enable-torch-compile" not in latest.argv
 
 
@@ -105,17 +114,10 @@ async def test_a_peer_access_failure_shows_the_p2p_matrix_and_offers_the_switch(
     state["containers"]["129"]["smi"] = {"p2p": "CNS"}
     lab.nodes["pve5"].write_state(state)
     attempt = await failed_launch(lab, "p2p_unsupported", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
-    await lab.slash("/sglang", f"triage {attempt.id}")
-    calls = await wait_text(lab, "Triage of", method="chat.postMessage")
-    report = post_with(calls, "Triage of")
-    text = blocks_to_text(report.blocks)
+    report, text = await triaged(lab, attempt)
     assert "*gpu_p2p_unsupported*" in text
     assert "peer access: GPU0<->GPU1: CNS (Chipset not supported)" in text
-    choice = next(b for b in buttons(report) if b["text"]["text"] == "launch with --disable-custom-all-reduce")
-    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
-    await lab.click(choice["action_id"], choice["value"])
-    await wait_text(lab, "*ready*")
-    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    latest = await relaunched_by(lab, report, "launch with --disable-custom-all-reduce")
     assert latest.changes == ("+ --disable-custom-all-reduce (on)",)
 
 
@@ -415,15 +417,9 @@ async def test_a_context_longer_than_the_models_is_named_and_its_computed_length
     and the triage names that refusal (not an unknown) with the budget's --context-length as the button."""
     attempt = await failed_launch(lab, "auto", flags="--tp 2 --context-length 524288 --mem-fraction-static 0.88 "
                                                      "--mamba-ssm-dtype bfloat16")
-    await lab.slash("/sglang", f"triage {attempt.id}")
-    report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
-    text = blocks_to_text(report.blocks)
+    report, text = await triaged(lab, attempt)
     assert (f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *context_length_over_model* "
             "(high confidence") in text
     assert "User-specified context_length (524288) is greater than the derived context_length (262144)" in text
-    choice = next(b for b in buttons(report) if b["text"]["text"] == "launch with --context-length 262144")
-    lab.nodes["pve5"].set_scenario(129, ["auto"], delay_s=0.02)
-    await lab.click(choice["action_id"], choice["value"])
-    await wait_text(lab, "*ready*")
-    latest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    latest = await relaunched_by(lab, report, "launch with --context-length 262144", scenario="auto")
     assert latest.changes == ("--context-length 524288 -> 262144",)
