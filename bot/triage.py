@@ -98,11 +98,55 @@ async def record_triage(attempts: AttemptStore, store: Store, report: TriageRepo
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt,
                          others: Callable[[], Awaitable[Sequence[Attempt]]] | None = None) -> TriageReport:
-    """``others``: reads the container's other attempts, to name a launch that holds a port this one
-    needed (only a port finding reads them)."""
+    """The attempt's own log diagnosed, with the evidence a person checks next and the next experiments.
+    ``others``: reads the container's other attempts, to name a launch that holds a port this one needed (only a
+    port finding reads them)."""
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
     python = container.python if container else "python3"
+    read = await _read_in_container(transport, attempt, python)
+    gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
+    kill_lines = tuple(oom_kill_findings(attempt.node, kills, attempt.vmid))
+    excerpt = remote.parse_log_excerpt(read.log)
+    stale = _stale(attempt, read.stat, excerpt.text)
+    if stale:
+        return TriageReport(attempt, None, stale, 0, gpus, read.versions, read.disk, xid, None, oom_kills=kill_lines,
+                            snapshot=snapshot)
+    assert read.stat is not None  # a log that could not be stat'ed is refused as stale
+    stalled = None
+    if attempt.status is AttemptStatus.LAUNCHING:
+        stalled = max(0.0, (time.time() - float(read.stat.split()[0])) / 60)
+    context = LaunchContext.from_argv(attempt.argv, _model_types(read.config))
+    # a launch the kernel killed writes nothing of it: the node's kernel log names that cause
+    finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context), kills,
+                                       attempt.vmid)
+    planned, experiments = await _next_experiments(transport, inventory, target, attempt, finding)
+    peer_access = None
+    if finding.label in PEER_ACCESS_LABELS:
+        try:
+            launch_gpus: int | None = parse_sglang_flags(user_flags(attempt.argv)).gpus_needed
+        except GpuopsError:  # flags this SGLang parser does not know: every GPU the container sees
+            launch_gpus = None
+        peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]
+    if finding.label == OCCUPIED:
+        finding = replace(finding, next_step=finding.next_step.replace("<container>", f"{attempt.node}:{attempt.vmid}"))
+    label_evidence = await _label_evidence(transport, attempt, python, finding, excerpt.text, read, snapshot, others)
+    return TriageReport(attempt, finding, None, excerpt.text.count("\n"), gpus, read.versions, read.disk, xid, planned,
+                        experiments, peer_access, label_evidence, kill_lines, snapshot)
+
+
+@dataclass(frozen=True)
+class _ContainerReads:
+    stat: str | None  # "<mtime> <size>" of the log, None when it could not be read
+    log: str  # what argv.log_excerpt printed
+    versions: dict[str, str | None]
+    disk: str
+    config: str  # the model's config.json, "" when unreadable
+
+
+async def _read_in_container(transport: Transport, attempt: Attempt, python: str) -> _ContainerReads:
+    """The attempt's log (its head and tail), the installed versions, the free disk and the model's config.json,
+    read at once in the container."""
     log = attempt.log_path or ""
 
     def inside(argv: remote.Argv) -> remote.Argv:
@@ -118,60 +162,46 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
                       ok_exit=(0, 1)),
         transport.run(attempt.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
     )
-    gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
-    kill_lines = tuple(oom_kill_findings(attempt.node, kills, attempt.vmid))
     try:
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
         versions = {}
-    disk = _disk(disk_out.stdout)
-    excerpt = remote.parse_log_excerpt(content.stdout)
-    text = excerpt.text
-    stale = _stale(attempt, stat.stdout if stat.exit_status == 0 else None, text)
-    if stale:
-        return TriageReport(attempt, None, stale, 0, gpus, versions, disk, xid, None, oom_kills=kill_lines,
-                            snapshot=snapshot)
-    mtime = float(stat.stdout.split()[0])
-    stalled = None
-    if attempt.status is AttemptStatus.LAUNCHING:
-        stalled = max(0.0, (time.time() - mtime) / 60)
-    config_text = config_out.stdout if config_out.exit_status == 0 else ""
-    context = LaunchContext.from_argv(attempt.argv, _model_types(config_text))
-    # a launch the kernel killed writes nothing of it: the node's kernel log names that cause
-    finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context), kills,
-                                       attempt.vmid)
-    planned = None
-    if finding.label in BUDGETED_LABELS:
-        try:
-            # the failed attempt's own log measured its weights: the remedies start from that figure
-            planned = await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
-                                        (attempt,))
-        except GpuopsError:
-            planned = None
-    experiments = () if finding.label in BUDGETED_LABELS else label_experiments(finding.label, user_flags(attempt.argv))
-    peer_access = None
-    if finding.label in PEER_ACCESS_LABELS:
-        try:
-            launch_gpus: int | None = parse_sglang_flags(user_flags(attempt.argv)).gpus_needed
-        except GpuopsError:  # flags this SGLang parser does not know: every GPU the container sees
-            launch_gpus = None
-        peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]
-    label_evidence: tuple[str, ...] = ()
+    return _ContainerReads(stat.stdout if stat.exit_status == 0 else None, content.stdout, versions,
+                           _disk(disk_out.stdout), config_out.stdout if config_out.exit_status == 0 else "")
+
+
+async def _next_experiments(transport: Transport, inventory: Inventory, target: Target, attempt: Attempt,
+                            finding: Finding) -> tuple[PlannedBudget | None, tuple[Experiment, ...]]:
+    """The budget engine's remedies for a finding it sizes (from the failed attempt's own measured weights), else
+    the label's own flag experiment."""
+    if finding.label not in BUDGETED_LABELS:
+        return None, label_experiments(finding.label, user_flags(attempt.argv))
+    try:
+        return await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
+                                 (attempt,)), ()
+    except GpuopsError:
+        return None, ()
+
+
+async def _label_evidence(transport: Transport, attempt: Attempt, python: str, finding: Finding, text: str,
+                          read: _ContainerReads, snapshot: SmiSnapshot | None,
+                          others: Callable[[], Awaitable[Sequence[Attempt]]] | None) -> tuple[str, ...]:
+    """What the finding's label calls for: who holds the port, who holds the GPUs, which transformers wrote the
+    config."""
     if finding.label == "port_in_use":
         launches = {a.pid: a.id for a in (await others() if others else ()) if a.pid and a.id != attempt.id}
-        label_evidence = await _port_holders(transport, attempt, python, finding, text, launches)
-    elif finding.label == OCCUPIED:
-        label_evidence = occupied_evidence(attempt.node, attempt.vmid, snapshot)
-        finding = replace(finding, next_step=finding.next_step.replace("<container>", f"{attempt.node}:{attempt.vmid}"))
-    elif finding.label == BUSY:
-        label_evidence = busy_evidence(snapshot)
-    elif finding.oom is not None and finding.oom.holders:
-        label_evidence = oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
-    elif finding.label == "transformers_too_old":
-        line = transformers_evidence(versions.get("transformers"), _config_field(config_text, "transformers_version"))
-        label_evidence = (line,) if line else ()
-    return TriageReport(attempt, finding, None, text.count("\n"), gpus, versions, disk, xid, planned, experiments,
-                        peer_access, label_evidence, kill_lines, snapshot)
+        return await _port_holders(transport, attempt, python, finding, text, launches)
+    if finding.label == OCCUPIED:
+        return occupied_evidence(attempt.node, attempt.vmid, snapshot)
+    if finding.label == BUSY:
+        return busy_evidence(snapshot)
+    if finding.oom is not None and finding.oom.holders:
+        return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
+    if finding.label == "transformers_too_old":
+        line = transformers_evidence(read.versions.get("transformers"), _config_field(read.config,
+                                                                                    "transformers_version"))
+        return (line,) if line else ()
+    return ()
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,
