@@ -12,6 +12,7 @@ from bot.core import argv as remote
 from bot.core.attempts import Attempt
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.log_lines import LogTail, parse_log_tail
+from bot.errors import CommandFailed
 from bot.status import Transport
 
 
@@ -25,9 +26,9 @@ class AttemptLog:
 async def read_attempt_log(transport: Transport, attempt: Attempt, lines: int = DEFAULT_LOG_LINES) -> AttemptLog:
     if not attempt.log_path:
         return AttemptLog(attempt, None, "this attempt has no log (a refused pre-flight writes none)")
-    result = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.log_tail(attempt.log_path, lines)),
-                                 ok_exit=(0, 1))
-    if result.exit_status != 0:
-        why = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        return AttemptLog(attempt, None, f"{attempt.log_path} could not be read in CT {attempt.vmid}: {why}")
+    try:
+        result = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.log_tail(attempt.log_path,
+                                                                                                  lines)))
+    except CommandFailed as exc:  # the file is gone (removed, rotated away) or unreadable
+        return AttemptLog(attempt, None, f"{attempt.log_path} could not be read in CT {attempt.vmid}: {exc.last_word}")
     return AttemptLog(attempt, parse_log_tail(result.stdout, remote.LOG_TAIL_MAX_BYTES))

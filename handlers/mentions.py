@@ -104,12 +104,9 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
     elif verb == "triage":
         from handlers.sglang import triage
 
-        target = None
-        if rest and not is_attempt_id(rest):
-            (target,) = resolve_targets(rest, services.inventory)
+        target = _thread_target(services, incident, rest)
+        if rest and target is not None:  # the thread is about the container named from now on
             incident = replace(incident, node=target.node, vmid=target.vmid)
-        elif not rest and incident.node is not None:
-            target = Target("container", incident.node, incident.vmid)
         triaged = await triage(services, client, _ThreadRespond(client, channel, thread), rest or None, target, user,
                                channel, thread_ts=thread)
         if (reading := triage_reading(services, triaged, now)) is not None:  # its snapshot is evidence here too
@@ -123,13 +120,8 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         from handlers.sglang import show_log
 
         spec, lines = log_args(rest.split(), views.MENTION_HELP)
-        target = None
-        if spec and not is_attempt_id(spec):
-            (target,) = resolve_targets(spec, services.inventory)
-        elif not spec and incident.node is not None:
-            target = Target("container", incident.node, incident.vmid)
-        await show_log(services, client, _ThreadRespond(client, channel, thread), spec, target, lines, channel,
-                       thread_ts=thread)
+        await show_log(services, client, _ThreadRespond(client, channel, thread), spec,
+                       _thread_target(services, incident, spec or ""), lines, channel, thread_ts=thread)
     elif verb == "history":
         attempts = await container_attempts(services, incident)
         where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"
@@ -138,6 +130,17 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
     else:
         await reply(views.MENTION_HELP)
     return await synced(services, incident)
+
+
+def _thread_target(services: Services, incident: Incident, spec: str) -> Target | None:
+    """The container a thread's `triage` or `log` reads: the one named, else the thread's own; None for an attempt
+    id (or nothing to go on)."""
+    if spec and not is_attempt_id(spec):
+        (target,) = resolve_targets(spec, services.inventory)
+        return target
+    if not spec and incident.node is not None:
+        return Target("container", incident.node, incident.vmid)
+    return None
 
 
 def _targets(services: Services, incident: Incident, rest: str) -> list[Target]:
