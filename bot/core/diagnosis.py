@@ -47,6 +47,9 @@ HOST_OOM_KILL = "host_oom_kill"
 # SGLang's ModelConfig refusing a --context-length beyond the one it derives from the model's config, before anything
 # loads (the same text logged as a warning, when SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN lets it through, is not)
 CONTEXT_OVER_MODEL = "context_length_over_model"
+# SGLang's argparse refusing the command line (a flag that release does not have, a bad value, an ambiguous prefix):
+# Python's "<prog>: error: <message>", and the process exits 2 before anything starts
+ARGUMENT_ERROR = "launch_argument_error"
 OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
                 "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
@@ -95,6 +98,13 @@ RULES: tuple[Rule, ...] = (
          "limit, times a rope scaling factor): it refuses before loading anything",
          "launch with the config's context length (the budget computes what fits), or extend the model's context "
          "properly (rope scaling in the config) and set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", 3),
+    Rule(ARGUMENT_ERROR, (r"^[\w./-]+(?: serve)?: error: (?:unrecognized arguments: |argument -|ambiguous option: |"
+                          r"the following arguments are required: )",),
+         "startup", "SGLang's argument parser refused the launch command (its exact complaint is quoted): a flag this "
+         "SGLang release does not have (added in a later one, retired, or mistyped), a value it does not accept, or "
+         "an abbreviation that matches several flags; nothing was started",
+         "fix the flag it names and launch again: `/sglang launch` checks every flag against the installed SGLang's "
+         "own parser first and offers the flag it most likely meant", 3),
     Rule("request_exceeds_context", (r"The input \(\d+ tokens\) is longer than the model's context length",
                                      # the OpenAI-compatible API's wording for the same rejection
                                      r"Requested token count exceeds the model's maximum context length of \d+ tokens"),

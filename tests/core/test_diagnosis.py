@@ -561,3 +561,47 @@ def test_a_context_longer_than_the_models_is_named_when_sglang_refuses_it_not_wh
     healthy = (FIXTURES / "other-logs" / "context-length-warnings.txt").read_text()
     assert diagnose(healthy).label != "context_length_over_model"
     assert all(diagnose(line).label != "context_length_over_model" for line in healthy.splitlines())
+
+
+def _argparse_refusal(prog: str, argv: list[str]) -> str:
+    """What Python's argparse itself prints when it refuses ``argv`` (a parser with a few of SGLang's flags)."""
+    import argparse
+    import contextlib
+    import io
+
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--tp-size", type=int)
+    parser.add_argument("--context-length", type=int)
+    parser.add_argument("--context-length-warning", action="store_true")
+    parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8_e4m3"])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    return err.getvalue()
+
+
+def test_a_launch_command_sglangs_parser_refuses_is_named_by_its_complaint():
+    """SGLang's argparse stops the launch before anything starts: a real capture (a flag the installed release did
+    not have), and each of argparse's own refusals as Python prints them (a bad value, a bad choice, an ambiguous
+    abbreviation, a missing required flag, a mistyped flag under `sglang serve`)."""
+    real = (FIXTURES / "other-logs" / "unrecognized-arguments.txt").read_text()
+    finding = diagnose(real)
+    assert (finding.label, finding.confidence, finding.phase) == ("launch_argument_error", "high", "startup")
+    assert [e.line_no for e in finding.evidence] == [4]
+    assert "unrecognized arguments: --disaggregation-decode-url" in finding.evidence[0].text
+    refusals = [
+        _argparse_refusal("launch_server.py", ["--model-path", "m", "--tp-size", "two"]),
+        _argparse_refusal("launch_server.py", ["--model-path", "m", "--kv-cache-dtype", "fp8"]),
+        _argparse_refusal("launch_server.py", ["--model-path", "m", "--context", "4096"]),
+        _argparse_refusal("launch_server.py", ["--tp-size", "2"]),
+        _argparse_refusal("sglang serve", ["--model-path", "m", "--context-lenght", "4096"]),
+    ]
+    for text in refusals:
+        found = diagnose(text)
+        assert found.label == "launch_argument_error", text
+        assert found.evidence[0].text.split(": error: ")[1] in text
+    # the flags named in prose, and argparse's usage line on its own, are not the refusal
+    assert diagnose("usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]").label \
+        != "launch_argument_error"
+    assert diagnose("note: error: unrecognized arguments are refused by SGLang").label != "launch_argument_error"
