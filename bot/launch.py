@@ -23,7 +23,7 @@ from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import VerdictKind
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
-from bot.core.flags import parse_sglang_flags, secret_value
+from bot.core.flags import LaunchFlags, parse_sglang_flags, secret_value
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
     NodeFaults,
@@ -33,6 +33,14 @@ from bot.core.gpu_faults import (
     launch_memory_health,
     server_kill,
     silent_death_note,
+)
+from bot.core.installed_flags import (
+    GPUOPS_TABLE,
+    FlagProblem,
+    InstalledFlags,
+    corrected_argv,
+    flag_problems,
+    parse_installed_flags,
 )
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
@@ -47,6 +55,7 @@ from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
 HISTORY_FOR_WEIGHTS = 50  # attempts searched for an earlier load of the same checkpoint
+SGLANG_FLAGS_TIMEOUT_S = 120  # importing SGLang's server_args pulls in torch: seconds, more on a cold disk
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ class Preflight:
     planned: PlannedBudget | None
     port: int
     ct_memory_mib: int | None = None  # the container's RAM limit as `pct config` read it
+    flag_problems: tuple[FlagProblem, ...] = ()  # flags the installed SGLang would refuse
+    corrected_flags: tuple[str, ...] | None = None  # the request's flags with each one's single correction
 
     @property
     def blocked(self) -> bool:
@@ -132,8 +143,11 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     p2p_task = asyncio.ensure_future(read_peer_access(transport, target.node, target.vmid, flags.tp)) \
         if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
     planned: PlannedBudget | None = None
+    installed_task: asyncio.Future[InstalledFlags | str] | None = None
     try:
         planned = await budget_task
+        installed_task = asyncio.ensure_future(_installed_flags(transport, store, target, python,
+                                                                planned.versions.get("sglang")))
         checks.append(Check("container answers", "ok", f"{target.label}: {len(planned.gpu_totals_gib)} GPU(s) "
                                                         f"used, read over SSH"))
     except UsageError as exc:
@@ -163,15 +177,70 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         if p2p_task is not None:
             checks.append(Check("GPU peer access", *await p2p_task))
         budget = planned.budget
-        result = {"fits": "ok", "degraded": "warn", "fails": "fail"}[budget.verdict.value]
+        result = {"fits": "ok", "degraded": "warn" if budget.memory_degraded else "ok",
+                  "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
     await _drop_unread(ct_config_task, p2p_task)  # not read when the budget could not be planned
-    if flags.unknown and not settings.allow_unknown_flags:
-        checks.append(Check("flags known", "fail", "unknown flags refused: " + " ".join(flags.unknown)))
+    installed = await installed_task if installed_task is not None else "the container could not be read"
+    sglang_version = planned.versions.get("sglang") if planned is not None else None
+    problems = _flag_problems(installed, request.flags, settings)
+    checks.append(_flags_check(installed, problems, flags, settings, sglang_version))
     holder = await store.lock_holder(target.node, target.vmid)
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
-    return Preflight(request, tuple(checks), planned, port, ct_memory_mib)
+    return Preflight(request, tuple(checks), planned, port, ct_memory_mib, problems,
+                     corrected_argv(request.flags, problems))
+
+
+async def _installed_flags(transport: Transport, store: AttemptStore, target: Target, python: str,
+                           version: str | None) -> InstalledFlags | str:
+    """The flags the container's SGLang accepts, read from its own parser (kept a day per version: importing
+    SGLang takes seconds), or why they could not be read."""
+    assert target.vmid is not None
+    if not version:
+        return "SGLang is not installed there"
+    cached = await store.installed_flags(target.node, target.vmid, version)
+    if cached:
+        return InstalledFlags(cached)
+    try:
+        result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_flags(python)),
+                                     timeout_s=SGLANG_FLAGS_TIMEOUT_S)
+        installed = parse_installed_flags(result.stdout)
+    except RemoteError as exc:
+        return f"its parser did not load: {exc.last_word}"
+    except ValueError as exc:
+        return f"its parser gave no flag list: {exc}"
+    await store.save_installed_flags(target.node, target.vmid, version, dict(installed.options))
+    return installed
+
+
+def _flag_problems(installed: InstalledFlags | str, argv: tuple[str, ...],
+                   settings: LaunchSettings) -> tuple[FlagProblem, ...]:
+    """The flags the installed SGLang would refuse; when its flags could not be read, those outside gpuops' own
+    table (unless such flags are allowed through)."""
+    if isinstance(installed, InstalledFlags):
+        return flag_problems(installed, argv)
+    return () if settings.allow_unknown_flags else flag_problems(GPUOPS_TABLE, argv)
+
+
+def _flags_check(installed: InstalledFlags | str, problems: tuple[FlagProblem, ...], flags: LaunchFlags,
+                 settings: LaunchSettings, version: str | None) -> Check:
+    """The launch's flags against the installed SGLang's own parser, else against gpuops' table."""
+    sglang = f"SGLang {version}" if version else "the installed SGLang"
+    outside_table = [f for f in flags.unknown if f.startswith("--")]
+    if isinstance(installed, InstalledFlags):
+        if problems:
+            return Check("flags known", "fail", "; ".join(p.describe(sglang) for p in problems))
+        return Check("flags known", "ok", f"every flag is one {sglang} here accepts" +
+                     (f"; the budget does not model {', '.join(outside_table)}" if outside_table else ""))
+    unread = f"{sglang}'s own flags could not be read ({installed})"
+    if problems:
+        return Check("flags known", "fail", "; ".join(p.describe("gpuops' flag table") for p in problems) +
+                     f"; {unread}")
+    if outside_table and settings.allow_unknown_flags:
+        return Check("flags known", "warn", f"{unread}; let through unchecked (GPUOPS_ALLOW_UNKNOWN_FLAGS): "
+                     + " ".join(outside_table))
+    return Check("flags known", "warn", f"{unread}; checked against gpuops' flag table only")
 
 
 async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Check:

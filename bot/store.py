@@ -12,6 +12,7 @@ Key shapes (all under the ``gpuops:`` prefix):
     gpuops:pending:<id>             a destructive action waiting for its confirmation click (expires)
     gpuops:tracker:<attempt>        the replica following an attempt's progress (a renewed lease)
     gpuops:incident:<channel>:<ts>  an incident thread: hypotheses, observations, summary message ts
+    gpuops:sglang-flags:<node>:<vmid>:<version>  the flags that container's SGLang accepts (expires after a day)
 
 By default the bot runs its own Redis (an embedded real ``redis-server`` on a unix socket
 in the data dir, with AOF persistence); ``REDIS_URL`` points it at an external one.
@@ -48,6 +49,7 @@ ACTIVE_SET = PREFIX + "attempts:active"
 ACTIVE_BACKFILLED = PREFIX + "attempts:active:backfilled"  # set once the running set holds older records too
 AUDIT_MAXLEN = 100_000
 STATUS_TTL_S = 8 * 24 * 3600
+INSTALLED_FLAGS_TTL_S = 24 * 3600  # a reinstall of the same version is seen within a day
 
 
 def redis_server_binary() -> str:
@@ -364,6 +366,16 @@ class AttemptStore:
 
     async def unlock(self, node: str, vmid: int, holder: str) -> bool:
         return bool(await self.redis.eval(_RELEASE, 1, f"{PREFIX}lock:launch:{node}:{vmid}", holder))
+
+    async def installed_flags(self, node: str, vmid: int, version: str) -> dict[str, bool] | None:
+        """The option strings read from the container's SGLang of ``version`` (flag -> takes a value), if read lately:
+        importing SGLang to read them takes seconds, and they change only with the install."""
+        raw = await self.redis.get(f"{PREFIX}sglang-flags:{node}:{vmid}:{version}")
+        return json.loads(raw) if raw else None
+
+    async def save_installed_flags(self, node: str, vmid: int, version: str, options: dict[str, bool]) -> None:
+        await self.redis.set(f"{PREFIX}sglang-flags:{node}:{vmid}:{version}", json.dumps(options),
+                             ex=INSTALLED_FLAGS_TTL_S)
 
     async def put_pending(self, pending_id: str, action: dict[str, Any], ttl_s: int) -> None:
         await self.redis.set(f"{PREFIX}pending:{pending_id}", json.dumps(action), ex=ttl_s)

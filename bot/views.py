@@ -33,6 +33,7 @@ from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.health import HealthReport
 from bot.core.incident import Incident
+from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
 from bot.core.startup_log import STAGE_LABEL, Progress, Stage
@@ -224,7 +225,8 @@ VERDICT_ICON = {"fits": ":large_green_circle:", "fails": ":red_circle:", "degrad
 
 
 def budget_text(budget: Budget, title: str) -> str:
-    return render("budget.txt.j2", b=budget, title=title, verdict_word=VERDICT_WORD[budget.verdict.value])
+    return render("budget.txt.j2", b=budget, title=title, verdict_word=VERDICT_WORD[budget.verdict.value],
+                  near_misses=near_miss_notes(budget.not_modelled))
 
 
 def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
@@ -251,8 +253,9 @@ def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
             f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
         blocks += [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text(remedy_text)]
     if budget.not_modelled:
+        near = "".join(f"\n:warning: {note}" for note in near_miss_notes(budget.not_modelled))
         blocks.append(ContextBlock(elements=[MarkdownTextObject(
-            text="Not modelled (passed through): " + escape_mrkdwn(" ".join(budget.not_modelled))[:2900])]))
+            text=escape_mrkdwn("Not modelled (passed through): " + " ".join(budget.not_modelled) + near)[:2900])]))
     if budget.model_notes:
         blocks.append(ContextBlock(elements=[MarkdownTextObject(
             text="Note: " + escape_mrkdwn("; ".join(budget.model_notes))[:2900])]))

@@ -35,6 +35,7 @@ from bot.incidents import container_changed, triage_answered
 from bot.launch import (
     HISTORY_FOR_WEIGHTS,
     LaunchRequest,
+    Preflight,
     follow,
     observed_of,
     preflight,
@@ -153,8 +154,12 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
     budget = pre.planned.budget if pre.planned else None
     if pre.blocked and not request.force:
         refused = await record_refused(attempts, services.inventory, pre, time.time())
-        choices = await _remedy_choices(services, request, budget)
-        message = views.preflight_message(title, pre.checks, budget, True, False, choices)
+        if pre.flag_problems:  # fix the flags first: the budget's remedies are for the launch SGLang would refuse
+            choices = await _corrected_choice(services, request, pre)
+            message = views.preflight_message(title, pre.checks, None, True, False, choices)
+        else:
+            choices = await _remedy_choices(services, request, budget)
+            message = views.preflight_message(title, pre.checks, budget, True, False, choices)
         await post_messages(client, request.channel, [message], respond=respond, pace=services.pace)
         await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
                                    target=request.target.label, attempt=refused.id, result="refused by pre-flight")
@@ -186,6 +191,14 @@ async def _remedy_choices(services: Services, request: LaunchRequest, budget: An
         pending = await _pending_launch(services, request, with_flag(request.flags, *change))
         choices.append((f"launch with {remedy.change}", pending))
     return choices
+
+
+async def _corrected_choice(services: Services, request: LaunchRequest, pre: Preflight) -> list[tuple[str, str]]:
+    """A button for the launch with each mistyped flag replaced by the one SGLang has, when each has one."""
+    if pre.corrected_flags is None:
+        return []
+    fixes = ", ".join(f"{p.correction} (not {p.given})" for p in pre.flag_problems)
+    return [(f"launch with {fixes}", await _pending_launch(services, request, pre.corrected_flags))]
 
 
 async def _pending_launch(services: Services, request: LaunchRequest, flags: Sequence[str]) -> str:

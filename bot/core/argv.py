@@ -176,6 +176,23 @@ VERSIONS_SCRIPT = (
 )
 PACKAGE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
+# prints the option strings of the installed SGLang's own launch parser after a marker line, as JSON
+# {"--flag": takes a value, ...}: the parser `python -m sglang.launch_server` builds (ServerArgs.add_cli_args on a
+# plain argparse parser). A fixed script with no user text in it; importing SGLang may log, hence the marker.
+SGLANG_FLAGS_MARK = "gpuops-sglang-flags:"
+SGLANG_FLAGS_SCRIPT = (
+    "import argparse, json\n"
+    "from sglang.srt.server_args import ServerArgs\n"
+    "parser = argparse.ArgumentParser()\n"
+    "ServerArgs.add_cli_args(parser)\n"
+    "options = {o: a.nargs != 0 for a in parser._actions for o in a.option_strings}\n"
+    f"print({SGLANG_FLAGS_MARK!r} + json.dumps(options), flush=True)\n"
+)
+
+
+def sglang_flags(python: str) -> Argv:
+    return (python, "-c", SGLANG_FLAGS_SCRIPT)
+
 
 def python_package_versions(python: str, packages: Sequence[str]) -> Argv:
     for name in packages:

@@ -311,8 +311,17 @@ class Budget:
         split = next((x.why for x in self.lines if x.label.endswith("over tp")), None)
         if split and self.error_text:
             return f"{split}: SGLang stops with {self.error_text}"
-        return self.error_text or (self.reasons[0] if self.reasons else
-                                   f"{self.kv_tokens:,} KV tokens, {self.headroom_gib:.1f} GiB headroom")
+        if self.error_text:
+            return self.error_text
+        # SGLang's support for the model is its own pre-flight line; here, what the memory allows
+        memory = [r for r, k in zip(self.reasons, self.reason_kinds, strict=True) if k != "support"]
+        slots = f", {self.mamba_slots} state slots" if self.mamba_slots is not None else ""
+        return "; ".join([*memory, f"{self.kv_tokens:,} KV tokens{slots}, {self.headroom_gib:.1f} GiB headroom"])
+
+    @property
+    def memory_degraded(self) -> bool:
+        """Starts degraded for a reason of memory or flags, not only SGLang's support for the model."""
+        return any(k != "support" for k in self.reason_kinds)
 
 
 # --------------------------------------------------------------------------- defaults

@@ -238,11 +238,12 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
         name = _resolve(raw_name)
         if name is None:
             unknown.append(token)
-            # keep a following value with the unknown flag
-            if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                unknown.append(argv[i + 1])
-                i += 1
             i += 1
+            # keep its values with it: SGLang's launch takes no positional argument, so every token up to the next
+            # flag belongs to this one (a list flag such as `--cuda-graph-bs 1 2 4 8` takes several)
+            while not eq and i < len(argv) and not argv[i].startswith("--"):
+                unknown.append(argv[i])
+                i += 1
             continue
         target, parser = MODELLED[name] if name in MODELLED else (None, PASSTHROUGH[name])
         if parser is SWITCH:

@@ -29,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bot.lab.fake_server_args import ServerArgs
+
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 
 
@@ -218,6 +220,11 @@ def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPSer
 
 
 def main(argv: list[str]) -> int:
+    # the whole command line through the container's SGLang parser first: a flag it lacks, a bad abbreviation or a
+    # missing value stops the launch here with argparse's own words and exit 2, as it stops SGLang
+    full = argparse.ArgumentParser(prog="launch_server.py")
+    ServerArgs.add_cli_args(full)
+    full.parse_args(argv)
     parser = argparse.ArgumentParser(prog="sglang.launch_server (lab stand-in)")
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--port", type=int, default=30000)

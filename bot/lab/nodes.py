@@ -78,6 +78,10 @@ def provision_containers(state_dir: Path, state: dict[str, Any]) -> None:
             (site / "sglang" / "__init__.py").write_text(f'__version__ = "{version}"\n')
             (site / "sglang" / "launch_server.py").write_text(
                 "import sys\nfrom bot.lab.fake_sglang import main\nsys.exit(main(sys.argv[1:]))\n")
+            (site / "sglang" / "srt").mkdir(exist_ok=True)
+            (site / "sglang" / "srt" / "__init__.py").write_text("")
+            (site / "sglang" / "srt" / "server_args.py").write_text(
+                "from bot.lab.fake_server_args import ServerArgs\n\n__all__ = ['ServerArgs']\n")
             info = site / f"sglang-{version}.dist-info"
             info.mkdir(exist_ok=True)
             (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")

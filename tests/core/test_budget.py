@@ -772,6 +772,9 @@ def test_flags_parse_aliases_prefixes_and_passthrough():
     assert (f.tp, f.mem_fraction_static, f.speculative_algorithm) == (2, 0.88, "EAGLE")
     assert f.passthrough == ("--model-path", "/models/q", "--trust-remote-code")
     assert f.unknown == ("--frobnicate", "7")
+    # a flag outside the table keeps all its values (SGLang's list flags take several; its launch has no positional)
+    listed = parse_sglang_flags(["--cuda-graph-bs", "1", "2", "4", "8", "--tp", "2", "--enable-hierarchical-cache"])
+    assert listed.unknown == ("--cuda-graph-bs", "1", "2", "4", "8", "--enable-hierarchical-cache") and listed.tp == 2
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -834,6 +837,23 @@ def test_seed_remedies_are_computed_thresholds():
     assert seed_with(b, bf16).verdict is not VerdictKind.FAILS and seed_with(b, bf16).headroom_gib > 0
     # the version and radix-cache warnings were there before the change: a remedy is not blamed for them
     assert bf16.effect.endswith("(the warnings above remain)") and "degraded" not in bf16.effect
+
+
+def test_the_preflight_summary_says_what_memory_allows_not_the_version_warning_said_elsewhere():
+    """The pre-flight shows SGLang's support for the model on its own line: the memory line gives the memory
+    degradations and the numbers, and a launch degraded only by the version is not a memory warning."""
+    gpus = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139))
+    flags = parse_sglang_flags(["--tp", "2"])  # the config's 262,144 context, more than the automatic pool holds
+    b = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), flags, gpus, parse_version("0.5.9")))
+    assert b.verdict is VerdictKind.DEGRADED and b.reason_kinds[0] == "support"
+    assert "below 0.5.10" not in b.summary and b.memory_degraded
+    assert b.summary.startswith("KV pool (") and "smaller than the context length (262,144)" in b.summary
+    assert b.summary.endswith(f"; {b.kv_tokens:,} KV tokens, {b.mamba_slots} state slots, "
+                              f"{b.headroom_gib:.1f} GiB headroom")
+    short = parse_sglang_flags(["--tp", "2", "--context-length", "32768", "--mamba-ssm-dtype", "bfloat16"])
+    only_version = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), short, gpus, parse_version("0.5.9")))
+    assert only_version.verdict is VerdictKind.DEGRADED and set(only_version.reason_kinds) == {"support"}
+    assert not only_version.memory_degraded and only_version.summary.startswith(f"{only_version.kv_tokens:,} KV")
 
 
 def test_a_remedy_that_brings_its_own_degradation_names_it():

@@ -143,6 +143,16 @@ def test_budget_text_names_the_error_and_remedies():
     assert "REMEDIES (cheapest first):" in out.stdout
 
 
+def test_budget_passes_unknown_flags_through_and_notes_a_likely_typo():
+    out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "A6000", "--",
+                 "--tp", "1", "--context-lenght", "8192", "--cuda-graph-bs", "1", "2", "4")
+    assert out.returncode in (0, 3), out.stderr
+    assert "NOT MODELLED (passed through untouched): --context-lenght 8192 --cuda-graph-bs 1 2 4" in out.stdout
+    assert "- `--context-lenght` is close to `--context-length`: if that was meant, this budget is without it" \
+        in out.stdout
+    assert "`--cuda-graph-bs` is close" not in out.stdout
+
+
 def test_budget_with_the_weights_an_earlier_load_logged():
     args = ("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "A6000", "--json")
     estimated = json.loads(gpuops(*args, "--", "--tp", "1", "--mem-fraction-static", "0.88").stdout)

@@ -1,0 +1,135 @@
+"""A launch's flags read the way the installed SGLang's argparse reads them, against its own option strings."""
+
+import argparse
+import contextlib
+import io
+import json
+
+import pytest
+
+from bot.core.argv import SGLANG_FLAGS_MARK
+from bot.core.flags import ALIASES, MODELLED, PASSTHROUGH
+from bot.core.installed_flags import (
+    GPUOPS_TABLE,
+    InstalledFlags,
+    corrected_argv,
+    flag_problems,
+    near_miss_notes,
+    parse_installed_flags,
+    typo_distance,
+)
+
+
+def sglang_like_parser() -> argparse.ArgumentParser:
+    """A parser shaped like SGLang's launch parser: aliases, switches, a list-valued flag, prefixes shared."""
+    parser = argparse.ArgumentParser(prog="launch_server.py")
+    parser.add_argument("--model-path", "--model")
+    parser.add_argument("--tp-size", "--tp", "--tensor-parallel-size", type=int)
+    parser.add_argument("--context-length", type=int)
+    parser.add_argument("--mem-fraction-static", type=float)
+    parser.add_argument("--enable-torch-compile", action="store_true")
+    parser.add_argument("--enable-hierarchical-cache", action="store_true")
+    parser.add_argument("--cuda-graph-bs", type=int, nargs="+")
+    parser.add_argument("--cuda-graph-max-bs", type=int)
+    parser.add_argument("--json-model-override-args")
+    return parser
+
+
+def installed_from(parser: argparse.ArgumentParser) -> InstalledFlags:
+    """What ``argv.SGLANG_FLAGS_SCRIPT`` prints for this parser, read back."""
+    options = {o: a.nargs != 0 for a in parser._actions for o in a.option_strings}
+    return parse_installed_flags("INFO importing sglang ...\n" + SGLANG_FLAGS_MARK + json.dumps(options) + "\n")
+
+
+def argparse_accepts(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            return False
+    return True
+
+
+ARGVS = [
+    ["--tp", "2", "--context-length", "65536"],
+    ["--tp-size=2", "--enable-torch-compile"],
+    ["--context-lenght", "32768"],
+    ["--mem-frac", "0.85"],  # a unique abbreviation, as argparse allows
+    ["--cuda-graph", "8"],  # ambiguous: --cuda-graph-bs, --cuda-graph-max-bs
+    ["--cuda-graph-bs", "1", "2", "4", "--tp", "2"],
+    ["--enable-hierarchical-cache", "--mem-fraction-static", "0.8"],
+    ["--json-model-override-args", '{"rope_scaling": {"factor": 4}}'],
+    ["--enable-torch-compiles"],
+    ["--model", "/models/x", "--tensor-parallel-size", "2"],
+    ["--speculative-algorithm", "NEXTN"],
+]
+
+
+@pytest.mark.parametrize("argv", ARGVS)
+def test_a_launch_has_a_problem_exactly_when_sglangs_argparse_would_refuse_its_flags(argv):
+    parser = sglang_like_parser()
+    problems = flag_problems(installed_from(parser), argv)
+    assert (problems == ()) == argparse_accepts(parser, argv), problems
+
+
+def test_a_mistyped_flag_is_named_with_the_one_it_most_likely_meant_and_corrected_keeping_values():
+    installed = installed_from(sglang_like_parser())
+    argv = ("--tp", "2", "--context-lenght", "32768", "--enable-torch-compiles", "--mem-fraction-static=0.85")
+    problems = flag_problems(installed, argv)
+    assert [(p.given, p.correction) for p in problems] == [("--context-lenght", "--context-length"),
+                                                           ("--enable-torch-compiles", "--enable-torch-compile")]
+    assert problems[0].describe("SGLang 0.5.9") == \
+        "SGLang 0.5.9 has no `--context-lenght` (did you mean `--context-length`?)"
+    assert corrected_argv(argv, problems) == ("--tp", "2", "--context-length", "32768", "--enable-torch-compile",
+                                              "--mem-fraction-static=0.85")
+    assert argparse_accepts(sglang_like_parser(), list(corrected_argv(argv, problems) or ()))
+    # `--flag=value` keeps its value through the correction
+    (typo,) = flag_problems(installed, ["--context-lenght=4096"])
+    assert corrected_argv(["--context-lenght=4096"], (typo,)) == ("--context-length=4096",)
+
+
+def test_an_ambiguous_abbreviation_and_a_flag_with_nothing_close_have_no_correction():
+    installed = installed_from(sglang_like_parser())
+    (ambiguous,) = flag_problems(installed, ["--cuda-graph", "8"])
+    assert ambiguous.ambiguous and ambiguous.meant == ("--cuda-graph-bs", "--cuda-graph-max-bs")
+    assert ambiguous.describe("SGLang 0.5.9") == ("`--cuda-graph` is ambiguous in SGLang 0.5.9: it could be "
+                                                  "`--cuda-graph-bs`, `--cuda-graph-max-bs`")
+    (newer,) = flag_problems(installed, ["--speculative-algorithm", "NEXTN"])
+    assert newer.meant == () and newer.correction is None
+    assert newer.describe("SGLang 0.5.9") == "SGLang 0.5.9 has no `--speculative-algorithm`"
+    assert corrected_argv(["--cuda-graph", "8"], (ambiguous,)) is None
+
+
+def test_output_without_the_flag_list_is_refused():
+    with pytest.raises(ValueError, match="no flag list"):
+        parse_installed_flags("Traceback (most recent call last):\nModuleNotFoundError: No module named 'torch'\n")
+    with pytest.raises(ValueError, match="not a map"):
+        parse_installed_flags(SGLANG_FLAGS_MARK + '{"tp": 1}')
+
+
+def test_gpuops_own_table_knows_every_flag_and_alias_it_parses():
+    for flag in (*MODELLED, *PASSTHROUGH, *ALIASES):
+        assert flag_problems(GPUOPS_TABLE, [flag, "1"] if GPUOPS_TABLE.options[flag] else [flag]) == ()
+    assert GPUOPS_TABLE.options["--enable-torch-compile"] is False and GPUOPS_TABLE.options["--tp"] is True
+
+
+@pytest.mark.parametrize("a, b, edits", [
+    ("--context-lenght", "--context-length", 1),  # two letters swapped
+    ("--kv-cache-type", "--kv-cache-dtype", 1),  # one dropped
+    ("--tp-sizes", "--tp-size", 1),  # one added
+    ("--mem-fraction-statik", "--mem-fraction-static", 1),  # one changed
+    ("--cuda-graph-bs", "--cuda-graph-max-bs", 4),  # a different flag, not a typo of it
+    ("kitten", "sitting", 3),
+    ("", "abc", 3),
+])
+def test_typo_distance_counts_the_edits_a_typo_makes(a, b, edits):
+    assert typo_distance(a, b) == edits == typo_distance(b, a)
+
+
+def test_a_different_flag_sharing_a_long_prefix_is_not_offered_as_the_meaning():
+    """SGLang's --cuda-graph-bs is not a typo of --cuda-graph-max-bs, nor --speculative-adaptive (a newer flag) of
+    --speculative-algorithm: neither is suggested, so no button launches something the user did not write."""
+    installed = installed_from(sglang_like_parser())
+    assert flag_problems(installed, ["--speculative-adaptive"])[0].meant == ()
+    assert near_miss_notes(["--context-lenght", "32768", "--cuda-graph-bs", "1", "2", "--enable-hierarchical-cache"]) \
+        == ("`--context-lenght` is close to `--context-length`: if that was meant, this budget is without it",)

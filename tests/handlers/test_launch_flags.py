@@ -1,0 +1,79 @@
+"""/sglang launch checks its flags against the installed SGLang's own parser, read in the container over real SSH."""
+
+from pathlib import Path
+
+from bot.lab.nodes import container_path
+from bot.views import blocks_to_text
+from tests.handlers.test_launch_flow import SEED, buttons, model, post_with, wait_text
+from tests.handlers.test_triage import failed_launch, triaged
+
+FITS = f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16"  # the seed launch the budget lets start
+
+
+def flag_reads(lab) -> int:
+    """How many times the pre-flight ran SGLang's parser in the container."""
+    return sum(1 for argv in lab.nodes["pve5"].calls() if any("sglang.srt.server_args" in a for a in argv))
+
+
+async def test_a_mistyped_flag_is_refused_with_the_flag_sglang_has_and_one_click_launches_it_corrected(lab):
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    typo = FITS.replace("--context-length", "--context-lenght")
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {typo}")
+    refusal = post_with(calls, "Pre-flight refused")
+    text = blocks_to_text(refusal.blocks)
+    assert "*flags known*: SGLang 0.5.9 has no `--context-lenght` (did you mean `--context-length`?)" in text
+    # the budget read the launch without its context length: its remedies are not offered for it
+    assert "Remedies" not in text
+    (button,) = buttons(refusal)
+    assert button["text"]["text"] == "launch with --context-length (not --context-lenght)"
+    await lab.click(button["action_id"], button["value"])
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert "--context-length" in attempt.argv and "--context-lenght" not in attempt.argv
+    assert attempt.argv[attempt.argv.index("--context-length") + 1] == "65536"
+    passed = blocks_to_text(post_with(lab.standin.calls, "Pre-flight passed").blocks)
+    assert "*flags known*: every flag is one SGLang 0.5.9 here accepts" in passed
+    assert flag_reads(lab) == 1  # read once for this SGLang version, then kept
+
+
+async def test_a_flag_outside_gpuops_table_that_sglang_has_launches_and_is_named_as_not_modelled(lab):
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS} --enable-hierarchical-cache")
+    passed = blocks_to_text(post_with(calls, "Pre-flight passed").blocks)
+    assert ("*flags known*: every flag is one SGLang 0.5.9 here accepts; the budget does not model "
+            "--enable-hierarchical-cache") in passed
+    await wait_text(lab, "*ready*")
+
+
+async def test_a_flag_the_installed_release_lacks_is_refused_and_forced_it_fails_as_sglang_does(lab):
+    """The container's SGLang has no --mamba-full-memory-ratio (an older release): the pre-flight refuses, naming
+    it; forced, SGLang's argparse stops the launch with exit 2, and triage names that refusal from the log."""
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["sglang_lacks"] = ["--mamba-full-memory-ratio"]
+    lab.nodes["pve5"].write_state(state)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS}")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "*flags known*: SGLang 0.5.9 has no `--mamba-full-memory-ratio`" in text
+    assert not buttons(post_with(calls, "Pre-flight refused"))  # nothing it could mean instead
+    attempt = await failed_launch(lab, "ready", flags="--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+    _, text = await triaged(lab, attempt)
+    assert "*launch_argument_error* (high confidence, startup)" in text
+    assert "launch_server.py: error: unrecognized arguments: --mamba-full-memory-ratio 0.5" in text
+
+
+async def test_when_sglangs_parser_does_not_load_the_flags_are_checked_against_gpuops_table(lab):
+    """An SGLang whose server_args fails to import (a broken install): the pre-flight says so and why, keeps a flag
+    outside its own table out (it may be a typo), and lets the table's flags through."""
+    server_args = Path(container_path(lab.nodes["pve5"], 129, "site", "sglang", "srt", "server_args.py"))
+    server_args.write_text("import sglang.srt.no_such_module\n")
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS} --enable-hierarchical-cache")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert ("*flags known*: gpuops' flag table has no `--enable-hierarchical-cache`; SGLang 0.5.9's own flags could "
+            "not be read (its parser did not load:") in text
+    assert "ModuleNotFoundError: No module named 'sglang.srt.no_such_module'" in text
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS} --tp 2")
+    passed = blocks_to_text(post_with(calls, "Pre-flight passed").blocks)
+    assert "*flags known*: SGLang 0.5.9's own flags could not be read" in passed
+    assert "checked against gpuops' flag table only" in passed
+    await wait_text(lab, "*ready*")
