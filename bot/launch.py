@@ -181,10 +181,15 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
                   "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
     await _drop_unread(ct_config_task, p2p_task)  # not read when the budget could not be planned
-    installed = await installed_task if installed_task is not None else "the container could not be read"
-    sglang_version = planned.versions.get("sglang") if planned is not None else None
-    problems = _flag_problems(installed, request.flags, settings)
-    checks.append(_flags_check(installed, problems, flags, settings, sglang_version))
+    if installed_task is not None:
+        installed = await installed_task
+        problems = _flag_problems(installed, request.flags, settings)
+        checks.append(_flags_check(installed, problems, flags, settings, planned.versions.get("sglang")
+                                   if planned is not None else None))
+    else:  # the budget's read failed and its check says why; a typo in the flags is still worth naming
+        problems = _flag_problems("not read", request.flags, settings)
+        if problems:
+            checks.append(Check("flags known", "fail", "; ".join(p.describe("gpuops' flag table") for p in problems)))
     holder = await store.lock_holder(target.node, target.vmid)
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))

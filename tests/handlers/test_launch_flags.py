@@ -77,3 +77,14 @@ async def test_when_sglangs_parser_does_not_load_the_flags_are_checked_against_g
     assert "*flags known*: SGLang 0.5.9's own flags could not be read" in passed
     assert "checked against gpuops' flag table only" in passed
     await wait_text(lab, "*ready*")
+
+
+async def test_a_launch_whose_model_cannot_be_read_names_that_and_a_typo_only(lab):
+    """No budget, so no SGLang version to read the flags of: the refusal is the model's, and the flags line appears
+    only for a flag that is a typo of one in gpuops' table."""
+    _, _, calls = await lab.slash("/sglang", "launch sglang-a6000 /models/nope --tp 2")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "*model and flags*: no config.json at `/models/nope`" in text and "flags known" not in text
+    _, _, calls = await lab.slash("/sglang", "launch sglang-a6000 /models/nope --tp 2 --context-lenght 4096")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "*flags known*: gpuops' flag table has no `--context-lenght` (did you mean `--context-length`?)" in text
