@@ -485,7 +485,7 @@ def _triage_file(args: argparse.Namespace) -> int:
     import shlex
 
     from bot.core.diagnosis import LaunchContext, diagnose_excerpt
-    from bot.core.experiments import label_experiments
+    from bot.core.experiments import finding_experiments
     from bot.core.flags import command_flags
     from bot.core.gpu_faults import oom_kill_findings, oom_kills, xid_events, xid_findings
     from bot.core.label_evidence import killed_by_the_oom_killer
@@ -506,7 +506,7 @@ def _triage_file(args: argparse.Namespace) -> int:
         kernel = [*oom_kill_findings("kernel", kills, args.vmid), *xid_findings("kernel", xid_events(text))]
     elif args.vmid is not None:
         raise UsageError("--vmid names the container of the processes in --kernel-log: give that file too")
-    experiments = label_experiments(finding.label, launch) if launch else ()
+    experiments = finding_experiments(finding, launch) if launch else ()
     if args.json:
         print(json.dumps({**asdict(finding), "experiments": [asdict(e) for e in experiments], "kernel": kernel},
                          indent=2))

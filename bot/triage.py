@@ -19,7 +19,7 @@ from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
 from bot.core.diagnosis import BUSY, OCCUPIED, Finding, LaunchContext, diagnose_excerpt
-from bot.core.experiments import BUDGETED_LABELS, Experiment, label_experiments
+from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import OomKill, gpus_by_bus, oom_kill_findings, xid_findings
@@ -175,7 +175,7 @@ async def _next_experiments(transport: Transport, inventory: Inventory, target: 
     """The budget engine's remedies for a finding it sizes (from the failed attempt's own measured weights), else
     the label's own flag experiment."""
     if finding.label not in BUDGETED_LABELS:
-        return None, label_experiments(finding.label, user_flags(attempt.argv))
+        return None, finding_experiments(finding, user_flags(attempt.argv))
     try:
         return await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
                                  (attempt,)), ()

@@ -8,12 +8,14 @@ pre-flight; a label with no flag-shaped experiment gets none (its next step stay
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.attempts import CT_MEMORY_CHANGE
-from bot.core.diagnosis import CONTEXT_OVER_MODEL, HOST_OOM_KILL
+from bot.core.diagnosis import ARGUMENT_ERROR, CONTEXT_OVER_MODEL, HOST_OOM_KILL, Finding
 from bot.core.flags import parse_sglang_flags, with_flag, without_flags
+from bot.core.installed_flags import GPUOPS_TABLE, corrected_argv, flag_problems
 from bot.errors import UsageError
 
 SPECULATIVE_FLAGS = ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
@@ -95,6 +97,45 @@ def label_experiments(label: str, argv: Sequence[str]) -> tuple[Experiment, ...]
         elif not move.add and given and value.startswith(move.only_value):
             shown = (move.shown or move.flags[0]) + (f" {value}" if move.shows_value else "")
             found.append(Experiment(f"drop {shown}", without_flags(argv, *move.flags), move.why))
+    return tuple(found)
+
+
+def finding_experiments(finding: Finding, argv: Sequence[str]) -> tuple[Experiment, ...]:
+    """A finding's flag experiments: for SGLang's argparse refusal, from the flags it quotes; else its label's."""
+    if finding.label == ARGUMENT_ERROR and finding.evidence:
+        return argument_experiments(finding.evidence[0].text, argv)
+    return label_experiments(finding.label, argv)
+
+
+_UNRECOGNIZED = re.compile(r": error: unrecognized arguments: (?P<tokens>.+?)\s*$")
+
+
+def argument_experiments(error_line: str, argv: Sequence[str]) -> tuple[Experiment, ...]:
+    """For SGLang's argparse refusing flags it does not have (``error_line``): the launch with each refused flag
+    replaced by the one in gpuops' table it is a typo of, when each has one, and the launch without them. None when
+    the refused flags are not this launch's."""
+    quoted = _UNRECOGNIZED.search(error_line)
+    if quoted is None:
+        return ()
+    refused = {t.partition("=")[0] for t in quoted.group("tokens").split() if t.startswith("--")}
+    given = {a.partition("=")[0] for a in argv if a.startswith("--")}
+    if not refused or not refused <= given:
+        return ()
+    found = []
+    typos = [p for p in flag_problems(GPUOPS_TABLE, argv) if p.given in refused]
+    corrected = corrected_argv(argv, typos) if {p.given for p in typos} == refused else None
+    if corrected is not None:
+        fixes = ", ".join(f"{p.correction} (not {p.given})" for p in typos)
+        found.append(Experiment(fixes, corrected, "the refused flags are a typo away from flags SGLang has"))
+    kept: list[str] = []
+    dropped: list[str] = []
+    refused_here = False
+    for token in argv:  # a refused flag goes with the values after it (SGLang's launch takes no positional)
+        if token.startswith("--"):
+            refused_here = token.partition("=")[0] in refused
+        (dropped if refused_here else kept).append(token)
+    found.append(Experiment("drop " + " ".join(dropped), tuple(kept),
+                            "launch without what this SGLang release does not have (the pre-flight checks the rest)"))
     return tuple(found)
 
 

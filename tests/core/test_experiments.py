@@ -89,3 +89,35 @@ def test_a_checkpoint_that_ships_code_gets_the_trust_remote_code_switch_once():
     assert experiment.change == "--trust-remote-code" and experiment.argv == (*argv, "--trust-remote-code")
     assert "read it first" in experiment.why
     assert label_experiments("trust_remote_code_required", experiment.argv) == ()
+
+
+# the launch of tests/fixtures/other-logs/unrecognized-arguments.txt, as its source (devopsrustem/slurmv4 3/4.sh) gives it
+SLURM_PREFILL = ("--model-path /app/models/Deepseek-R1/ --trust-remote-code --tp-size 16 --host 10.99.91.39 --port 30000 "
+                 "--dist-init-addr 10.82.101.193:5000 --nnodes 2 --node-rank 0 --mem-fraction-static 0.8 "
+                 "--disaggregation-mode prefill --disaggregation-ib-device mlx5_0 --disaggregation-bootstrap-port 8998 "
+                 "--disaggregation-decode-url http://10.99.91.49:30001,http://10.99.91.33:30001").split()
+
+
+def test_a_flag_sglangs_parser_refused_is_dropped_with_its_value_and_nothing_else():
+    from bot.core.diagnosis import diagnose
+    from bot.core.experiments import finding_experiments
+
+    finding = diagnose((FIXTURES / "other-logs" / "unrecognized-arguments.txt").read_text())
+    (drop,) = finding_experiments(finding, SLURM_PREFILL)  # nothing in gpuops' table is a typo away from it
+    assert drop.change == "drop --disaggregation-decode-url http://10.99.91.49:30001,http://10.99.91.33:30001"
+    assert drop.argv == tuple(SLURM_PREFILL[:-2])
+    # the same refusal quoted for a launch that does not have the flag is not this launch's: nothing offered
+    assert finding_experiments(finding, ["--tp", "2"]) == ()
+
+
+def test_a_refused_typo_is_offered_corrected_first_then_dropped():
+    from bot.core.experiments import argument_experiments
+
+    argv = ("--tp", "2", "--context-lenght", "32768", "--cuda-graph-bs", "1", "2")
+    line = "launch_server.py: error: unrecognized arguments: --context-lenght 32768"
+    fixed, drop = argument_experiments(line, argv)
+    assert fixed.change == "--context-length (not --context-lenght)"
+    assert fixed.argv == ("--tp", "2", "--context-length", "32768", "--cuda-graph-bs", "1", "2")
+    assert drop.change == "drop --context-lenght 32768" and drop.argv == ("--tp", "2", "--cuda-graph-bs", "1", "2")
+    # argparse's other refusals (a bad value, an ambiguous abbreviation) name no flag to drop
+    assert argument_experiments("launch_server.py: error: argument --tp-size: invalid int value: 'two'", argv) == ()

@@ -5,7 +5,7 @@ from pathlib import Path
 from bot.lab.nodes import container_path
 from bot.views import blocks_to_text
 from tests.handlers.test_launch_flow import SEED, buttons, model, post_with, wait_text
-from tests.handlers.test_triage import failed_launch, triaged
+from tests.handlers.test_triage import failed_launch, relaunched_by, triaged
 
 FITS = f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16"  # the seed launch the budget lets start
 
@@ -56,9 +56,12 @@ async def test_a_flag_the_installed_release_lacks_is_refused_and_forced_it_fails
     assert "*flags known*: SGLang 0.5.9 has no `--mamba-full-memory-ratio`" in text
     assert not buttons(post_with(calls, "Pre-flight refused"))  # nothing it could mean instead
     attempt = await failed_launch(lab, "ready", flags="--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
-    _, text = await triaged(lab, attempt)
+    report, text = await triaged(lab, attempt)
     assert "*launch_argument_error* (high confidence, startup)" in text
     assert "launch_server.py: error: unrecognized arguments: --mamba-full-memory-ratio 0.5" in text
+    # the next experiment: the launch without it, through the pre-flight (which now passes) to a ready server
+    latest = await relaunched_by(lab, report, "launch with drop --mamba-full-memory-ratio 0.5")
+    assert "--mamba-full-memory-ratio" not in latest.argv and "--enable-torch-compile" in latest.argv
 
 
 async def test_when_sglangs_parser_does_not_load_the_flags_are_checked_against_gpuops_table(lab):
