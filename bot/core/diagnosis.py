@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from bot.core.argv import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogExcerpt
 from bot.core.flags import scrub_secrets
-from bot.core.log_lines import plain_lines, strip_ansi
+from bot.core.log_lines import plain_lines, strip_ansi, unwrapped
 from bot.core.startup_log import (
     BENIGN_NOTICE,
     CAPTURE_BAR,
@@ -498,8 +498,29 @@ def diagnose_excerpt(excerpt: LogExcerpt, *, stalled_minutes: float | None = Non
 
 def diagnose(text: str, *, stalled_minutes: float | None = None, context: LaunchContext | None = None) -> Finding:
     """The first cause in a log (``stalled_minutes``: how long since the log last grew, if known;
-    ``context``: what the launch was, which decides between causes the log alone cannot)."""
+    ``context``: what the launch was, which decides between causes the log alone cannot).
+
+    A log that names no cause (or only a weak one) as given is read again with the lines a terminal hard-wrapped
+    rejoined (``log_lines.unwrapped``); that reading is taken when it names a stronger cause, its evidence numbered
+    by the lines of the text as given."""
     raw = text.replace("\r\n", "\n").split("\n")
+    finding = _diagnose_lines(raw, stalled_minutes, context)
+    weak = NOT_A_CAUSE | {ECHO}
+    if finding.label not in weak and finding.confidence != "low":
+        return finding
+    rejoined = unwrapped(raw)
+    if rejoined is None:
+        return finding
+    lines, starts, width = rejoined
+    again = _diagnose_lines(lines, stalled_minutes, context)
+    if again.label in weak or (again.confidence == "low" and finding.label not in weak):
+        return finding
+    return replace(again, evidence=tuple(replace(e, line_no=starts[e.line_no - 1] + 1) for e in again.evidence),
+                   notes=(*again.notes, f"the log's lines were cut at {width} columns (a terminal's copy): read "
+                                        "with them rejoined"))
+
+
+def _diagnose_lines(raw: list[str], stalled_minutes: float | None, context: LaunchContext | None) -> Finding:
     lines = plain_lines(raw)
     order, reversed_export = time_order(lines, [strip_ansi(x) for x in raw])
     hits = _rule_hits(lines, order)

@@ -13,7 +13,9 @@ log's non-blank lines. A line of SGLang's own that happens to look like one pref
 that every line shares comes off too: it is how the log was pasted (SGLang starts its own lines at the margin, and a
 traceback's frames are told by their indentation).
 
-The last lines of a launch's own log, as ``/sglang log`` shows them, are read here too (``parse_log_tail``).
+A log copied out of a terminal may have its long lines cut at the terminal's width; ``unwrapped`` puts them back
+together. The last lines of a launch's own log, as ``/sglang log`` shows them, are read here too
+(``parse_log_tail``).
 """
 
 from __future__ import annotations
@@ -99,6 +101,30 @@ def _shared_indent(lines: list[str]) -> int:
             return 0
     at_margin = [line[width:] for line in written if not line[width:width + 1].isspace()]
     return 0 if all(_FRAME_LINE.match(line) for line in at_margin) else width
+
+
+TERMINAL_MIN_COLUMNS = 60  # narrower than any terminal a log is read in
+
+
+def unwrapped(lines: list[str]) -> tuple[list[str], list[int], int] | None:
+    """A log copied from a terminal that hard-wrapped its long lines at its width, with each long line rejoined:
+    a line exactly as long as the longest (the width, at least TERMINAL_MIN_COLUMNS) is a piece the terminal cut,
+    continued on the next line. Returns the rejoined lines, the index of the line each starts on, and the width;
+    None when no line was rejoined. A real line that happens to be exactly the width is joined to the next too,
+    so this reading is tried only when the log as given names no cause (``diagnosis.diagnose``)."""
+    widths = [len(strip_ansi(line)) for line in lines]
+    width = max(widths, default=0)
+    if width < TERMINAL_MIN_COLUMNS:
+        return None
+    joined: list[str] = []
+    starts: list[int] = []
+    for index, line in enumerate(lines):
+        if index and widths[index - 1] == width and line.strip():
+            joined[-1] += line
+        else:
+            joined.append(line)
+            starts.append(index)
+    return (joined, starts, width) if len(joined) < len(lines) else None
 
 
 SHOWN_LINE_CHARS = 500  # a longer line is cut when shown (a traceback's locals, a dumped tensor)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bot.core.diagnosis import LaunchContext, diagnose
-from bot.core.log_lines import collector_forms, plain_lines
+from bot.core.log_lines import collector_forms, plain_lines, unwrapped
 from tests.conftest import FIXTURES
 
 COLLECTED = FIXTURES / "collected-logs"
@@ -185,3 +185,45 @@ def test_the_tail_command_is_bounded_and_takes_only_absolute_paths():
             log_tail("/var/log/gpuops/a.log", bad)
     with pytest.raises(ValueError):
         log_tail("../a.log", 10)
+
+
+def terminal_copy(text: str, columns: int) -> str:
+    """``text`` as copied out of a terminal ``columns`` wide that hard-wraps long lines (each row a line)."""
+    rows = []
+    for line in text.split("\n"):
+        rows += [line[i:i + columns] for i in range(0, len(line), columns)] or [""]
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_every_corpus_failure_is_read_the_same_from_a_terminals_hard_wrapped_copy(columns):
+    """Cut at the terminal's width, 14 of the 61 corpus logs lost their cause at 80 columns (the cause's words
+    spanned two rows). Read again with the rows rejoined, each names the same cause, its evidence numbered by the
+    row the proving line starts on, and says how it was read."""
+    changed = []
+    rejoined = 0
+    for case in CASES:
+        context = LaunchContext.from_argv([case.get("launch_command") or ""])
+        direct = diagnose(case["log_excerpt"], context=context)
+        copied = terminal_copy(case["log_excerpt"], columns)
+        wrapped = diagnose(copied, context=context)
+        if wrapped.label != direct.label:
+            changed.append((case["id"], direct.label, wrapped.label))
+        rows = copied.split("\n")
+        for evidence in wrapped.evidence:  # the row the proving line starts on
+            assert evidence.text[:20] in rows[evidence.line_no - 1], (case["id"], evidence)
+        rejoined += any(f"cut at {columns} columns" in n for n in wrapped.notes)
+    assert not changed
+    assert rejoined >= 2  # the cases whose cause the cut hid were read rejoined
+
+
+def test_a_log_whose_lines_only_look_cut_is_read_as_given_when_it_names_its_cause():
+    """Real logs whose structured lines share one length (three capture lines of 115 characters, then a traceback):
+    the cause is named from the log as given, and nothing says it was rejoined."""
+    case = next(c for c in CASES if c["id"] == "flashinfer-2203")
+    finding = diagnose(case["log_excerpt"])
+    assert finding.label == case["label"] and not any("columns" in n for n in finding.notes)
+    lines = case["log_excerpt"].split("\n")
+    joined, starts, width = unwrapped(lines)
+    assert width == 115 and starts[:2] == [0, 4] and len(joined) < len(lines)  # it would join them: not used here
+    assert unwrapped(["short line", "another"]) is None
