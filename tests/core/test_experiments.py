@@ -91,11 +91,13 @@ def test_a_checkpoint_that_ships_code_gets_the_trust_remote_code_switch_once():
     assert label_experiments("trust_remote_code_required", experiment.argv) == ()
 
 
-# the launch of tests/fixtures/other-logs/unrecognized-arguments.txt, as its source (devopsrustem/slurmv4 3/4.sh) gives it
-SLURM_PREFILL = ("--model-path /app/models/Deepseek-R1/ --trust-remote-code --tp-size 16 --host 10.99.91.39 --port 30000 "
-                 "--dist-init-addr 10.82.101.193:5000 --nnodes 2 --node-rank 0 --mem-fraction-static 0.8 "
-                 "--disaggregation-mode prefill --disaggregation-ib-device mlx5_0 --disaggregation-bootstrap-port 8998 "
-                 "--disaggregation-decode-url http://10.99.91.49:30001,http://10.99.91.33:30001").split()
+# the launch of tests/fixtures/other-logs/unrecognized-arguments.txt, as its source (devopsrustem/slurmv4 3/4.sh)
+# gives it
+SLURM_PREFILL = shlex.split(
+    "--model-path /app/models/Deepseek-R1/ --trust-remote-code --tp-size 16 --host 10.99.91.39 --port 30000 "
+    "--dist-init-addr 10.82.101.193:5000 --nnodes 2 --node-rank 0 --mem-fraction-static 0.8 "
+    "--disaggregation-mode prefill --disaggregation-ib-device mlx5_0 --disaggregation-bootstrap-port 8998 "
+    "--disaggregation-decode-url http://10.99.91.49:30001,http://10.99.91.33:30001")
 
 
 def test_a_flag_sglangs_parser_refused_is_dropped_with_its_value_and_nothing_else():
