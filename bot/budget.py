@@ -15,10 +15,12 @@ from bot.core import argv as remote
 from bot.core.attempts import Attempt, earlier_load
 from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
 from bot.core.flags import parse_sglang_flags
+from bot.core.installed_flags import InstalledFlags, flag_problems, parse_installed_flags
 from bot.core.inventory import Inventory, Target
 from bot.core.model import CheckpointIndex, ModelConfigError, read_config, read_index
-from bot.errors import CommandFailed, UsageError
+from bot.errors import CommandFailed, RemoteError, UsageError
 from bot.status import Transport, read_gpus
+from bot.store import AttemptStore
 
 PACKAGES = ("sglang", "transformers", "torch", "flashinfer-python")
 
@@ -137,3 +139,42 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
 
 
 __all__ = ["CommandFailed", "PlannedBudget", "plan_budget"]
+
+
+SGLANG_FLAGS_TIMEOUT_S = 120  # importing SGLang's server_args pulls in torch: seconds, more on a cold disk
+
+
+async def read_installed_flags(transport: Transport, store: AttemptStore, target: Target, python: str,
+                           version: str | None) -> InstalledFlags | str:
+    """The flags the container's SGLang accepts, read from its own parser (kept a day per version: importing
+    SGLang takes seconds), or why they could not be read."""
+    assert target.vmid is not None
+    if not version:
+        return "SGLang is not installed there"
+    cached = await store.installed_flags(target.node, target.vmid, version)
+    if cached:
+        return InstalledFlags(cached)
+    try:
+        result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_flags(python)),
+                                     timeout_s=SGLANG_FLAGS_TIMEOUT_S)
+        installed = parse_installed_flags(result.stdout)
+    except RemoteError as exc:
+        return f"its parser did not load: {exc.last_word}"
+    except ValueError as exc:
+        return f"its parser gave no flag list: {exc}"
+    await store.save_installed_flags(target.node, target.vmid, version, dict(installed.options))
+    return installed
+
+
+async def flag_refusals(transport: Transport, store: AttemptStore, inventory: Inventory, target: Target,
+                        planned: PlannedBudget, argv: Sequence[str]) -> tuple[str, ...] | None:
+    """What the container's SGLang would refuse of ``argv`` (each said with the flag a typo meant); None when its
+    own flags could not be read."""
+    assert target.vmid is not None
+    container = inventory.container_at(target.node, target.vmid)
+    version = planned.versions.get("sglang")
+    installed = await read_installed_flags(transport, store, target, container.python if container else "python3",
+                                           version)
+    if not isinstance(installed, InstalledFlags):
+        return None
+    return tuple(p.describe(f"SGLang {version}") for p in flag_problems(installed, argv))

@@ -265,19 +265,21 @@ def _flag_args(args: argparse.Namespace) -> list[str]:
 VERDICT_EXIT = {"fits": 0, "degraded": 3, "fails": 4}
 
 
-def _print_budget(args: argparse.Namespace, budget: Any, title: str, totals_gib: list[float]) -> int:
-    """A budget as a table or JSON, its chart when asked; the exit status says the verdict."""
+def _print_budget(args: argparse.Namespace, budget: Any, title: str, totals_gib: list[float],
+                  refused_flags: tuple[str, ...] | None = None) -> int:
+    """A budget as a table or JSON, its chart when asked; the exit status says the verdict (a command line the
+    container's SGLang would refuse fails like a budget that does not fit)."""
     from bot.views import budget_text
 
     if args.json:
-        print(json.dumps(_budget_json(budget), indent=2))
+        print(json.dumps({**_budget_json(budget), "flags_refused": refused_flags}, indent=2))
     else:
-        print(budget_text(budget, title))
+        print(budget_text(budget, title, refused_flags))
     if args.chart:
         from bot.chart import budget_png
 
         Path(args.chart).write_bytes(budget_png(budget, totals_gib, title))
-    return VERDICT_EXIT[budget.verdict.value]
+    return VERDICT_EXIT["fails"] if refused_flags else VERDICT_EXIT[budget.verdict.value]
 
 
 def _one_container(spec: str, inventory: Inventory, not_one: str) -> Target:
@@ -300,7 +302,7 @@ def _container_budget(args: argparse.Namespace) -> int:
     if given:
         raise UsageError(f"with --container the GPUs, their free memory and the SGLang version are read there: "
                          f"drop {', '.join(given)}")
-    from bot.budget import plan_budget
+    from bot.budget import flag_refusals, plan_budget
     from bot.launch import HISTORY_FOR_WEIGHTS
 
     async def work(services: Any) -> int:
@@ -308,7 +310,9 @@ def _container_budget(args: argparse.Namespace) -> int:
         history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
         planned = await plan_budget(services.transport, services.inventory, target, args.model,
                                     tuple(_flag_args(args)), history)
-        return _print_budget(args, planned.budget, planned.title, list(planned.gpu_totals_gib))
+        refused = await flag_refusals(services.transport, services.attempts, services.inventory, target, planned,
+                                      _flag_args(args))
+        return _print_budget(args, planned.budget, planned.title, list(planned.gpu_totals_gib), refused)
 
     return _with_services(args, work)
 

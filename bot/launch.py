@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bot.budget import PlannedBudget, plan_budget
+from bot.budget import PlannedBudget, plan_budget, read_installed_flags
 from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import VerdictKind
@@ -34,14 +34,7 @@ from bot.core.gpu_faults import (
     server_kill,
     silent_death_note,
 )
-from bot.core.installed_flags import (
-    GPUOPS_TABLE,
-    FlagProblem,
-    InstalledFlags,
-    corrected_argv,
-    flag_problems,
-    parse_installed_flags,
-)
+from bot.core.installed_flags import GPUOPS_TABLE, FlagProblem, InstalledFlags, corrected_argv, flag_problems
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
 from bot.core.startup_log import Progress, Stage, advance
@@ -55,7 +48,6 @@ from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
 HISTORY_FOR_WEIGHTS = 50  # attempts searched for an earlier load of the same checkpoint
-SGLANG_FLAGS_TIMEOUT_S = 120  # importing SGLang's server_args pulls in torch: seconds, more on a cold disk
 
 
 @dataclass(frozen=True)
@@ -146,7 +138,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     installed_task: asyncio.Future[InstalledFlags | str] | None = None
     try:
         planned = await budget_task
-        installed_task = asyncio.ensure_future(_installed_flags(transport, store, target, python,
+        installed_task = asyncio.ensure_future(read_installed_flags(transport, store, target, python,
                                                                 planned.versions.get("sglang")))
         checks.append(Check("container answers", "ok", f"{target.label}: {len(planned.gpu_totals_gib)} GPU(s) "
                                                         f"used, read over SSH"))
@@ -195,28 +187,6 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
     return Preflight(request, tuple(checks), planned, port, ct_memory_mib, problems,
                      corrected_argv(request.flags, problems))
-
-
-async def _installed_flags(transport: Transport, store: AttemptStore, target: Target, python: str,
-                           version: str | None) -> InstalledFlags | str:
-    """The flags the container's SGLang accepts, read from its own parser (kept a day per version: importing
-    SGLang takes seconds), or why they could not be read."""
-    assert target.vmid is not None
-    if not version:
-        return "SGLang is not installed there"
-    cached = await store.installed_flags(target.node, target.vmid, version)
-    if cached:
-        return InstalledFlags(cached)
-    try:
-        result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_flags(python)),
-                                     timeout_s=SGLANG_FLAGS_TIMEOUT_S)
-        installed = parse_installed_flags(result.stdout)
-    except RemoteError as exc:
-        return f"its parser did not load: {exc.last_word}"
-    except ValueError as exc:
-        return f"its parser gave no flag list: {exc}"
-    await store.save_installed_flags(target.node, target.vmid, version, dict(installed.options))
-    return installed
 
 
 def _flag_problems(installed: InstalledFlags | str, argv: tuple[str, ...],

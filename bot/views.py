@@ -224,13 +224,17 @@ VERDICT_WORD = {"fits": "FITS", "fails": "WILL FAIL", "degraded": "STARTS, DEGRA
 VERDICT_ICON = {"fits": ":large_green_circle:", "fails": ":red_circle:", "degraded": ":large_yellow_circle:"}
 
 
-def budget_text(budget: Budget, title: str) -> str:
+def budget_text(budget: Budget, title: str, refused_flags: Sequence[str] | None = None) -> str:
+    """``refused_flags``: what the container's SGLang would refuse of the command line (None: its flags were not
+    read, so a pass-through flag a typo away from one the budget reads is noted instead)."""
     return render("budget.txt.j2", b=budget, title=title, verdict_word=VERDICT_WORD[budget.verdict.value],
-                  near_misses=near_miss_notes(budget.not_modelled))
+                  refused_flags=refused_flags or (),
+                  near_misses=near_miss_notes(budget.not_modelled) if refused_flags is None else ())
 
 
-def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
-    """The explanation as Block Kit: summary, the per-GPU table, the verdict, the remedies."""
+def budget_messages(budget: Budget, title: str, refused_flags: Sequence[str] | None = None) -> list[SlackMessage]:
+    """The explanation as Block Kit: summary, the per-GPU table, the verdict, the remedies (``refused_flags`` as in
+    ``budget_text``)."""
     word = VERDICT_WORD[budget.verdict.value]
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=render(
         "budget_summary.mrkdwn.j2", icon=VERDICT_ICON[budget.verdict.value], title=escape_mrkdwn(title), b=budget,
@@ -245,6 +249,7 @@ def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
     verdict_lines = []
     if budget.error_text:
         verdict_lines.append(f":x: SGLang would print: `{escape_mrkdwn(budget.error_text)}`")
+    verdict_lines += [f":x: SGLang's parser would refuse the launch: {escape_mrkdwn(r)}" for r in refused_flags or ()]
     verdict_lines += [f":warning: {escape_mrkdwn(r)}" for r in budget.reasons]
     for part in _split_text("\n".join(verdict_lines)):
         blocks.append(SectionBlock(text=MarkdownTextObject(text=part)))
@@ -253,7 +258,8 @@ def budget_messages(budget: Budget, title: str) -> list[SlackMessage]:
             f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
         blocks += [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text(remedy_text)]
     if budget.not_modelled:
-        near = "".join(f"\n:warning: {note}" for note in near_miss_notes(budget.not_modelled))
+        near = "".join(f"\n:warning: {note}" for note in (near_miss_notes(budget.not_modelled)
+                                                         if refused_flags is None else ()))
         blocks.append(ContextBlock(elements=[MarkdownTextObject(
             text=escape_mrkdwn("Not modelled (passed through): " + " ".join(budget.not_modelled) + near)[:2900])]))
     if budget.model_notes:

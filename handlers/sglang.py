@@ -13,7 +13,7 @@ from slack_bolt.async_app import AsyncApp
 from bot import views
 from bot.app import Services
 from bot.attempt_log import read_attempt_log
-from bot.budget import plan_budget
+from bot.budget import flag_refusals, plan_budget
 from bot.chart import budget_png
 from bot.core.attempts import ACTIVE, Attempt, is_attempt_id, user_flags
 from bot.core.commands import (
@@ -123,7 +123,9 @@ async def budget(services: Services, client: Any, respond: Any, target: Target, 
     history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
     planned = await plan_budget(services.transport, services.inventory, target, request.model_path, request.flags,
                                 history)
-    posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title),
+    refused = await flag_refusals(services.transport, services.attempts, services.inventory, target, planned,
+                                  request.flags)
+    posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title, refused),
                                  respond=respond, pace=services.pace)
     png = budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title)
     await upload_png(client, channel, posted[0] if posted else None, png, "budget.png", planned.title)

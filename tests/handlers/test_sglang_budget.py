@@ -145,3 +145,28 @@ async def test_gpuops_budget_of_a_container_is_the_slack_answer_in_a_terminal(la
     assert mixed.returncode == 2 and "read there: drop --gpu" in mixed.stderr
     nothing = await asyncio.to_thread(gpuops, "budget", "--model", model, "--", *flags, env=env)
     assert nothing.returncode == 2 and "--gpu is required" in nothing.stderr
+
+
+async def test_budget_names_a_flag_the_containers_sglang_would_refuse(lab, tmp_path):
+    """The container's own SGLang parser decides: a typo is named with the flag it meant (not merely noted as close
+    to one the budget reads), in Slack and in `gpuops budget --container`, whose exit status says it would fail."""
+    import asyncio
+    import json
+
+    from tests.edges.test_cli import gpuops
+
+    model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+    flags = "--tp 2 --context-lenght 32768 --mamba-ssm-dtype bfloat16 --enable-hierarchical-cache"
+    await lab.slash("/sglang", f"budget sglang-a6000 {model} {flags}")
+    calls = await lab.standin.wait_for(lambda c: any(x.method == "files.completeUploadExternal" for x in c), 30)
+    text = blocks_to_text(next(c for c in calls if c.method == "chat.postMessage").blocks)
+    assert (":x: SGLang's parser would refuse the launch: SGLang 0.5.9 has no `--context-lenght` (did you mean "
+            "`--context-length`?)") in text
+    assert "is close to" not in text and "--enable-hierarchical-cache" in text  # passed through, not refused
+    inventory = str(lab.workdir / "inventory.yml")
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
+    out = await asyncio.to_thread(gpuops, "budget", "--container", "sglang-a6000", "--model", model,
+                                  "--inventory", inventory, "--json", "--", *flags.split(), env=env)
+    assert out.returncode == 4, out.stderr
+    assert json.loads(out.stdout)["flags_refused"] == [
+        "SGLang 0.5.9 has no `--context-lenght` (did you mean `--context-length`?)"]
