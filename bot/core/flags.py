@@ -278,9 +278,14 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
 
 
 def command_flags(tokens: Sequence[str]) -> tuple[str, ...]:
-    """The flags of a launch command ("python -m sglang.launch_server --tp 2 ...", "sglang serve M --tp 2",
-    or just the flags): everything from the first ``--`` token on."""
-    start = next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))
+    """The flags of a launch command ("python -m sglang.launch_server --tp 2 ...", "sglang serve M --tp 2", a
+    `docker run --gpus all IMAGE python3 -m sglang.launch_server ...` around either, or just the flags): from the
+    first ``--`` token after SGLang's entry point (after the start, when the command names none)."""
+    launcher = next((i + 1 for i, t in enumerate(tokens)
+                     if t in ("sglang.launch_server", "sglang/launch_server.py")
+                     or t.endswith("/sglang/launch_server.py")
+                     or (t == "serve" and i and tokens[i - 1].rsplit("/", 1)[-1] == "sglang")), 0)
+    start = next((i for i, t in enumerate(tokens) if i >= launcher and t.startswith("--")), len(tokens))
     return tuple(tokens[start:])
 
 

@@ -123,3 +123,16 @@ def test_a_refused_typo_is_offered_corrected_first_then_dropped():
     assert drop.change == "drop --context-lenght 32768" and drop.argv == ("--tp", "2", "--cuda-graph-bs", "1", "2")
     # argparse's other refusals (a bad value, an ambiguous abbreviation) name no flag to drop
     assert argument_experiments("launch_server.py: error: argument --tp-size: invalid int value: 'two'", argv) == ()
+
+
+def test_the_flags_of_a_launch_command_start_after_sglangs_entry_point():
+    """A `docker run` around the launch has flags of its own (sglang-6033's: --rm, --gpus, --ulimit): they are not
+    SGLang's."""
+    docker = shlex.split(CASES["sglang-6033"]["launch_command"].split(" ...")[0] + " lmsysorg/sglang:latest python3 "
+                         "-m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --trust-remote-code")
+    assert command_flags(docker) == ("--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--trust-remote-code")
+    assert command_flags(shlex.split("sglang serve Qwen/Qwen3-8B --tp 2")) == ("--tp", "2")
+    assert command_flags(shlex.split("/opt/venv/bin/sglang serve --model-path m --tp 2")) == ("--model-path", "m",
+                                                                                             "--tp", "2")
+    assert command_flags(["--tp", "2"]) == ("--tp", "2")
+    assert command_flags(shlex.split("python -m sglang.launch_server --port 30000")) == ("--port", "30000")
