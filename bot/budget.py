@@ -145,14 +145,15 @@ SGLANG_FLAGS_TIMEOUT_S = 120  # importing SGLang's server_args pulls in torch: s
 
 
 async def read_installed_flags(transport: Transport, store: AttemptStore, target: Target, python: str,
-                           version: str | None) -> InstalledFlags | str:
-    """The flags the container's SGLang accepts, read from its own parser (kept a day per version: importing
-    SGLang takes seconds), or why they could not be read."""
+                           version: str | None, argv: Sequence[str]) -> InstalledFlags | str:
+    """The flags the container's SGLang accepts, read from its own parser, or why they could not be read. A list
+    read earlier for the same version (kept a day: importing SGLang takes seconds) is used when it accepts ``argv``;
+    a refusal is always made from a fresh read (the same version string may have been reinstalled with new flags)."""
     assert target.vmid is not None
     if not version:
         return "SGLang is not installed there"
     cached = await store.installed_flags(target.node, target.vmid, version)
-    if cached:
+    if cached and not flag_problems(InstalledFlags(cached), argv):
         return InstalledFlags(cached)
     try:
         result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_flags(python)),
@@ -174,7 +175,7 @@ async def flag_refusals(transport: Transport, store: AttemptStore, inventory: In
     container = inventory.container_at(target.node, target.vmid)
     version = planned.versions.get("sglang")
     installed = await read_installed_flags(transport, store, target, container.python if container else "python3",
-                                           version)
+                                           version, argv)
     if not isinstance(installed, InstalledFlags):
         return None
     return tuple(p.describe(f"SGLang {version}") for p in flag_problems(installed, argv))

@@ -139,7 +139,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     try:
         planned = await budget_task
         installed_task = asyncio.ensure_future(read_installed_flags(transport, store, target, python,
-                                                                planned.versions.get("sglang")))
+                                                                planned.versions.get("sglang"), request.flags))
         checks.append(Check("container answers", "ok", f"{target.label}: {len(planned.gpu_totals_gib)} GPU(s) "
                                                         f"used, read over SSH"))
     except UsageError as exc:

@@ -91,3 +91,24 @@ async def test_a_launch_whose_model_cannot_be_read_names_that_and_a_typo_only(la
     _, _, calls = await lab.slash("/sglang", "launch sglang-a6000 /models/nope --tp 2 --context-lenght 4096")
     text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
     assert "*flags known*: gpuops' flag table has no `--context-lenght` (did you mean `--context-length`?)" in text
+
+
+async def test_a_flag_list_kept_from_earlier_never_refuses_a_launch_without_a_fresh_read(lab):
+    """SGLang reinstalled under the same version string with a flag it lacked: the kept list would refuse the
+    launch, so the parser is read again, and the launch passes."""
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["sglang_lacks"] = ["--enable-hierarchical-cache"]
+    lab.nodes["pve5"].write_state(state)
+    launch = f"launch sglang-a6000 {model(lab)} {FITS} --enable-hierarchical-cache"
+    _, _, calls = await lab.slash("/sglang", launch)
+    assert "SGLang 0.5.9 has no `--enable-hierarchical-cache`" in blocks_to_text(
+        post_with(calls, "Pre-flight refused").blocks)
+    assert flag_reads(lab) == 1
+    state["containers"]["129"]["sglang_lacks"] = []  # the reinstall
+    lab.nodes["pve5"].write_state(state)
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", launch + " --tp 2")  # not the same text: a repeat would be ignored
+    assert "*flags known*: every flag is one SGLang 0.5.9 here accepts" in blocks_to_text(
+        post_with(calls, "Pre-flight passed").blocks)
+    assert flag_reads(lab) == 2
+    await wait_text(lab, "*ready*")
