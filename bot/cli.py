@@ -387,6 +387,43 @@ def _remedies_json(remedies: Any) -> list[dict[str, Any]]:
             for r in remedies]
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """The checks /sglang launch makes before it starts anything, read the same way, without launching: exit 0
+    passed, 3 passed with warnings, 4 refused."""
+    import shlex
+
+    from bot.core.flags import redacted, with_flag
+    from bot.launch import LaunchRequest, launch_title, preflight
+    from bot.views import blocks_to_text, preflight_message
+
+    async def work(services: Any) -> int:
+        target = _one_container(args.container, services.inventory, f"`{args.container}` is not one container")
+        request = LaunchRequest(target, args.model, tuple(_flag_args(args)), user="cli", channel="cli")
+        pre = await preflight(services.transport, services.inventory, services.attempts, request, services.limits,
+                              services.launch)
+        # refused over its flags: the budget's remedies are for a launch SGLang would refuse
+        budget = pre.planned.budget if pre.planned is not None and not pre.flag_problems else None
+        next_flags = [pre.corrected_flags] if pre.corrected_flags is not None else []
+        next_flags += [with_flag(request.flags, *r.flag_change) for r in (budget.remedies if budget else ())
+                       if r.flag_change is not None]
+        where = target.name or f"{target.node}:{target.vmid}"
+        commands = [f"/sglang launch {shlex.join((where, args.model, *redacted(f)))}" for f in next_flags]
+        if args.json:
+            print(json.dumps({"passed": not pre.blocked, "checks": [asdict(c) for c in pre.checks],
+                              "remedies": _remedies_json(budget.remedies if budget and pre.blocked else ()),
+                              "next": commands if pre.blocked else []}, indent=2))
+        else:
+            message = preflight_message(launch_title(request), pre.checks, budget, pre.blocked, False)
+            print(blocks_to_text(message.blocks))
+            if pre.blocked and commands:
+                print("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in commands))
+        if pre.blocked:
+            return 4
+        return 3 if any(c.result == "warn" for c in pre.checks) else 0
+
+    return _with_services(args, work)
+
+
 def cmd_triage(args: argparse.Namespace) -> int:
     """A log file (or stdin) is diagnosed as it is; an attempt id or a container gets the answer /sglang triage
     gives: that attempt's own log read over SSH (stale logs refused), the evidence and the next experiments."""
@@ -605,6 +642,17 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--chart", help="also write a per-GPU stacked bar PNG here")
     budget.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
     budget.set_defaults(func=cmd_budget)
+
+    pre = sub.add_parser("preflight", help="the checks /sglang launch makes, without launching: GPUs clean, port, "
+                         "hardware, container memory, SGLang and transformers, peer access, the memory budget, every "
+                         "flag against the installed SGLang's parser")
+    pre.add_argument("--container", required=True, help="the container (its name, or node:vmid)")
+    pre.add_argument("--model", required=True, help="the model's directory in the container, or its Hugging Face id "
+                     "cached there")
+    pre.add_argument("--json", action="store_true")
+    pre.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    pre.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
+    pre.set_defaults(func=cmd_preflight)
 
     log_cmd = sub.add_parser("log", help="the last lines of an attempt's own log, read in its container (same answer "
                              "as /sglang log)")

@@ -87,6 +87,11 @@ class Holder:
     group: int | None = None  # its process group inside its container (a recorded launch's PID there)
 
 
+def launch_title(request: LaunchRequest) -> str:
+    """What a pre-flight and its launch are called: the model's last path part, and where."""
+    return f"{request.model_path.rstrip('/').rsplit('/', 1)[-1]} on {request.target.label}"
+
+
 def new_attempt_id(now: float) -> str:
     return time.strftime("a%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
 

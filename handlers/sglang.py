@@ -37,6 +37,7 @@ from bot.launch import (
     LaunchRequest,
     Preflight,
     follow,
+    launch_title,
     observed_of,
     preflight,
     record_refused,
@@ -152,7 +153,7 @@ async def run_launch(services: Services, client: Any, respond: Any, request: Lau
 async def _run_launch(services: Services, client: Any, respond: Any, request: LaunchRequest) -> Attempt | None:
     attempts = services.attempts
     pre = await preflight(services.transport, services.inventory, attempts, request, services.limits, services.launch)
-    title = f"{request.model_path.rstrip('/').rsplit('/', 1)[-1]} on {request.target.label}"
+    title = launch_title(request)
     budget = pre.planned.budget if pre.planned else None
     if pre.blocked and not request.force:
         refused = await record_refused(attempts, services.inventory, pre, time.time())

@@ -112,3 +112,37 @@ async def test_a_flag_list_kept_from_earlier_never_refuses_a_launch_without_a_fr
         post_with(calls, "Pre-flight passed").blocks)
     assert flag_reads(lab) == 2
     await wait_text(lab, "*ready*")
+
+
+async def test_gpuops_preflight_answers_in_a_terminal_and_launches_nothing(lab, tmp_path):
+    """`gpuops preflight` runs the checks /sglang launch makes, in its own process against the lab's nodes and
+    Redis: the refusal with its next launches, the corrected flags for a typo, and a pass (3: its warnings) that
+    starts nothing and records nothing."""
+    import asyncio
+    import json
+
+    from tests.edges.test_cli import gpuops
+
+    path = model(lab)
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
+    inventory = str(lab.workdir / "inventory.yml")
+
+    def preflight(*flags):
+        return asyncio.to_thread(gpuops, "preflight", "--container", "sglang-a6000", "--model", path,
+                                 "--inventory", inventory, "--", *flags, env=env)
+
+    refused = await preflight(*SEED.split(), "--mem-fraction-static", "0.85")
+    assert refused.returncode == 4, refused.stderr
+    assert "Pre-flight refused the launch" in refused.stdout and "Not enough memory" in refused.stdout
+    assert f"  /sglang launch sglang-a6000 {path} " in refused.stdout
+    assert "--mamba-ssm-dtype bfloat16" in refused.stdout.split("Next, each through the pre-flight again:")[1]
+    mistyped = FITS.replace("--context-length", "--context-lenght").split()
+    typo = await asyncio.to_thread(gpuops, "preflight", "--container", "sglang-a6000", "--model", path, "--inventory",
+                                   inventory, "--json", "--", *mistyped, env=env)
+    answer = json.loads(typo.stdout)
+    assert typo.returncode == 4 and not answer["passed"] and answer["remedies"] == []
+    assert answer["next"] == [f"/sglang launch sglang-a6000 {path} {FITS}"]
+    passed = await preflight(*FITS.split())
+    assert passed.returncode == 3, passed.stdout + passed.stderr  # SGLang 0.5.9 is below the model's 0.5.10
+    assert "Pre-flight passed" in passed.stdout and "Next" not in passed.stdout
+    assert await lab.services.attempts.recent("pve5", 129, 5) == [] and lab.nodes["pve5"].launched_pids() == []
