@@ -39,10 +39,15 @@ GPUOPS_TABLE = InstalledFlags({**{flag: parser is not SWITCH for flag, (_, parse
                                   for alias, flag in ALIASES.items()}})
 
 
+MAX_LIST_CHARS = 256 * 1024
+
+
 def parse_installed_flags(output: str) -> InstalledFlags:
     """What ``argv.sglang_flags`` printed (anything SGLang logged while importing comes before the marker)."""
     for line in reversed(output.splitlines()):
         if line.startswith(SGLANG_FLAGS_MARK):
+            if len(line) > MAX_LIST_CHARS:  # SGLang's few hundred flags take ~20 KB; this is kept in Redis
+                raise ValueError(f"the flag list is over {MAX_LIST_CHARS:,} characters")
             options = json.loads(line[len(SGLANG_FLAGS_MARK):])
             if not isinstance(options, dict) or not options or not all(
                     isinstance(k, str) and k.startswith("-") and isinstance(v, bool) for k, v in options.items()):

@@ -105,6 +105,8 @@ def test_output_without_the_flag_list_is_refused():
         parse_installed_flags("Traceback (most recent call last):\nModuleNotFoundError: No module named 'torch'\n")
     with pytest.raises(ValueError, match="not a map"):
         parse_installed_flags(SGLANG_FLAGS_MARK + '{"tp": 1}')
+    with pytest.raises(ValueError, match="over 262,144 characters"):  # it is kept in Redis: bounded
+        parse_installed_flags(SGLANG_FLAGS_MARK + json.dumps({f"--flag-{i}": True for i in range(20_000)}))
 
 
 def test_gpuops_own_table_knows_every_flag_and_alias_it_parses():
