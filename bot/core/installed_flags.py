@@ -46,7 +46,7 @@ def parse_installed_flags(output: str) -> InstalledFlags:
     """What ``argv.sglang_flags`` printed (anything SGLang logged while importing comes before the marker)."""
     for line in reversed(output.splitlines()):
         if line.startswith(SGLANG_FLAGS_MARK):
-            if len(line) > MAX_LIST_CHARS:  # SGLang's few hundred flags take ~20 KB; this is kept in Redis
+            if len(line) > MAX_LIST_CHARS:  # SGLang has a few hundred flags; this is kept in Redis
                 raise ValueError(f"the flag list is over {MAX_LIST_CHARS:,} characters")
             options = json.loads(line[len(SGLANG_FLAGS_MARK):])
             if not isinstance(options, dict) or not options or not all(
