@@ -138,9 +138,6 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
                          model.transformers_version, free)
 
 
-__all__ = ["CommandFailed", "PlannedBudget", "plan_budget"]
-
-
 SGLANG_FLAGS_TIMEOUT_S = 120  # importing SGLang's server_args pulls in torch: seconds, more on a cold disk
 
 
@@ -179,3 +176,6 @@ async def flag_refusals(transport: Transport, store: AttemptStore, inventory: In
     if not isinstance(installed, InstalledFlags):
         return None
     return tuple(p.describe(f"SGLang {version}") for p in flag_problems(installed, argv))
+
+
+__all__ = ["CommandFailed", "PlannedBudget", "flag_refusals", "plan_budget", "read_installed_flags"]
