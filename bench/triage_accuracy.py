@@ -3,7 +3,8 @@
     python bench/triage_accuracy.py CASES.jsonl [-v]
 
 CASES.jsonl is in the format of ../shared/corpus/sglang-failures. One line per case (expected
-vs got), then ``triage: top-1 P/N (full+error_line), partial P/N, echoes avoided P/N``.
+vs got); how many keep their label when copied out of a terminal that cut long lines; then
+``triage: top-1 P/N (full+error_line), partial P/N, echoes avoided P/N``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ def as_text(value: object, joiner: str = "\n") -> str:
     return str(value)
 
 
+WRAP_COLUMNS = (80, 120, 200)
+
+
+def terminal_copy(text: str, columns: int) -> str:
+    """``text`` as copied out of a terminal ``columns`` wide that hard-wraps its long lines (one line per row)."""
+    rows: list[str] = []
+    for line in text.split("\n"):
+        rows += [line[i:i + columns] for i in range(0, len(line), columns)] or [""]
+    return "\n".join(rows)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases")
@@ -46,6 +58,7 @@ def main(argv: list[str]) -> int:
             if isinstance(case, dict):
                 cases.append(case)
     top = top_n = partial = partial_n = echo_ok = echo_n = phase_ok = phase_n = 0
+    read: list[tuple[str, LaunchContext, str]] = []  # each log, its launch, and the label it got
     started = time.perf_counter()
     for case in cases:
         cid = str(case.get("id", "?"))
@@ -63,6 +76,7 @@ def main(argv: list[str]) -> int:
             print(f"ERROR {cid}: {type(exc).__name__}: {exc}")
             finding = Finding("unknown", "unknown", "low", f"error: {exc}", "", ())
         right = finding.label == case["label"]
+        read.append((as_text(case.get("log_excerpt")), context, finding.label))
         mark = "ok  " if right else "MISS"
         if quality in ("full", "error_line"):
             top_n += 1
@@ -88,6 +102,11 @@ def main(argv: list[str]) -> int:
                 print(f"       L{ev.line_no}: {ev.text[:160]}")
     print(f"triaged {top_n + partial_n} cases in {(time.perf_counter() - started) * 1000:.0f} ms")
     print(f"phase: {phase_ok}/{phase_n} of the cases named right are placed in the labelled phase")
+    # the same logs as copied out of a terminal that cut their long lines
+    wrapped = [diagnose(terminal_copy(text, columns), context=context).label == label
+               for text, context, label in read for columns in WRAP_COLUMNS]
+    print(f"terminal copies (cut at {'/'.join(map(str, WRAP_COLUMNS))} columns): the same label as the log itself in "
+          f"{sum(wrapped)}/{len(wrapped)}")
     print(f"triage: top-1 {top}/{top_n} (full+error_line), partial {partial}/{partial_n}, "
           f"echoes avoided {echo_ok}/{echo_n}")
     return 0
