@@ -483,72 +483,83 @@ def parse_xml(text: str) -> SmiSnapshot:
     processes: list[GpuProcess] = []
     any_process_element = False
     for position, node in enumerate(root.findall("gpu")):
-        cells = _Cells()
-        mig_devices = tuple(
-            MigDevice(
-                gpu=position,
-                gi=integer(_x(m, "gpu_instance_id")),
-                ci=integer(_x(m, "compute_instance_id")),
-                mig_dev=integer(_x(m, "index")),
-                memory_used_mib=integer(_x(m, "fb_memory_usage/used")),
-                memory_total_mib=integer(_x(m, "fb_memory_usage/total")),
-            )
-            for m in node.findall("mig_devices/mig_device")
-        )
-        gpu = Gpu(
-            index=position,
-            name=_Cells.text(_x(node, "product_name")),
-            memory_used_mib=cells.int("memory_used", _x(node, "fb_memory_usage/used")),
-            memory_total_mib=cells.int("memory_total", _x(node, "fb_memory_usage/total")),
-            utilization_pct=cells.int("utilization", _x(node, "utilization/gpu_util")),
-            temperature_c=cells.int("temperature", _x(node, "temperature/gpu_temp")),
-            power_draw_w=cells.float("power_draw", _first(
-                node, "gpu_power_readings/power_draw", "gpu_power_readings/instant_power_draw",
-                "power_readings/power_draw", "gpu_power_readings/average_power_draw")),
-            power_limit_w=cells.float("power_limit", _first(
-                node, "gpu_power_readings/current_power_limit", "power_readings/power_limit",
-                "power_readings/enforced_power_limit")),
-            fan_pct=cells.int("fan", _x(node, "fan_speed")),
-            perf_state=_Cells.text(_x(node, "performance_state")),
-            compute_mode=_Cells.text(_x(node, "compute_mode")),
-            mig_mode=_x(node, "mig_mode/current_mig"),
-            uuid=_Cells.text(_x(node, "uuid")),
-            pci_bus_id=node.get("id") or _x(node, "pci/pci_bus_id"),
-            minor_number=integer(_x(node, "minor_number")),
-            mig_devices=mig_devices,
-            raw=cells.raw,
-        )
+        gpu = _xml_gpu(node, position)
         gpus.append(gpu)
         element = node.find("processes")
-        if element is not None:
+        if element is not None:  # present and empty: nvidia-smi looked and found none
             any_process_element = True
-            for info in element.findall("process_info"):
-                mem = _x(info, "used_memory")
-                used = integer(mem)
-                processes.append(GpuProcess(
-                    pid=integer(_x(info, "pid")),
-                    name=_x(info, "process_name") or "",
-                    used_mib=used,
-                    used_raw=mem if used is None else None,
-                    gpu_index=position,
-                    gpu_uuid=gpu.uuid,
-                    type=_x(info, "type"),
-                    gi=_x(info, "gpu_instance_id"),
-                    ci=_x(info, "compute_instance_id"),
-                ))
+            processes += _xml_processes(element, gpu)
     listing = ProcessListing.ABSENT
     if any_process_element:
         listing = ProcessListing.LISTED if processes else ProcessListing.NONE_FOUND
-    attached = integer(_x(root, "attached_gpus"))
     return SmiSnapshot(
         source_format="xml",
         gpus=tuple(gpus),
         driver_version=_x(root, "driver_version"),
         cuda_version=_x(root, "cuda_version"),
-        attached_gpus=attached,
+        attached_gpus=integer(_x(root, "attached_gpus")),
         process_listing=listing,
         processes=tuple(processes),
     )
+
+
+def _xml_gpu(node: ET.Element, position: int) -> Gpu:
+    """One ``<gpu>`` element: its readings (power under the element names of each DTD version) and MIG devices."""
+    cells = _Cells()
+    mig_devices = tuple(
+        MigDevice(
+            gpu=position,
+            gi=integer(_x(m, "gpu_instance_id")),
+            ci=integer(_x(m, "compute_instance_id")),
+            mig_dev=integer(_x(m, "index")),
+            memory_used_mib=integer(_x(m, "fb_memory_usage/used")),
+            memory_total_mib=integer(_x(m, "fb_memory_usage/total")),
+        )
+        for m in node.findall("mig_devices/mig_device")
+    )
+    return Gpu(
+        index=position,
+        name=_Cells.text(_x(node, "product_name")),
+        memory_used_mib=cells.int("memory_used", _x(node, "fb_memory_usage/used")),
+        memory_total_mib=cells.int("memory_total", _x(node, "fb_memory_usage/total")),
+        utilization_pct=cells.int("utilization", _x(node, "utilization/gpu_util")),
+        temperature_c=cells.int("temperature", _x(node, "temperature/gpu_temp")),
+        power_draw_w=cells.float("power_draw", _first(
+            node, "gpu_power_readings/power_draw", "gpu_power_readings/instant_power_draw",
+            "power_readings/power_draw", "gpu_power_readings/average_power_draw")),
+        power_limit_w=cells.float("power_limit", _first(
+            node, "gpu_power_readings/current_power_limit", "power_readings/power_limit",
+            "power_readings/enforced_power_limit")),
+        fan_pct=cells.int("fan", _x(node, "fan_speed")),
+        perf_state=_Cells.text(_x(node, "performance_state")),
+        compute_mode=_Cells.text(_x(node, "compute_mode")),
+        mig_mode=_x(node, "mig_mode/current_mig"),
+        uuid=_Cells.text(_x(node, "uuid")),
+        pci_bus_id=node.get("id") or _x(node, "pci/pci_bus_id"),
+        minor_number=integer(_x(node, "minor_number")),
+        mig_devices=mig_devices,
+        raw=cells.raw,
+    )
+
+
+def _xml_processes(element: ET.Element, gpu: Gpu) -> list[GpuProcess]:
+    """The ``<process_info>`` entries of one GPU's ``<processes>``."""
+    processes = []
+    for info in element.findall("process_info"):
+        mem = _x(info, "used_memory")
+        used = integer(mem)
+        processes.append(GpuProcess(
+            pid=integer(_x(info, "pid")),
+            name=_x(info, "process_name") or "",
+            used_mib=used,
+            used_raw=mem if used is None else None,
+            gpu_index=gpu.index,
+            gpu_uuid=gpu.uuid,
+            type=_x(info, "type"),
+            gi=_x(info, "gpu_instance_id"),
+            ci=_x(info, "compute_instance_id"),
+        ))
+    return processes
 
 
 # ---------------------------------------------------------------------------- -q text
