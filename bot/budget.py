@@ -14,7 +14,8 @@ from typing import Any
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, earlier_load
 from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
-from bot.core.flags import parse_sglang_flags
+from bot.core.flags import LaunchFlags, parse_sglang_flags
+from bot.core.gpu import Gpu
 from bot.core.installed_flags import InstalledFlags, flag_problems, parse_installed_flags
 from bot.core.inventory import Inventory, Target
 from bot.core.model import CheckpointIndex, ModelConfigError, read_config, read_index
@@ -79,30 +80,13 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
-    async def draft_config() -> dict[str, Any] | None:
-        """The draft's config.json when --speculative-draft-model-path is a path in the container, or a Hub
-        id cached there (one that is not leaves the draft estimated from the target)."""
-        draft = flags.speculative_draft_model_path
-        if not draft:
-            return None
-        try:
-            path = remote.checked_path((await cached_model_dir(transport, target, hf_cache, draft)).rstrip("/")
-                                       + "/config.json")
-        except (ValueError, UsageError):
-            return None
-        out = await transport.run(target.node, inside(remote.read_file(path)), ok_exit=(0, 1))
-        with contextlib.suppress(json.JSONDecodeError):
-            config = json.loads(out.stdout) if out.exit_status == 0 else None
-            return config if isinstance(config, dict) else None
-        return None
-
     config_out, index_out, sizes_out, versions_out, gpus, draft = await asyncio.gather(
         transport.run(target.node, inside(remote.read_file(config_path)), ok_exit=(0, 1)),
         transport.run(target.node, inside(remote.read_file(index_path)), ok_exit=(0, 1)),
         transport.run(target.node, inside(sizes_argv), ok_exit=(0, 1)),
         transport.run(target.node, inside(remote.python_package_versions(python, PACKAGES)), ok_exit=(0, 1, 127)),
         read_gpus(transport, target.node, target.vmid),
-        draft_config(),
+        _draft_config(transport, target, hf_cache, flags.speculative_draft_model_path),
     )
     if config_out.exit_status != 0:
         raise UsageError(f"no config.json at `{model_dir}` in container {target.label}")
@@ -118,24 +102,48 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
         versions = {}
-    if flags.gpus_needed > len(gpus.gpus):
-        raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp "
-                         f"{flags.dp}); container {target.label} sees {len(gpus.gpus)}")
-    used = gpus.gpus[:flags.gpus_needed]
+    plan, used = _gpu_plan(gpus.gpus, flags, target)
     totals = [g.memory_total_mib for g in used if g.memory_total_mib]
-    free = tuple(g.memory_free_mib for g in used if g.memory_free_mib is not None)
-    name = (used[0].name or "GPU") if used else "GPU"
-    plan = GpuPlan(name, min(totals) if totals else None, len(gpus.gpus), free)
     sglang = versions.get("sglang")
     measured = earlier_load(history, model_path, flags.weight_layout, sglang)
     budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total,
                                         measured_load=measured, draft_config=draft,
                                         mtp_in_checkpoint=index.mtp_tensors))
     installed = f"SGLang {sglang}" if sglang else "SGLang not found in the container (assuming current)"
-    title = f"{model.name} on {target.label}: {len(used)}x {name.removeprefix('NVIDIA ')}, {installed}"
+    title = f"{model.name} on {target.label}: {len(used)}x {plan.name.removeprefix('NVIDIA ')}, {installed}"
     uuids = tuple(g.uuid for g in used if g.uuid)
     return PlannedBudget(budget, title, tuple(t / 1024 for t in totals), versions, uuids,
-                         model.transformers_version, free)
+                         model.transformers_version, plan.free_mib)
+
+
+def _gpu_plan(seen: Sequence[Gpu], flags: LaunchFlags, target: Target) -> tuple[GpuPlan, Sequence[Gpu]]:
+    """The GPUs the launch will use (the first it needs of those the container sees) as the budget plans them."""
+    if flags.gpus_needed > len(seen):
+        raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp "
+                         f"{flags.dp}); container {target.label} sees {len(seen)}")
+    used = seen[:flags.gpus_needed]
+    totals = [g.memory_total_mib for g in used if g.memory_total_mib]
+    free = tuple(g.memory_free_mib for g in used if g.memory_free_mib is not None)
+    name = (used[0].name or "GPU") if used else "GPU"
+    return GpuPlan(name, min(totals) if totals else None, len(seen), free), used
+
+
+async def _draft_config(transport: Transport, target: Target, hf_cache: str,
+                        draft: str | None) -> dict[str, Any] | None:
+    """The draft's config.json when --speculative-draft-model-path is a path in the container, or a Hub id cached
+    there (one that is not leaves the draft estimated from the target)."""
+    if not draft or target.vmid is None:
+        return None
+    try:
+        path = remote.checked_path((await cached_model_dir(transport, target, hf_cache, draft)).rstrip("/")
+                                   + "/config.json")
+    except (ValueError, UsageError):
+        return None
+    out = await transport.run(target.node, remote.pct_exec(target.vmid, remote.read_file(path)), ok_exit=(0, 1))
+    with contextlib.suppress(json.JSONDecodeError):
+        config = json.loads(out.stdout) if out.exit_status == 0 else None
+        return config if isinstance(config, dict) else None
+    return None
 
 
 SGLANG_FLAGS_TIMEOUT_S = 120  # importing SGLang's server_args pulls in torch: seconds, more on a cold disk
