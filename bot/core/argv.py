@@ -191,7 +191,9 @@ SGLANG_FLAGS_SCRIPT = (
 
 
 def sglang_flags(python: str) -> Argv:
-    return (python, "-c", SGLANG_FLAGS_SCRIPT)
+    """Run with no GPU visible: importing SGLang must not open a CUDA context (memory on a GPU the pre-flight is
+    checking is clean) for a list of option strings that does not depend on the device."""
+    return ("env", "CUDA_VISIBLE_DEVICES=", python, "-c", SGLANG_FLAGS_SCRIPT)
 
 
 def python_package_versions(python: str, packages: Sequence[str]) -> Argv:

@@ -135,3 +135,35 @@ def test_a_different_flag_sharing_a_long_prefix_is_not_offered_as_the_meaning():
     assert flag_problems(installed, ["--speculative-adaptive"])[0].meant == ()
     assert near_miss_notes(["--context-lenght", "32768", "--cuda-graph-bs", "1", "2", "--enable-hierarchical-cache"]) \
         == ("`--context-lenght` is close to `--context-length`: if that was meant, this budget is without it",)
+
+
+def test_the_flag_script_reads_sglangs_own_parser_with_no_gpu_visible(tmp_path):
+    """argv.sglang_flags run as the container would run it, on a stand-in `sglang.srt.server_args` that logs while
+    importing and refuses to load where a GPU is visible (importing must not open a CUDA context on a GPU the
+    pre-flight is checking)."""
+    import os
+    import subprocess
+    import sys
+
+    from bot.core.argv import sglang_flags
+
+    package = tmp_path / "sglang" / "srt"
+    package.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "server_args.py").write_text(
+        "import os\n"
+        "print('INFO importing the stand-in')\n"
+        "assert os.environ.get('CUDA_VISIBLE_DEVICES') == '', 'a GPU is visible'\n"
+        "class ServerArgs:\n"
+        "    @staticmethod\n"
+        "    def add_cli_args(parser):\n"
+        "        parser.add_argument('--tp-size', '--tp', type=int)\n"
+        "        parser.add_argument('--enable-torch-compile', action='store_true')\n")
+    argv = sglang_flags(sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": "0,1"}
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    installed = parse_installed_flags(out.stdout)
+    assert installed.options == {"-h": False, "--help": False, "--tp-size": True, "--tp": True,
+                                 "--enable-torch-compile": False}
