@@ -228,8 +228,13 @@ def budget_text(budget: Budget, title: str, refused_flags: Sequence[str] | None 
     """``refused_flags``: what the container's SGLang would refuse of the command line (None: its flags were not
     read, so a pass-through flag a typo away from one the budget reads is noted instead)."""
     return render("budget.txt.j2", b=budget, title=title, verdict_word=VERDICT_WORD[budget.verdict.value],
-                  refused_flags=refused_flags or (),
-                  near_misses=near_miss_notes(budget.not_modelled) if refused_flags is None else ())
+                  refused_flags=refused_flags or (), near_misses=_near_misses(budget, refused_flags))
+
+
+def _near_misses(budget: Budget, refused_flags: Sequence[str] | None) -> tuple[str, ...]:
+    """Notes on pass-through flags a typo away from ones the budget reads, when the installed SGLang's own flags
+    were not read (when they were, its refusals say more)."""
+    return near_miss_notes(budget.not_modelled) if refused_flags is None else ()
 
 
 def budget_messages(budget: Budget, title: str, refused_flags: Sequence[str] | None = None) -> list[SlackMessage]:
@@ -258,8 +263,7 @@ def budget_messages(budget: Budget, title: str, refused_flags: Sequence[str] | N
             f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
         blocks += [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text(remedy_text)]
     if budget.not_modelled:
-        near = "".join(f"\n:warning: {note}" for note in (near_miss_notes(budget.not_modelled)
-                                                         if refused_flags is None else ()))
+        near = "".join(f"\n:warning: {note}" for note in _near_misses(budget, refused_flags))
         blocks.append(ContextBlock(elements=[MarkdownTextObject(
             text=escape_mrkdwn("Not modelled (passed through): " + " ".join(budget.not_modelled) + near)[:2900])]))
     if budget.model_notes:

@@ -122,8 +122,7 @@ def flag_problems(installed: InstalledFlags, argv: Sequence[str]) -> tuple[FlagP
             problems.append(FlagProblem(name, meant[:6], ambiguous=True))
         else:
             problems.append(FlagProblem(name, likely_meant(name, list(installed.options)), ambiguous=False))
-        if not eq and i < len(argv) and not argv[i].startswith("--"):
-            i += 1  # the unknown flag's value, by its look
+        # an unknown flag's values are the tokens up to the next flag: the loop passes over them
     return tuple(problems)
 
 

@@ -13,7 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from bot.core.flags import ALIASES, MODELLED, PASSTHROUGH, SWITCH
+from bot.core.flags import ALIASES
+from bot.core.installed_flags import GPUOPS_TABLE
 
 # real SGLang launch flags outside gpuops' table: name -> takes a value
 NOT_MODELLED = {"--enable-hierarchical-cache": False, "--hicache-ratio": True, "--cuda-graph-bs": True,
@@ -36,8 +37,7 @@ class ServerArgs:
         aliases: dict[str, list[str]] = {}
         for alias, flag in ALIASES.items():
             aliases.setdefault(flag, []).append(alias)
-        table = {**{flag: parser_ is not SWITCH for flag, (_, parser_) in MODELLED.items()},
-                 **{flag: parser_ is not SWITCH for flag, parser_ in PASSTHROUGH.items()}, **NOT_MODELLED}
+        table = {**{f: takes for f, takes in GPUOPS_TABLE.options.items() if f not in ALIASES}, **NOT_MODELLED}
         for flag, takes_value in table.items():
             if flag in lacking:
                 continue
