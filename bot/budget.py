@@ -64,9 +64,8 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     if target.kind != "container" or target.vmid is None:
         raise UsageError("a budget is planned for a container (`<node>:<vmid>` or its name)")
     flags = parse_sglang_flags(flag_argv)
-    container = inventory.container_at(target.node, target.vmid)
-    python = container.python if container else "python3"
-    hf_cache = container.hf_cache if container else remote.DEFAULT_HF_CACHE
+    container = inventory.container_settings(target.node, target.vmid)
+    python, hf_cache = container.python, container.hf_cache
 
     def inside(argv: remote.Argv) -> remote.Argv:
         assert target.vmid is not None
@@ -177,10 +176,8 @@ async def flag_refusals(transport: Transport, store: AttemptStore, inventory: In
     """What the container's SGLang would refuse of ``argv`` (each said with the flag a typo meant); None when its
     own flags could not be read."""
     assert target.vmid is not None
-    container = inventory.container_at(target.node, target.vmid)
-    version = planned.versions.get("sglang")
-    installed = await read_installed_flags(transport, store, target, container.python if container else "python3",
-                                           version, argv)
+    python, version = inventory.container_settings(target.node, target.vmid).python, planned.versions.get("sglang")
+    installed = await read_installed_flags(transport, store, target, python, version, argv)
     if not isinstance(installed, InstalledFlags):
         return None
     return tuple(p.describe(f"SGLang {version}") for p in flag_problems(installed, argv))

@@ -96,9 +96,9 @@ def new_attempt_id(now: float) -> str:
     return time.strftime("a%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
 
 
-def container_of(inventory: Inventory, target: Target) -> Container | None:
+def container_of(inventory: Inventory, target: Target) -> Container:
     assert target.vmid is not None
-    return inventory.container_at(target.node, target.vmid)
+    return inventory.container_settings(target.node, target.vmid)
 
 
 def launch_argv(request: LaunchRequest, port: int) -> tuple[str, ...]:
@@ -119,10 +119,10 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     budget, and the container's launch lock."""
     target = request.target
     container = container_of(inventory, target)
-    python = container.python if container else "python3"
+    python = container.python
     flags = parse_sglang_flags(request.flags)  # raises UsageError naming a bad flag
     port = next((int(request.flags[i + 1]) for i, f in enumerate(request.flags[:-1]) if f == "--port"),
-                container.port if container else 30000)
+                container.port)
     node = inventory.node(target.node)
     checks: list[Check] = []
     ct_memory_mib: int | None = None
@@ -348,7 +348,7 @@ async def _new_attempt(store: AttemptStore, inventory: Inventory, pre: Preflight
         checks=pre.checks, predicted=predicted, forced=request.force and pre.blocked,
         observed={"ct_memory_mib": pre.ct_memory_mib} if pre.ct_memory_mib is not None else {},
     )
-    attempt = replace(attempt, log_path=f"{container.log_dir if container else '/var/log/gpuops'}/{attempt.id}.log")
+    attempt = replace(attempt, log_path=f"{container.log_dir}/{attempt.id}.log")
     return attempt.moved(AttemptStatus.PLANNED, now, "pre-flight " + ("refused" if pre.blocked else "passed"))
 
 
@@ -365,7 +365,7 @@ async def start(transport: Transport, inventory: Inventory, store: AttemptStore,
         raise UsageError(f"another launch is in progress on {target.label}: attempt {holder}")
     await store.save(attempt)
     container = container_of(inventory, target)
-    python = container.python if container else "python3"
+    python = container.python
     assert attempt.log_path is not None
     try:
         result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_launch(
@@ -395,7 +395,7 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
     stays `launching` and its lease expires, so this or another replica picks it up again."""
     assert attempt.log_path is not None and attempt.pid is not None
     container = container_of(inventory, Target("container", attempt.node, attempt.vmid))
-    python = container.python if container else "python3"
+    python = container.python
     vmid = attempt.vmid
     progress = Progress()
     offset = 0

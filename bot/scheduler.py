@@ -152,7 +152,7 @@ class Scheduler:
     async def probe(self, attempt: Attempt) -> tuple[dict[str, Any] | None, str]:
         """The server's health probe: (its answer, or None when it could not be run, and why)."""
         container = container_of(self.services.inventory, _target(attempt))
-        python = container.python if container else "python3"
+        python = container.python
         try:
             out = await self.services.transport.run(attempt.node, health_probe(attempt, python), timeout_s=45,
                                                     ok_exit=(0, 1))

@@ -103,7 +103,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     port finding reads them)."""
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
-    python = container.python if container else "python3"
+    python = container.python
     read = await _read_in_container(transport, attempt, python)
     gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
     kill_lines = tuple(oom_kill_findings(attempt.node, kills, attempt.vmid))

@@ -132,6 +132,11 @@ class Inventory(BaseModel):
     def container_at(self, node: str, vmid: int) -> Container | None:
         return next((c for c in self.containers.values() if c.node == node and c.vmid == vmid), None)
 
+    def container_settings(self, node: str, vmid: int) -> Container:
+        """The container's settings (interpreter, log folder, port, Hub cache): as listed, or the defaults for one
+        this inventory does not list (addressed as `<node>:<vmid>`, or dropped since an attempt ran there)."""
+        return self.container_at(node, vmid) or Container(node=node, vmid=vmid)
+
     @field_validator("nodes", "containers")
     @classmethod
     def _names(cls, value: dict[str, object]) -> dict[str, object]:

@@ -10,7 +10,8 @@ INVENTORY = {
         "pve5": {"host": "10.0.0.5", "known_hosts": "kh", "key": "k"},
         "pve6": {"host": "pve6.lan", "port": 2222, "known_hosts": "kh", "key": "k"},
     },
-    "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129}},
+    "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129, "python": "/opt/sglang/bin/python",
+                                    "log_dir": "/srv/logs", "port": 30010}},
 }
 
 
@@ -36,6 +37,14 @@ def test_unknown_or_malformed_targets_are_refused(spec):
         resolve_targets(spec, inventory())
     assert "Known: pve5, pve6, sglang-a6000" in err.value.user_message
     assert len(err.value.user_message) < 300
+
+
+def test_container_settings_are_the_listed_ones_or_the_defaults():
+    listed = inventory().container_settings("pve5", 129)
+    assert (listed.python, listed.log_dir, listed.port) == ("/opt/sglang/bin/python", "/srv/logs", 30010)
+    unlisted = inventory().container_settings("pve6", 4242)  # addressed as <node>:<vmid>
+    assert (unlisted.node, unlisted.vmid, unlisted.python, unlisted.log_dir, unlisted.port) == (
+        "pve6", 4242, "python3", "/var/log/gpuops", 30000)
 
 
 def test_target_labels():
