@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from bot.core.argv import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogExcerpt
 from bot.core.flags import scrub_secrets
-from bot.core.log_lines import plain_lines, strip_ansi, unwrapped
+from bot.core.log_lines import collected_lines, plain_lines, strip_ansi, unwrapped
 from bot.core.startup_log import (
     BENIGN_NOTICE,
     CAPTURE_BAR,
@@ -503,7 +503,7 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
     A log that names no cause (or only a weak one) as given is read again with the lines a terminal hard-wrapped
     rejoined (``log_lines.unwrapped``); that reading is taken when it names a stronger cause, its evidence numbered
     by the lines of the text as given."""
-    raw = text.replace("\r\n", "\n").split("\n")
+    raw = collected_lines(text)
     finding = _diagnose_lines(raw, stalled_minutes, context)
     weak = NOT_A_CAUSE | {ECHO}
     if finding.label not in weak and finding.confidence != "low":

@@ -1,12 +1,13 @@
 """A log as SGLang wrote it, from a log as it was collected.
 
-A log that reaches triage through a collector carries the collector's words before SGLang's on each line:
-`docker compose logs` names the service (``sglang-1  | ``), `docker logs -t` and `kubectl logs --timestamps`
-put an RFC 3339 time first, containerd's files add ``stdout F``, `journalctl` puts the time, the host and the
-unit's process first, Ray and vLLM tag their workers' output ``(Worker pid=N, ip=...)``, and a wrapper program
-logging SGLang's output through Python's logging puts its own time, logger and level first. Colour codes come
-along when a terminal was recorded. The triage's rules read SGLang's words (a traceback frame starts its line),
-so these prefixes are taken off first; line numbers stay those of the file.
+A log that reaches triage through a collector carries the collector's words before SGLang's on each line: `docker
+compose logs` names the service (``sglang-1  | ``), `docker logs -t` and `kubectl logs --timestamps` put an RFC 3339
+time first, containerd's files add ``stdout F``, `journalctl` and rsyslog's /var/log/syslog put the time, the host
+and the unit's process first, docker's json-file driver wraps each line in a JSON object, Ray and vLLM tag their
+workers' output ``(Worker pid=N, ip=...)``, and a wrapper program logging SGLang's output through Python's logging
+puts its own time, logger and level first. Colour codes come along when a terminal was recorded. The triage's rules
+read SGLang's words (a traceback frame starts its line), so these prefixes are taken off first; line numbers stay
+those of the file.
 
 A prefix form is taken off only when it is how this log was collected: when it starts at least a third of the
 log's non-blank lines. A line of SGLang's own that happens to look like one prefix is left alone. An indentation
@@ -20,6 +21,7 @@ together. The last lines of a launch's own log, as ``/sglang log`` shows them, a
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -35,7 +37,9 @@ _UNIT = r"[\w.@/-]+(?:\[\d+\])?"
 # search runs again for one nested inside it (compose's service name before docker's timestamp)
 COLLECTOR_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("containerd", re.compile(rf"^{_RFC3339} (?:stdout|stderr) [FP] ")),
-    ("journalctl", re.compile(rf"^(?:{_SYSLOG_TIME}|{_JOURNAL_ISO_TIME}) \S+ {_UNIT}: ")),
+    # journalctl's forms, and rsyslog's file format (/var/log/syslog: an RFC 3339 time, as on Ubuntu 24.04); where
+    # docker's timestamp form matches as many lines, this longer form is listed first and so taken
+    ("journalctl", re.compile(rf"^(?:{_SYSLOG_TIME}|{_JOURNAL_ISO_TIME}|{_RFC3339}) \S+ {_UNIT}: ")),
     ("docker/kubectl timestamps", re.compile(rf"^{_RFC3339} ")),
     ("docker compose", re.compile(r"^[A-Za-z0-9][\w.-]*\s*\| ")),
     ("kubectl --prefix", re.compile(r"^\[pod/[^\]\s]+\] ")),
@@ -44,6 +48,32 @@ COLLECTOR_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _SHARE = 3  # a form is the log's when it starts at least 1 in _SHARE non-blank lines
 _NESTING = 3  # at most this many prefixes, one inside another
+
+
+def collected_lines(text: str) -> list[str]:
+    """The lines of a log as it was handed over. A docker json-file log (the file under /var/lib/docker/containers,
+    one ``{"log": ..., "stream": ..., "time": ...}`` object per line) becomes what `docker logs -t` prints of it:
+    the time, then the line. One line stays one line, so line numbers stay those of the file."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    decoded = [_docker_json_line(line) for line in lines]
+    found = sum(1 for line in decoded if line is not None)
+    if not found or found * _SHARE < sum(1 for line in lines if line.strip()):
+        return lines
+    return [line if entry is None else entry for line, entry in zip(lines, decoded, strict=True)]
+
+
+def _docker_json_line(line: str) -> str | None:
+    if not line.startswith("{") or '"log"' not in line:
+        return None
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not isinstance(text := entry.get("log"), str):
+        return None
+    text = text.removesuffix("\n")
+    time = entry.get("time")
+    return f"{time} {text}" if isinstance(time, str) and re.fullmatch(_RFC3339, time) else text
 
 
 def strip_ansi(line: str) -> str:

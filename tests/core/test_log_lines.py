@@ -1,12 +1,13 @@
-"""Collector prefixes (docker compose, docker/kubectl timestamps, journalctl, worker tags, a wrapper's Python
-logging) come off real collected lines, and the triage of a real failure log reads the same through them."""
+"""Collector prefixes (docker compose, docker/kubectl timestamps, journalctl and syslog, docker json-file, worker
+tags, a wrapper's Python logging) come off real collected lines, and the triage of a real failure log reads the same
+through them."""
 
 import json
 
 import pytest
 
 from bot.core.diagnosis import LaunchContext, diagnose
-from bot.core.log_lines import collector_forms, plain_lines, unwrapped
+from bot.core.log_lines import collected_lines, collector_forms, plain_lines, unwrapped
 from tests.conftest import FIXTURES
 
 COLLECTED = FIXTURES / "collected-logs"
@@ -74,6 +75,11 @@ COLLECTORS = {
     "kubectl --timestamps": lambda i, line: f"2026-12-04T12:{i // 60 % 60:02d}:{i % 60:02d}.123456789Z {line}",
     "journalctl": lambda i, line: f"Dec 04 12:{i // 60 % 60:02d}:{i % 60:02d} ct129 python3[4242]: {line}",
     "compose around docker -t": lambda i, line: f"sglang-1  | 2026-12-04T12:00:{i % 60:02d}.5Z {line}",
+    # /var/log/syslog as rsyslog writes it on Ubuntu 24.04 (an RFC 3339 time, then the host and the tag)
+    "syslog": lambda i, line: f"2026-12-04T12:00:{i % 60:02d}.523607+00:00 ct129 python3[4242]: {line}",
+    # the file docker's json-file driver writes (one JSON object per line; docs.docker.com, JSON File logging driver)
+    "docker json-file": lambda i, line: json.dumps({"log": line + "\n", "stream": "stderr",
+                                                    "time": f"2026-12-04T12:00:{i % 60:02d}.123456789Z"}),
     # not a collector, but how a log is often pasted (a Markdown code block by indentation, a nested list item)
     "pasted as an indented block": lambda i, line: f"    {line}" if line.strip() else line,
     "pasted with a tab": lambda i, line: f"\t{line}",
@@ -95,6 +101,47 @@ def test_every_corpus_failure_is_read_the_same_through_a_collector(collector):
                                                                            [e.line_no for e in direct.evidence]):
             changed.append((case["id"], direct.label, collected.label))
     assert not changed
+
+
+@pytest.mark.parametrize("collector", ["syslog", "docker json-file"])
+def test_other_real_logs_are_read_the_same_through_syslog_and_docker_json_file(collector):
+    """Logs whose decisive line must start its line (argparse's usage error, a traceback's frames) keep their cause
+    through rsyslog's RFC 3339 prefix and docker's JSON objects."""
+    add = COLLECTORS[collector]
+    changed = []
+    for path in sorted((FIXTURES / "other-logs").glob("*.txt")) + sorted(COLLECTED.glob("*.txt")):
+        lines = path.read_text().split("\n")
+        direct = diagnose("\n".join(lines))
+        collected = diagnose("\n".join(add(i, line) for i, line in enumerate(lines)))
+        if (collected.label, [e.line_no for e in collected.evidence]) != (direct.label,
+                                                                           [e.line_no for e in direct.evidence]):
+            changed.append((path.name, direct.label, collected.label))
+    assert not changed
+
+
+def test_a_docker_json_file_log_becomes_docker_logs_t_lines_one_for_one():
+    lines = ['{"log":"[2026-12-04 12:00:00 TP0] Load weight begin. avail mem=47.27 GB\\n","stream":"stderr",'
+             '"time":"2026-12-04T12:00:00.5Z"}',
+             '{"log":"\\u001b[31mRuntimeError: Not enough memory.\\u001b[0m\\n","stream":"stderr","time":"bad"}',
+             "a line cut by the file's rotation",
+             ""]
+    assert collected_lines("\n".join(lines)) == [
+        "2026-12-04T12:00:00.5Z [2026-12-04 12:00:00 TP0] Load weight begin. avail mem=47.27 GB",
+        "\x1b[31mRuntimeError: Not enough memory.\x1b[0m",  # a time that is not one is left out
+        "a line cut by the file's rotation",
+        ""]
+    # SGLang's own log that prints one JSON object among its lines is left as it is
+    own = ["[2026-12-04 12:00:00] Receive: obj=GenerateReqInput()", '{"log": "a request body"}', "x", "y"]
+    assert collected_lines("\n".join(own)) == own
+
+
+def test_a_newest_first_docker_json_file_export_is_read_in_time_order():
+    case = next(c for c in CASES if c["id"] == "sglang-764")
+    lines = case["log_excerpt"].split("\n")
+    entries = [COLLECTORS["docker json-file"](i, line) for i, line in enumerate(lines)]
+    newest_first = diagnose("\n".join(reversed(entries)))
+    assert "log was exported newest-first; read in time order" in newest_first.notes
+    assert newest_first.label == case["label"]
 
 
 def test_collector_timestamps_show_a_newest_first_export():
