@@ -393,7 +393,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     import shlex
 
     from bot.core.flags import redacted, with_flag
-    from bot.launch import LaunchRequest, launch_title, preflight
+    from bot.launch import LaunchRequest, launch_command, launch_title, preflight
     from bot.views import blocks_to_text, preflight_message
 
     async def work(services: Any) -> int:
@@ -413,7 +413,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                               "remedies": _remedies_json(budget.remedies if budget and pre.blocked else ()),
                               "next": commands if pre.blocked else []}, indent=2))
         else:
-            message = preflight_message(launch_title(request), pre.checks, budget, pre.blocked, False)
+            message = preflight_message(launch_title(request), pre.checks, budget, pre.blocked, False,
+                                        command=launch_command(services.inventory, pre))
             print(blocks_to_text(message.blocks))
             if pre.blocked and commands:
                 print("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in commands))

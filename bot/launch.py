@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import secrets
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -23,7 +24,7 @@ from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import VerdictKind
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
-from bot.core.flags import LaunchFlags, parse_sglang_flags, secret_value
+from bot.core.flags import LaunchFlags, parse_sglang_flags, redacted, secret_value
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
     NodeFaults,
@@ -99,6 +100,13 @@ def new_attempt_id(now: float) -> str:
 def container_of(inventory: Inventory, target: Target) -> Container:
     assert target.vmid is not None
     return inventory.container_settings(target.node, target.vmid)
+
+
+def launch_command(inventory: Inventory, pre: Preflight) -> str:
+    """The server's command line as the container would run it, secrets redacted: what the pre-flight shows, so
+    everyone sees the flags as they were read."""
+    python = container_of(inventory, pre.request.target).python
+    return shlex.join((python, "-m", "sglang.launch_server", *redacted(launch_argv(pre.request, pre.port))))
 
 
 def launch_argv(request: LaunchRequest, port: int) -> tuple[str, ...]:

@@ -281,11 +281,15 @@ STATUS_ICON = {
 }
 
 
-def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced: bool) -> list[Block]:
+def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced: bool,
+                     command: str | None = None) -> list[Block]:
+    """``command``: the server's command line as it would run (``launch.launch_command``)."""
     head = (":no_entry: *Pre-flight refused the launch*" if refused and not forced else
             ":warning: *Pre-flight failed; launching anyway (--force)*" if forced else
             ":white_check_mark: *Pre-flight passed*")
     lines = [f"{head} — {escape_mrkdwn(title)}"]
+    if command:
+        lines.append(f"`{escape_mrkdwn(command.replace('`', chr(0x2018)))}`")
     lines += [f"{CHECK_ICON[c.result]} *{escape_mrkdwn(c.name)}*: {escape_mrkdwn(c.detail)}" for c in checks]
     return [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text("\n".join(lines))]
 
@@ -301,8 +305,8 @@ def remedy_buttons(choices: Sequence[tuple[str, str]]) -> list[Block]:
 
 
 def preflight_message(title: str, checks: Sequence[Check], budget: Budget | None, refused: bool, forced: bool,
-                      choices: Sequence[tuple[str, str]] = ()) -> SlackMessage:
-    blocks = preflight_blocks(title, checks, refused, forced)
+                      choices: Sequence[tuple[str, str]] = (), command: str | None = None) -> SlackMessage:
+    blocks = preflight_blocks(title, checks, refused, forced, command)
     if budget is not None and budget.remedies and refused:
         text = "*Remedies, cheapest first:*\n" + "\n".join(
             f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))

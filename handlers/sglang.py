@@ -37,6 +37,7 @@ from bot.launch import (
     LaunchRequest,
     Preflight,
     follow,
+    launch_command,
     launch_title,
     observed_of,
     preflight,
@@ -153,23 +154,24 @@ async def run_launch(services: Services, client: Any, respond: Any, request: Lau
 async def _run_launch(services: Services, client: Any, respond: Any, request: LaunchRequest) -> Attempt | None:
     attempts = services.attempts
     pre = await preflight(services.transport, services.inventory, attempts, request, services.limits, services.launch)
-    title = launch_title(request)
+    title, command = launch_title(request), launch_command(services.inventory, pre)
     budget = pre.planned.budget if pre.planned else None
     if pre.blocked and not request.force:
         refused = await record_refused(attempts, services.inventory, pre, time.time())
         if pre.flag_problems:  # fix the flags first: the budget's remedies are for the launch SGLang would refuse
             choices = await _corrected_choice(services, request, pre)
-            message = views.preflight_message(title, pre.checks, None, True, False, choices)
+            message = views.preflight_message(title, pre.checks, None, True, False, choices, command)
         else:
             choices = await _remedy_choices(services, request, budget)
-            message = views.preflight_message(title, pre.checks, budget, True, False, choices)
+            message = views.preflight_message(title, pre.checks, budget, True, False, choices, command)
         await post_messages(client, request.channel, [message], respond=respond, pace=services.pace)
         await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
                                    target=request.target.label, attempt=refused.id, result="refused by pre-flight")
         await container_changed(services, client, refused.node, refused.vmid)
         return refused
     attempt = await start(services.transport, services.inventory, attempts, pre, services.launch, time.time())
-    check_message = views.preflight_message(title, pre.checks, budget, pre.blocked, request.force and pre.blocked)
+    check_message = views.preflight_message(title, pre.checks, budget, pre.blocked, request.force and pre.blocked,
+                                            command=command)
     posted = await post_messages(client, request.channel, [check_message, views.progress_message(attempt, Progress())],
                                  respond=respond, pace=services.pace)
     if len(posted) == 2:

@@ -5,6 +5,7 @@ User text is tokenised here and only ever leaves as typed values; it never reach
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,15 +43,26 @@ class GpuHelpRequest:
 GpuRequest = GpuStatusRequest | GpuFreeRequest | GpuHealthRequest | GpuHelpRequest
 
 
-def tokens(text: str) -> list[str]:
+# what a phone's or a desktop's "smart punctuation", or a paste from a web page, puts in place of the ASCII a command
+# line means: curly quotes, non-breaking and thin spaces
+_TYPED_FOR_ASCII = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'",
+                                  "\u00a0": " ", "\u2007": " ", "\u2009": " ", "\u202f": " "})
+_DASHED_FLAG = re.compile(r"^[\u2013\u2014](?=[a-z])")  # `--tp` turned into `—tp` (em dash) or `–tp` (en dash)
+
+
+def command_words(text: str, usage: str) -> list[str]:
+    """The words of a typed command as a shell splits them, read as the ASCII it was typed as: curly quotes and
+    non-breaking spaces as plain ones, and a flag whose two hyphens became one dash (`—tp`) as that flag. Every
+    reply shows the flags as read (a launch's pre-flight shows its command line)."""
     try:
-        return shlex.split(text or "")
+        words = shlex.split((text or "").translate(_TYPED_FOR_ASCII))
     except ValueError as exc:
-        raise UsageError(f"could not read the command ({exc}). {GPU_USAGE}") from None
+        raise UsageError(f"could not read the command ({exc}). {usage}") from None
+    return [_DASHED_FLAG.sub("--", word) for word in words]
 
 
 def parse_gpu_command(text: str) -> GpuRequest:
-    words = tokens(text)
+    words = command_words(text, GPU_USAGE)
     if not words or words[0] in ("help", "-h", "--help"):
         return GpuHelpRequest()
     verb, args = words[0].lower(), words[1:]
@@ -148,10 +160,7 @@ def _model_args(verb: str, args: list[str]) -> tuple[str, str, tuple[str, ...]]:
 
 
 def parse_sglang_command(text: str, profiles: Mapping[str, Any] | None = None) -> SglangRequest:
-    try:
-        words = shlex.split(text or "")
-    except ValueError as exc:
-        raise UsageError(f"could not read the command ({exc}). {SGLANG_USAGE}") from None
+    words = command_words(text, SGLANG_USAGE)
     if not words or words[0] in ("help", "-h", "--help"):
         return SglangHelpRequest()
     verb, args = words[0].lower(), words[1:]

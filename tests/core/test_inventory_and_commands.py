@@ -96,6 +96,31 @@ def test_malformed_gpu_command_is_a_usage_error(text, message):
     assert message in err.value.user_message and "/gpu status" in err.value.user_message
 
 
+@pytest.mark.parametrize("typed", [
+    # iOS/macOS smart punctuation: `--` became an em or en dash, straight quotes became curly ones
+    "launch sglang-a6000 /m/Qwen3.6-27B \u2014tp 2 \u2013context-length 65536 --served-model-name \u201cqwen 27b\u201d",
+    # a paste from a web page: non-breaking and narrow no-break spaces between the words
+    "launch\u00a0sglang-a6000 /m/Qwen3.6-27B --tp\u00a02 --context-length\u202f65536 --served-model-name 'qwen 27b'",
+    "launch sglang-a6000 /m/Qwen3.6-27B --tp 2 --context-length 65536 --served-model-name \u2018qwen 27b\u2019",
+])
+def test_a_command_is_read_as_the_ascii_it_was_typed_as(typed):
+    from bot.core.commands import SglangLaunchRequest, parse_sglang_command
+
+    assert parse_sglang_command(typed) == SglangLaunchRequest(
+        "sglang-a6000", "/m/Qwen3.6-27B", ("--tp", "2", "--context-length", "65536", "--served-model-name",
+                                                "qwen 27b"), False)
+
+
+def test_only_a_dash_that_starts_a_flag_becomes_two_hyphens():
+    from bot.core.commands import SglangBudgetRequest, parse_sglang_command
+
+    request = parse_sglang_command("budget ct /m --served-model-name \u2014 --chat-template a\u2014b")
+    assert request == SglangBudgetRequest("ct", "/m", ("--served-model-name", "\u2014", "--chat-template", "a\u2014b"))
+    assert parse_gpu_command("status\u00a0pve5") == GpuStatusRequest("pve5")
+    with pytest.raises(UsageError, match="could not read the command"):
+        parse_gpu_command("status it\u2019s")  # an apostrophe reads as a quote, as it would typed straight
+
+
 def test_a_node_the_inventory_does_not_have_is_a_target_error():
     from bot.core.inventory import Inventory
     from bot.errors import TargetError

@@ -146,3 +146,26 @@ async def test_gpuops_preflight_answers_in_a_terminal_and_launches_nothing(lab, 
     assert passed.returncode == 3, passed.stdout + passed.stderr  # SGLang 0.5.9 is below the model's 0.5.10
     assert "Pre-flight passed" in passed.stdout and "Next" not in passed.stdout
     assert await lab.services.attempts.recent("pve5", 129, 5) == [] and lab.nodes["pve5"].launched_pids() == []
+
+
+async def test_the_preflight_shows_the_command_line_as_read_from_a_phone_typed_launch(lab):
+    """Smart punctuation (a phone's `—` for `--`, curly quotes) is read as the ASCII it replaced; the pre-flight shows
+    the server's command line as it will run, the API key redacted, and that is what runs."""
+    import os
+    import shlex
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    secret = "sk-lab-" + os.urandom(6).hex()
+    typed = (FITS.replace("--tp 2", "\u2014tp 2").replace("--enable-torch-compile", "\u2013enable-torch-compile")
+             + f" --served-model-name \u201cqwen 27b\u201d --api-key {secret}")
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {typed}")
+    passed = blocks_to_text(post_with(calls, "Pre-flight passed").blocks)
+    python = lab.services.inventory.container_settings("pve5", 129).python
+    argv = [python, "-m", "sglang.launch_server", "--model-path", model(lab), *shlex.split(FITS),
+            "--served-model-name", "qwen 27b", "--api-key", "<redacted>", "--port", "30000"]
+    assert f"`{shlex.join(argv)}`" in passed
+    assert secret not in passed
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert attempt.argv[attempt.argv.index("--served-model-name") + 1] == "qwen 27b"
+    assert "--tp" in attempt.argv and "--enable-torch-compile" in attempt.argv
