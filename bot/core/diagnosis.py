@@ -79,7 +79,7 @@ RULES: tuple[Rule, ...] = (
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
     Rule("cuda_graph_oom", (CAPTURE_WRAPPER + r".*(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",),
-         "startup", "CUDA-graph capture ran out of memory in the non-static reserve",
+         "startup: CUDA graphs", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
     Rule("flashinfer_workspace_oom", (r"Failed to allocate memory for batch_prefill_tmp_v with size",),
          "runtime", "FlashInfer's fixed workspace overflowed on a large batch",
@@ -461,14 +461,31 @@ def time_order(lines: list[str], collected: list[str] | None = None) -> tuple[li
 
 
 def _oom_label(lines: list[str], order: list[int], position: int) -> str:
-    """CUDA OOM: its label comes from what was happening (loading, capture, serving)."""
+    """CUDA OOM: its label comes from what was happening (loading, capture, serving), or from a capture wrapper that
+    re-raises this same out-of-memory later (an excerpt can start below the frames that show the capture)."""
     window = [lines[order[j]] for j in range(max(0, position - 40), position + 1)]
     text = "\n".join(window)
-    if _CAPTURE_CONTEXT.search(text):
+    if _CAPTURE_CONTEXT.search(text) or _rewrapped_by_capture(lines, order, position):
         return "cuda_graph_oom"
     if _RUNTIME_CONTEXT.search(text) and not _LOAD_CONTEXT.search(text):
         return "runtime_oom"
     return "weight_load_oom"
+
+
+_TRIED = re.compile(r"Tried to allocate (\d+(?:\.\d+)? [KMGT]?i?B)")
+
+
+def _rewrapped_by_capture(lines: list[str], order: list[int], position: int) -> bool:
+    """A capture wrapper below this out-of-memory quotes the same allocation ("Tried to allocate 1.50 GiB"): the
+    same failure, re-raised by the capture (a different size is another failure, such as a later restart's)."""
+    tried = _TRIED.search(lines[order[position]])
+    if tried is None:
+        return False
+    for j in range(position + 1, min(len(order), position + 120)):
+        line = lines[order[j]]
+        if (wrapper := _CAPTURE_WRAPPER.search(line)) and (again := _TRIED.search(line[wrapper.end():])):
+            return again.group(1) == tried.group(1)
+    return False
 
 
 def _wrapper_label(tail: str) -> str:

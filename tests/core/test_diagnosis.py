@@ -165,6 +165,27 @@ def test_cuda_error_out_of_memory_wording_is_an_oom_too():
     assert diagnose("RuntimeError: CUDA error: out of memory").label == "weight_load_oom"
 
 
+def test_an_oom_that_the_capture_wrapper_re_raises_is_the_capture_oom_even_without_its_frames():
+    """A log handed over from its tail (`docker logs --tail`) can start below the frames that show the capture: the
+    out-of-memory is then known as the capture's by the wrapper that quotes the same allocation further down, and
+    is not named as a weight-load OOM beside it. Python prints the inner exception, then the wrapper's traceback
+    (the real sglang-5285 excerpt) after "During handling of the above exception"."""
+    case = next(c for c in CASES if c["id"] == "sglang-5285")
+    wrapper = case["log_excerpt"].split("\n")
+
+    def chained(size):
+        return [f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {size}. GPU 7 has a total capacity "
+                "of 95.00 GiB", "", "During handling of the above exception, another exception occurred:", "",
+                *wrapper]
+
+    same = diagnose("\n".join(chained("448.00 MiB")))
+    assert (same.label, same.phase, same.also_seen) == ("cuda_graph_oom", "startup: CUDA graphs", ())
+    assert [e.line_no for e in same.evidence] == [1, 22]
+    # a different allocation is another failure (a restart's): it keeps its own reading
+    other = diagnose("\n".join(chained("2.00 GiB")))
+    assert other.label == "cuda_graph_oom" and other.also_seen == ("weight_load_oom",)
+
+
 def test_a_bare_keyerror_naming_the_checkpoints_model_type_is_transformers_too_old():
     case = next(c for c in CASES if c["id"] == "xinference-3471")  # real: KeyError: 'qwen3_moe'
     lines = case["log_excerpt"].splitlines()
