@@ -3,7 +3,8 @@
     python bench/triage_accuracy.py CASES.jsonl [-v]
 
 CASES.jsonl is in the format of ../shared/corpus/sglang-failures. One line per case (expected
-vs got); how many keep their label when copied out of a terminal that cut long lines; then
+vs got); how many keep their label when copied out of a terminal that cut long lines, and when handed
+over by a log collector (docker, containerd, journald, syslog; colour codes whose ESC a copy lost); then
 ``triage: top-1 P/N (full+error_line), partial P/N, echoes avoided P/N``.
 """
 
@@ -38,6 +39,22 @@ def terminal_copy(text: str, columns: int) -> str:
     for line in text.split("\n"):
         rows += [line[i:i + columns] for i in range(0, len(line), columns)] or [""]
     return "\n".join(rows)
+
+
+def _json_file_line(i: int, line: str) -> str:
+    return json.dumps({"log": line + "\n", "stream": "stderr", "time": f"2026-12-04T12:00:{i % 60:02d}.123456789Z"})
+
+
+# how collectors hand a log over (each a prefix or a wrapping per line; see bot/core/log_lines.py)
+COLLECTORS = {
+    "docker compose": lambda i, line: f"sglang-1  | {line}",
+    "docker logs -t": lambda i, line: f"2026-12-04T12:00:{i % 60:02d}.123456789Z {line}",
+    "containerd": lambda i, line: f"2026-12-04T12:00:{i % 60:02d}.123456789Z stderr F {line}",
+    "journalctl": lambda i, line: f"Dec 04 12:00:{i % 60:02d} ct129 python3[4242]: {line}",
+    "syslog": lambda i, line: f"2026-12-04T12:00:{i % 60:02d}.523607+00:00 ct129 python3[4242]: {line}",
+    "docker json-file": _json_file_line,
+    "colours without ESC": lambda i, line: f"[1m{line}[0m" if line.strip() else line,
+}
 
 
 def main(argv: list[str]) -> int:
@@ -107,6 +124,12 @@ def main(argv: list[str]) -> int:
                for text, context, label in read for columns in WRAP_COLUMNS]
     print(f"terminal copies (cut at {'/'.join(map(str, WRAP_COLUMNS))} columns): the same label as the log itself in "
           f"{sum(wrapped)}/{len(wrapped)}")
+    # the same logs as collectors hand them over
+    collected = [diagnose("\n".join(add(i, line) for i, line in enumerate(text.split("\n"))),
+                          context=context).label == label
+                 for text, context, label in read for add in COLLECTORS.values()]
+    print(f"collected copies ({', '.join(COLLECTORS)}): the same label as the log itself in "
+          f"{sum(collected)}/{len(collected)}")
     print(f"triage: top-1 {top}/{top_n} (full+error_line), partial {partial}/{partial_n}, "
           f"echoes avoided {echo_ok}/{echo_n}")
     return 0

@@ -34,7 +34,8 @@ _JOURNAL_ISO_TIME = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?[+-]\d{4}"  #
 _UNIT = r"[\w.@/-]+(?:\[\d+\])?"
 
 # (what wrote it, the prefix it puts before each line); the form on the most lines is taken off first, then the
-# search runs again for one nested inside it (compose's service name before docker's timestamp)
+# search runs again for one nested inside it (compose's service name before docker's timestamp; the same form again, as
+# when a containerd file is itself collected by containerd)
 COLLECTOR_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("containerd", re.compile(rf"^{_RFC3339} (?:stdout|stderr) [FP] ")),
     # journalctl's forms, and rsyslog's file format (/var/log/syslog: an RFC 3339 time, as on Ubuntu 24.04); where
@@ -76,8 +77,15 @@ def _docker_json_line(line: str) -> str | None:
     return f"{time} {text}" if isinstance(time, str) and re.fullmatch(_RFC3339, time) else text
 
 
+# a colour code whose ESC byte a copy lost (a paste into GitHub or a chat keeps `[31mERROR[0m` as text)
+_ORPHAN_SGR = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
+
+
 def strip_ansi(line: str) -> str:
-    return ANSI_ESCAPE.sub("", line)
+    """The line without terminal colour codes: whole ones, and on a line that carries an orphaned reset (``[0m``),
+    the codes a copy left without their ESC byte."""
+    line = ANSI_ESCAPE.sub("", line)
+    return _ORPHAN_SGR.sub("", line) if "[0m" in line else line
 
 
 def collector_forms(lines: list[str]) -> list[str]:
@@ -92,7 +100,7 @@ def _forms(lines: list[str]) -> list[tuple[str, re.Pattern[str]]]:
         if not current:
             break
         hits, name, pattern = max(((sum(1 for line in current if pattern.match(line)), name, pattern)
-                                    for name, pattern in COLLECTOR_PREFIXES if name not in dict(found)),
+                                    for name, pattern in COLLECTOR_PREFIXES),
                                    key=lambda form: form[0], default=(0, "", None))
         if pattern is None or not hits or hits * _SHARE < len(current):
             break

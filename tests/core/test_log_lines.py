@@ -60,6 +60,14 @@ def test_journal_lines_in_any_month_spelling_come_off():
 def test_colour_codes_and_carriage_returns_come_off():
     assert plain_lines(["\x1b[32m[2025-03-07 23:50:27 TP0] Load weight begin.\x1b[0m\r"]) == [
         "[2025-03-07 23:50:27 TP0] Load weight begin."]
+    # pasted from a coloured terminal into GitHub: the ESC bytes are gone, the codes stay as text; under them, a
+    # wrapper's logging (time, level, logger) that comes off like journalctl's time, host and unit
+    assert plain_lines(["[2m2026-08-31T19:41:52.922414Z[0m [31mERROR[0m [2mengine.launch_phase_sigquit_handler[0m"
+                        "[2m:[0m Received sigquit from a child process. It usually means the child failed."]) == [
+        "Received sigquit from a child process. It usually means the child failed."]
+    # a line without an orphaned reset keeps its brackets
+    assert plain_lines(["[2025-03-07 23:50:27 TP0] max_running_requests=[4m]"]) == [
+        "[2025-03-07 23:50:27 TP0] max_running_requests=[4m]"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
@@ -75,6 +83,8 @@ COLLECTORS = {
     "kubectl --timestamps": lambda i, line: f"2026-12-04T12:{i // 60 % 60:02d}:{i % 60:02d}.123456789Z {line}",
     "journalctl": lambda i, line: f"Dec 04 12:{i // 60 % 60:02d}:{i % 60:02d} ct129 python3[4242]: {line}",
     "compose around docker -t": lambda i, line: f"sglang-1  | 2026-12-04T12:00:{i % 60:02d}.5Z {line}",
+    # a coloured terminal's copy pasted where the ESC bytes were lost (GitHub, a chat): the codes stay as text
+    "colours without their ESC": lambda i, line: f"[1m{line}[0m" if line.strip() else line,
     # /var/log/syslog as rsyslog writes it on Ubuntu 24.04 (an RFC 3339 time, then the host and the tag)
     "syslog": lambda i, line: f"2026-12-04T12:00:{i % 60:02d}.523607+00:00 ct129 python3[4242]: {line}",
     # the file docker's json-file driver writes (one JSON object per line; docs.docker.com, JSON File logging driver)
