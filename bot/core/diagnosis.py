@@ -199,10 +199,20 @@ RULES: tuple[Rule, ...] = (
     Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
                                       r"Unsupported architectures?:", r"model with architecture \S+ is not supported",
                                       r"No attention attribute in layer",
+                                      # model_loader's fallback to the Transformers class, refused (its warning
+                                      # "has no SGLang implementation, falling back to ..." is not a failure)
+                                      r"has no SG[Ll]ang implementation and (?:the Transformers implementation )?is "
+                                      r"not compatible with SGLang",
+                                      r"The Transformers implementation of \S+ is not compatible with SGLang",
                                       # the model config's check of --quantization / the checkpoint's format
                                       r"Unknown quantization method: \S+"),
          "startup", "this SGLang build has no implementation of the model class or format",
          "upgrade SGLang to a version that lists the architecture", 3),
+    # transformers' config check before it knew rope types beyond linear/dynamic (llama3, yarn: 4.43)
+    Rule("transformers_too_old", (r"`?rope_scaling`? must be a dictionary with two fields",),
+         "startup", "the installed transformers predates this config's rope_scaling (its rope type, e.g. llama3 or "
+                    "yarn, is newer than the transformers that validates it)",
+         "upgrade transformers (rope types beyond linear/dynamic need 4.43 or later), or the SGLang image with it", 3),
     Rule("transformers_too_old", (r"CONFIG_MAPPING\[config_dict\[\"model_type\"\]\]",
                                   r"Unrecognized model in .*Should have a `model_type` key",
                                   r"does not recognize this architecture",

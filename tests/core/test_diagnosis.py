@@ -160,6 +160,28 @@ def test_dimensions_and_quantized_weights_that_do_not_split_over_tp_are_a_tp_div
     assert (kda.label, kda.phase) == ("tp_divisibility_error", "startup")
 
 
+def test_no_sglang_class_and_no_usable_transformers_class_is_an_unsupported_architecture():
+    # SGLang's model loader (resolve_transformers_arch) in its two wordings; its fallback warning is not a failure
+    for line in ("ValueError: Qwen3_5ForCausalLM has no SGlang implementation and the Transformers implementation "
+                 "is not compatible with SGLang.",
+                 "ValueError: The Transformers implementation of MiniCPMForCausalLM is not compatible with SGLang."):
+        finding = diagnose(line)
+        assert (finding.label, finding.confidence) == ("unsupported_architecture", "high")
+    warning = ("[2026-07-13] DeepseekV4ForCausalLM has no SGLang implementation, falling back to Transformers "
+               "implementation. Some features may not be supported and performance may not be optimal.")
+    assert diagnose(warning).label != "unsupported_architecture"
+
+
+def test_a_transformers_that_rejects_the_configs_rope_scaling_is_too_old():
+    # transformers' own check (LlamaConfig._rope_scaling_validation before 4.43), met loading Llama 3.1 in SGLang
+    # 0.1.14 (ayushnangia16/nvidia-sglang-docker's test notes)
+    finding = diagnose("ValueError: `rope_scaling` must be a dictionary with two fields, `type` and `factor`, got "
+                       "{'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, "
+                       "'original_max_position_embeddings': 8192, 'rope_type': 'llama3'}")
+    assert (finding.label, finding.confidence) == ("transformers_too_old", "high")
+    assert "4.43" in finding.next_step
+
+
 def test_cuda_error_out_of_memory_wording_is_an_oom_too():
     # torch's wording when the allocation fails inside a CUDA call, as quoted from a real training run's stdout
     assert diagnose("RuntimeError: CUDA error: out of memory").label == "weight_load_oom"
