@@ -200,17 +200,22 @@ def signed_headers(signing_secret: str, body: str, timestamp: int | None = None)
     }
 
 
+def slack_escaped(typed: str) -> str:
+    """What a person typed as Slack delivers it: `&`, `<` and `>` as HTML entities (its control characters)."""
+    return typed.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slash_body(
     command: str, text: str, *, user_id: str = "U0ALICE", channel_id: str = "C0LAB", response_url: str = "",
     team_id: str = "T0LAB", trigger_id: str = "1337.42",
 ) -> str:
-    """The form body Slack sends for a slash command."""
+    """The form body Slack sends for a slash command (its text escaped as Slack escapes every text it sends)."""
     from urllib.parse import urlencode
 
     return urlencode({
         "token": "legacy-verification-token-unused", "team_id": team_id, "team_domain": "lab",
         "channel_id": channel_id, "channel_name": "gpu-ops", "user_id": user_id, "user_name": user_id.lower(),
-        "command": command, "text": text, "api_app_id": "A0GPUOPS", "response_url": response_url,
+        "command": command, "text": slack_escaped(text), "api_app_id": "A0GPUOPS", "response_url": response_url,
         "trigger_id": trigger_id,
     })
 
@@ -241,7 +246,7 @@ def mention_event_body(text: str, *, user_id: str, channel_id: str = "C0LAB", th
     import secrets as _secrets
 
     ts = f"{int(time.time())}.{_secrets.randbelow(999999):06d}"
-    event = {"type": "app_mention", "user": user_id, "text": f"<@{bot_user_id}> {text}", "ts": ts,
+    event = {"type": "app_mention", "user": user_id, "text": f"<@{bot_user_id}> {slack_escaped(text)}", "ts": ts,
              "channel": channel_id, "event_ts": ts, "team": team_id}
     if thread_ts:
         event["thread_ts"] = thread_ts

@@ -50,12 +50,31 @@ _TYPED_FOR_ASCII = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "
 _DASHED_FLAG = re.compile(r"^[\u2013\u2014](?=[a-z])")  # `--tp` turned into `—tp` (em dash) or `–tp` (en dash)
 
 
+_SLACK_MARKUP = re.compile(r"<(?P<target>[^<>|]+)(?:\|(?P<label>[^<>]*))?>")
+
+
+def typed_text(text: str) -> str:
+    """Text as the person typed it, from the markup Slack delivers it in: a link or a channel as what it showed
+    (`<http://x|x>` -> `x`, `<#C1|ops>` -> `#ops`), and `&amp;`, `&lt;`, `&gt;` as the characters (Slack escapes
+    them in every text it sends). A user mention (`<@U1>`) or a special one (`<!here>`) is left as it is."""
+    def shown(link: re.Match[str]) -> str:
+        target, label = link.group("target"), link.group("label")
+        if target.startswith(("@", "!")):
+            return link.group(0)
+        if target.startswith("#"):
+            return f"#{label}" if label else target
+        return label if label is not None else target.removeprefix("mailto:")
+
+    return _SLACK_MARKUP.sub(shown, text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
 def command_words(text: str, usage: str) -> list[str]:
-    """The words of a typed command as a shell splits them, read as the ASCII it was typed as: curly quotes and
-    non-breaking spaces as plain ones, and a flag whose two hyphens became one dash (`—tp`) as that flag. Every
-    reply shows the flags as read (a launch's pre-flight shows its command line)."""
+    """The words of a typed command as a shell splits them, read as typed (without Slack's markup, ``typed_text``)
+    and as the ASCII it stands for: curly quotes and non-breaking spaces as plain ones, and a flag whose two hyphens
+    became one dash (`—tp`) as that flag. Every reply shows the flags as read (a launch's pre-flight shows its
+    command line)."""
     try:
-        words = shlex.split((text or "").translate(_TYPED_FOR_ASCII))
+        words = shlex.split(typed_text(text or "").translate(_TYPED_FOR_ASCII))
     except ValueError as exc:
         raise UsageError(f"could not read the command ({exc}). {usage}") from None
     return [_DASHED_FLAG.sub("--", word) for word in words]

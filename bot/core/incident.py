@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bot.core.attempts import SAME_FLAGS, Attempt
+from bot.core.commands import typed_text
 from bot.core.diagnosis import HOST_OOM_KILL, NOT_A_CAUSE
 from bot.core.experiments import made_budget_change, made_experiment
 from bot.core.status import TargetStatus, is_clean, memory_evidence
@@ -199,7 +200,7 @@ MENTION_VERBS = ("triage", "status", "log", "hypothesis", "note", "history", "co
 
 def parse_mention(text: str) -> Mention:
     """`<@U123> hypothesis leftover memory` -> Mention("hypothesis", "leftover memory")."""
-    cleaned = re.sub(r"<@[A-Z0-9]+>", "", text).strip()
+    cleaned = typed_text(re.sub(r"<@[A-Z0-9]+>", "", text)).strip()
     verb, _, rest = cleaned.partition(" ")
     verb = verb.lower().strip(":,")
     if verb not in MENTION_VERBS:

@@ -2,6 +2,11 @@ from bot.core.attempts import changes_between
 from bot.core.incident import Incident, Observation, parse_mention
 
 
+def test_a_mention_is_read_as_typed_from_slacks_markup():
+    mention = parse_mention("<@U0GPUOPS> hypothesis the pool &lt; the context &amp; MTP's state, see <#C1|gpu-ops>")
+    assert (mention.verb, mention.rest) == ("hypothesis", "the pool < the context & MTP's state, see #gpu-ops")
+
+
 def test_parse_mentions():
     assert parse_mention("<@U0GPUOPS> hypothesis leftover memory from run 1").rest == "leftover memory from run 1"
     m = parse_mention("<@U0GPUOPS> refute H1 the GPUs were clean")

@@ -121,6 +121,20 @@ def test_only_a_dash_that_starts_a_flag_becomes_two_hyphens():
         parse_gpu_command("status it\u2019s")  # an apostrophe reads as a quote, as it would typed straight
 
 
+def test_slack_markup_is_read_as_what_was_typed():
+    from bot.core.commands import SglangBudgetRequest, parse_sglang_command, typed_text
+
+    # Slack escapes &, < and > in every text it sends, and links what looks like a URL or a domain
+    assert typed_text("pool &lt; context &amp;&amp; draft &gt; 2") == "pool < context && draft > 2"
+    assert typed_text("see <http://server_args.py|server_args.py> and <https://hf.co/Qwen>") == (
+        "see server_args.py and https://hf.co/Qwen")
+    assert typed_text("ask <#C0LAB|gpu-ops> or <@U0ALICE> <!here>") == "ask #gpu-ops or <@U0ALICE> <!here>"
+    request = parse_sglang_command("budget ct /m --json-model-override-args '{\"a\": \"x&amp;y\"}' "
+                                   "--chat-template <http://tmpl.py|tmpl.py>")
+    assert request == SglangBudgetRequest("ct", "/m", ("--json-model-override-args", '{"a": "x&y"}',
+                                                        "--chat-template", "tmpl.py"))
+
+
 def test_a_node_the_inventory_does_not_have_is_a_target_error():
     from bot.core.inventory import Inventory
     from bot.errors import TargetError

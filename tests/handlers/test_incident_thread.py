@@ -182,3 +182,16 @@ async def test_a_launch_the_oom_killer_ended_is_confirmed_in_the_thread_once_the
     assert latest.changes == ("same flags as the previous attempt", "CT memory 64.0 GiB -> 128.0 GiB")
     assert "the first cause is host_oom_kill" in text
     assert f"{latest.id} with `CT memory 64.0 GiB -> 128.0 GiB` (a raised limit) started" in text
+
+
+async def test_a_hypothesis_with_slacks_control_characters_reads_as_typed(lab):
+    """Slack delivers `<`, `>` and `&` as entities: the hypothesis is stored and shown as it was typed."""
+    first = await failed_launch(lab, "kv_pool_oom")
+    typed = "the KV pool < the 65,536 context & the MTP state > 3 GiB"
+    assert await lab.mention(f"hypothesis {typed}", first.thread_ts) == 200
+    calls = await wait_text(lab, "Incident summary", method="chat.postMessage")
+    summary = next(blocks_to_text(c.blocks) for c in calls
+                   if c.method == "chat.postMessage" and "Incident summary" in blocks_to_text(c.blocks))
+    assert f"*H1* {typed}" in summary
+    incident = await lab.services.incidents.get("C0LAB", first.thread_ts)
+    assert incident.hypotheses[0].text == typed
