@@ -408,13 +408,15 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                        if r.flag_change is not None]
         where = target.name or f"{target.node}:{target.vmid}"
         commands = [f"/sglang launch {shlex.join((where, args.model, *redacted(f)))}" for f in next_flags]
+        command = launch_command(services.inventory, pre)
         if args.json:
-            print(json.dumps({"passed": not pre.blocked, "checks": [asdict(c) for c in pre.checks],
+            print(json.dumps({"passed": not pre.blocked, "command": command,
+                              "checks": [asdict(c) for c in pre.checks],
                               "remedies": _remedies_json(budget.remedies if budget and pre.blocked else ()),
                               "next": commands if pre.blocked else []}, indent=2))
         else:
             message = preflight_message(launch_title(request), pre.checks, budget, pre.blocked, False,
-                                        command=launch_command(services.inventory, pre))
+                                        command=command)
             print(blocks_to_text(message.blocks))
             if pre.blocked and commands:
                 print("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in commands))

@@ -281,6 +281,9 @@ STATUS_ICON = {
 }
 
 
+BACKTICK_LOOKALIKE = "\u02cb"  # modifier letter grave accent
+
+
 def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced: bool,
                      command: str | None = None) -> list[Block]:
     """``command``: the server's command line as it would run (``launch.launch_command``)."""
@@ -288,8 +291,8 @@ def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced:
             ":warning: *Pre-flight failed; launching anyway (--force)*" if forced else
             ":white_check_mark: *Pre-flight passed*")
     lines = [f"{head} — {escape_mrkdwn(title)}"]
-    if command:
-        lines.append(f"`{escape_mrkdwn(command.replace('`', chr(0x2018)))}`")
+    if command:  # as code; a backtick inside would end it, so it is shown as its look-alike
+        lines.append("`" + escape_mrkdwn(command.replace("`", BACKTICK_LOOKALIKE)) + "`")
     lines += [f"{CHECK_ICON[c.result]} *{escape_mrkdwn(c.name)}*: {escape_mrkdwn(c.detail)}" for c in checks]
     return [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text("\n".join(lines))]
 

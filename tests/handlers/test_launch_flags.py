@@ -120,6 +120,7 @@ async def test_gpuops_preflight_answers_in_a_terminal_and_launches_nothing(lab, 
     starts nothing and records nothing."""
     import asyncio
     import json
+    import shlex
 
     from tests.edges.test_cli import gpuops
 
@@ -141,6 +142,9 @@ async def test_gpuops_preflight_answers_in_a_terminal_and_launches_nothing(lab, 
                                    inventory, "--json", "--", *mistyped, env=env)
     answer = json.loads(typo.stdout)
     assert typo.returncode == 4 and not answer["passed"] and answer["remedies"] == []
+    python = lab.services.inventory.container_settings("pve5", 129).python
+    assert answer["command"] == shlex.join([python, "-m", "sglang.launch_server", "--model-path", path, *mistyped,
+                                            "--port", "30000"])
     assert answer["next"] == [f"/sglang launch sglang-a6000 {path} {FITS}"]
     passed = await preflight(*FITS.split())
     assert passed.returncode == 3, passed.stdout + passed.stderr  # SGLang 0.5.9 is below the model's 0.5.10

@@ -59,3 +59,14 @@ def test_a_launch_in_progress_says_how_to_see_its_last_lines_and_a_finished_one_
         progress_message(launching, progress).blocks)
     failed = launching.moved(AttemptStatus.FAILED, 3.0)
     assert "/sglang log" not in blocks_to_text(progress_message(failed, progress).blocks)
+
+
+def test_the_preflight_shows_its_command_line_as_one_code_span():
+    from bot.core.attempts import Check
+    from bot.views import preflight_message
+
+    command = "python3 -m sglang.launch_server --model-path /m --chat-template 'a`b' --port 30000"
+    message = preflight_message("m on pve5:129", (Check("port free", "ok", "free"),), None, False, False,
+                                command=command)
+    line = _text(message).splitlines()[1]
+    assert line == "`python3 -m sglang.launch_server --model-path /m --chat-template 'a\u02cbb' --port 30000`"
