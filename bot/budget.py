@@ -101,8 +101,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
         versions = json.loads(versions_out.stdout) if versions_out.exit_status == 0 else {}
     except json.JSONDecodeError:
         versions = {}
-    plan, used = _gpu_plan(gpus.gpus, flags, target)
-    totals = [g.memory_total_mib for g in used if g.memory_total_mib]
+    plan, used, totals = _gpu_plan(gpus.gpus, flags, target)
     sglang = versions.get("sglang")
     measured = earlier_load(history, model_path, flags.weight_layout, sglang)
     budget = compute_budget(BudgetInput(model, flags, plan, parse_version(sglang), weights_total,
@@ -115,8 +114,10 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
                          model.transformers_version, plan.free_mib)
 
 
-def _gpu_plan(seen: Sequence[Gpu], flags: LaunchFlags, target: Target) -> tuple[GpuPlan, Sequence[Gpu]]:
-    """The GPUs the launch will use (the first it needs of those the container sees) as the budget plans them."""
+def _gpu_plan(seen: Sequence[Gpu], flags: LaunchFlags,
+              target: Target) -> tuple[GpuPlan, Sequence[Gpu], list[int]]:
+    """The GPUs the launch will use (the first it needs of those the container sees) as the budget plans them, and
+    the total MiB of each that reports one."""
     if flags.gpus_needed > len(seen):
         raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp "
                          f"{flags.dp}); container {target.label} sees {len(seen)}")
@@ -124,7 +125,7 @@ def _gpu_plan(seen: Sequence[Gpu], flags: LaunchFlags, target: Target) -> tuple[
     totals = [g.memory_total_mib for g in used if g.memory_total_mib]
     free = tuple(g.memory_free_mib for g in used if g.memory_free_mib is not None)
     name = (used[0].name or "GPU") if used else "GPU"
-    return GpuPlan(name, min(totals) if totals else None, len(seen), free), used
+    return GpuPlan(name, min(totals) if totals else None, len(seen), free), used, totals
 
 
 async def _draft_config(transport: Transport, target: Target, hf_cache: str,
@@ -157,8 +158,8 @@ async def read_installed_flags(transport: Transport, store: AttemptStore, target
     if not version:
         return "SGLang is not installed there"
     cached = await store.installed_flags(target.node, target.vmid, version)
-    if cached and not flag_problems(InstalledFlags(cached), argv):
-        return InstalledFlags(cached)
+    if cached and not flag_problems(earlier := InstalledFlags(cached), argv):
+        return earlier
     try:
         result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_flags(python)),
                                      timeout_s=SGLANG_FLAGS_TIMEOUT_S)

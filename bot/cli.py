@@ -392,8 +392,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     passed, 3 passed with warnings, 4 refused."""
     import shlex
 
-    from bot.core.flags import redacted, with_flag
-    from bot.launch import LaunchRequest, launch_command, launch_title, preflight
+    from bot.core.flags import redacted
+    from bot.launch import LaunchRequest, launch_command, launch_title, next_launches, preflight
     from bot.views import blocks_to_text, preflight_message
 
     async def work(services: Any) -> int:
@@ -403,11 +403,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                               services.launch)
         # refused over its flags: the budget's remedies are for a launch SGLang would refuse
         budget = pre.planned.budget if pre.planned is not None and not pre.flag_problems else None
-        next_flags = [pre.corrected_flags] if pre.corrected_flags is not None else []
-        next_flags += [with_flag(request.flags, *r.flag_change) for r in (budget.remedies if budget else ())
-                       if r.flag_change is not None]
         where = target.name or f"{target.node}:{target.vmid}"
-        commands = [f"/sglang launch {shlex.join((where, args.model, *redacted(f)))}" for f in next_flags]
+        commands = [f"/sglang launch {shlex.join((where, args.model, *redacted(f)))}" for _, f in next_launches(pre)]
         command = launch_command(services.inventory, pre)
         if args.json:
             print(json.dumps({"passed": not pre.blocked, "command": command,

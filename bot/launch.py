@@ -22,9 +22,9 @@ from typing import Any
 from bot.budget import PlannedBudget, plan_budget, read_installed_flags
 from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
-from bot.core.budget import VerdictKind
+from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
-from bot.core.flags import LaunchFlags, parse_sglang_flags, redacted, secret_value
+from bot.core.flags import LaunchFlags, parse_sglang_flags, redacted, secret_value, with_flag
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
     NodeFaults,
@@ -86,6 +86,22 @@ class Holder:
     vmid: int | None
     name: str
     group: int | None = None  # its process group inside its container (a recorded launch's PID there)
+
+
+def remedy_launches(budget: Budget | None, flags: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each computed remedy that is a flag change, as (the change, the launch's flags with it)."""
+    return tuple((r.change, with_flag(flags, *r.flag_change)) for r in (budget.remedies if budget else ())
+                 if r.flag_change is not None)
+
+
+def next_launches(pre: Preflight) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What a refused pre-flight offers next, as (the change, the flags): the flags SGLang would refuse corrected,
+    when each has one correction (the budget's remedies are for that refused launch); else each remedy."""
+    if pre.flag_problems:
+        if pre.corrected_flags is None:
+            return ()
+        return ((", ".join(f"{p.correction} (not {p.given})" for p in pre.flag_problems), pre.corrected_flags),)
+    return remedy_launches(pre.planned.budget if pre.planned else None, pre.request.flags)
 
 
 def launch_title(request: LaunchRequest) -> str:

@@ -27,7 +27,7 @@ from bot.core.commands import (
     SglangTriageRequest,
     parse_sglang_command,
 )
-from bot.core.flags import redacted, with_flag
+from bot.core.flags import redacted
 from bot.core.inventory import Target, resolve_targets
 from bot.core.startup_log import Progress
 from bot.errors import GpuopsError, TargetError, UsageError
@@ -35,13 +35,14 @@ from bot.incidents import container_changed, triage_answered
 from bot.launch import (
     HISTORY_FOR_WEIGHTS,
     LaunchRequest,
-    Preflight,
     follow,
     launch_command,
     launch_title,
+    next_launches,
     observed_of,
     preflight,
     record_refused,
+    remedy_launches,
     request_key,
     start,
 )
@@ -158,12 +159,10 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
     budget = pre.planned.budget if pre.planned else None
     if pre.blocked and not request.force:
         refused = await record_refused(attempts, services.inventory, pre, time.time())
-        if pre.flag_problems:  # fix the flags first: the budget's remedies are for the launch SGLang would refuse
-            choices = await _corrected_choice(services, request, pre)
-            message = views.preflight_message(title, pre.checks, None, True, False, choices, command)
-        else:
-            choices = await _remedy_choices(services, request, budget)
-            message = views.preflight_message(title, pre.checks, budget, True, False, choices, command)
+        choices = await _launch_choices(services, request, next_launches(pre))
+        # refused over its flags: the budget's remedies are for the launch SGLang would refuse, so none are shown
+        message = views.preflight_message(title, pre.checks, None if pre.flag_problems else budget, True, False,
+                                          choices, command)
         await post_messages(client, request.channel, [message], respond=respond, pace=services.pace)
         await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
                                    target=request.target.label, attempt=refused.id, result="refused by pre-flight")
@@ -184,26 +183,10 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
     return attempt
 
 
-async def _remedy_choices(services: Services, request: LaunchRequest, budget: Any) -> list[tuple[str, str]]:
-    """One button per computed remedy; the changed launch waits in Redis for a click."""
-    choices: list[tuple[str, str]] = []
-    if budget is None:
-        return choices
-    for remedy in budget.remedies:
-        change = remedy.flag_change
-        if change is None:
-            continue
-        pending = await _pending_launch(services, request, with_flag(request.flags, *change))
-        choices.append((f"launch with {remedy.change}", pending))
-    return choices
-
-
-async def _corrected_choice(services: Services, request: LaunchRequest, pre: Preflight) -> list[tuple[str, str]]:
-    """A button for the launch with each mistyped flag replaced by the one SGLang has, when each has one."""
-    if pre.corrected_flags is None:
-        return []
-    fixes = ", ".join(f"{p.correction} (not {p.given})" for p in pre.flag_problems)
-    return [(f"launch with {fixes}", await _pending_launch(services, request, pre.corrected_flags))]
+async def _launch_choices(services: Services, request: LaunchRequest,
+                         launches: Sequence[tuple[str, tuple[str, ...]]]) -> list[tuple[str, str]]:
+    """One button per changed launch (the change, its flags); each waits in Redis for a click."""
+    return [(f"launch with {change}", await _pending_launch(services, request, flags)) for change, flags in launches]
 
 
 async def _pending_launch(services: Services, request: LaunchRequest, flags: Sequence[str]) -> str:
@@ -314,7 +297,7 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
     request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
                             user_flags(attempt.argv), user, channel)
     if report.planned is not None:
-        choices = await _remedy_choices(services, request, report.planned.budget)
+        choices = await _launch_choices(services, request, remedy_launches(report.planned.budget, request.flags))
     for experiment in report.experiments:
         choices.append((f"launch with {experiment.change}", await _pending_launch(services, request, experiment.argv)))
     await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
