@@ -567,7 +567,8 @@ def _diagnose_lines(raw: list[str], stalled_minutes: float | None, context: Laun
             if (site := _cut_site(lines, order, notes, {h[1].label for h in hits})) is not None:
                 return site
             frames = tuple(sorted({h[1].label for h in causes}))
-            return replace(_unknown(lines, order, notes), explanation=(
+            cut = _cut_traceback(lines, order, notes)
+            return replace(cut or _unknown(lines, order, notes), explanation=(
                 "the log is cut inside a traceback, before its exception line; the frames pass through "
                 + ", ".join(frames)), also_seen=frames, next_step=(
                 "find the rest of this log (it was cut: rotated, truncated, or the process was killed mid-write); "
@@ -584,6 +585,8 @@ def _diagnose_lines(raw: list[str], stalled_minutes: float | None, context: Laun
         return imported
     if (site := _cut_site(lines, order, notes, {h[1].label for h in hits})) is not None:
         return site
+    if (cut := _cut_traceback(lines, order, notes)) is not None:
+        return cut
     full_pool = _full_pool_at_the_end(lines, order)
     if full_pool is not None:
         index, usage = full_pool
@@ -884,6 +887,42 @@ def _cut_site(lines: list[str], order: list[int], notes: tuple[str, ...], seen: 
                    "find the rest of this log (it was cut: rotated, truncated, or the process was killed mid-write); "
                    f"meanwhile: {rule.next_step}", (Evidence(index + 1, lines[index].strip()[:400]),),
                    tuple(sorted(seen - {label})), notes)
+
+
+# what a cut traceback's frames say about when it was raised, the most specific first: a capture runs a forward
+# pass, and serving runs inside the scheduler's process that start-up built
+_FRAME_PHASES = (
+    (_CAPTURE_CONTEXT, "startup: CUDA graphs"),
+    (_RUNTIME_CONTEXT, "runtime"),
+    (_LOAD_CONTEXT, "startup: weights"),
+    (re.compile(r"\b(?:Scheduler|TpModelWorker|ModelRunner|TpWorkerClass)\(|, in (?:__init__|run_scheduler_process)$"),
+     "startup"),
+)
+
+
+def _cut_traceback(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding | None:
+    """A traceback cut before its exception line that no rule reads: say so, where its deepest frame is and when
+    its frames place it, so the team fetches the rest of the log instead of reading the frames as a cause."""
+    if not _cut_inside_traceback(lines, order):
+        return None
+    tail = _last_traceback(lines, order)
+    has_header = "Traceback (most recent call last)" in lines[tail[0]]
+    # without a header the text must end in frames, not merely contain an indented line
+    frames = [(i, m) for i in (tail if has_header else tail[-4:]) if (m := _FRAME_AT.search(lines[i]))]
+    if not frames:
+        return None
+    index, deepest = frames[-1]
+    path = deepest.group("file")
+    file = path[path.rindex("sglang/"):] if "sglang/" in path else "/".join(path.split("/")[-2:])
+    raised = next((phase for pattern, phase in _FRAME_PHASES
+                   if any(pattern.search(lines[i].rstrip()) for i in tail)), "unknown")
+    shown = list(dict.fromkeys((index, tail[-1])))
+    return Finding("unknown", _phase(lines, order, order.index(tail[-1]), raised), "low",
+                   "the log is cut inside a traceback, before its exception line, and no rule reads its frames alone: "
+                   f"the deepest frame is {deepest.group('where')} in {file}; the exception line after it names the "
+                   "cause", "find the rest of this log (it was cut: rotated, truncated, or the process was killed "
+                   "mid-write) and triage it again; the line after these frames names the cause",
+                   tuple(Evidence(i + 1, lines[i].strip()[:400]) for i in shown), (), notes)
 
 
 def _with_context(hits: list[Hit], lines: list[str], order: list[int],

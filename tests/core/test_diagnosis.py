@@ -362,6 +362,36 @@ def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as
     assert finding.explanation.startswith("the log is cut inside a traceback, before its exception line")
     assert finding.next_step.startswith("find the rest of this log")
     assert finding.next_step.endswith("then check the draft model")
+    assert finding.phase == "runtime"  # the frames run through the scheduler's event loop
+
+
+@pytest.mark.parametrize(("case_id", "phase", "deepest"), [
+    # real partial cases whose frames no rule reads: model construction, the scheduler being built, serving
+    ("sglang-3436", "startup: weights", "load_model in sglang/srt/model_loader/loader.py"),
+    ("sglang-2356", "startup", "run_scheduler_process in sglang/srt/managers/scheduler.py"),
+    ("sglang-2102", "runtime", "event_loop_normal in sglang/srt/managers/scheduler.py"),
+])
+def test_a_traceback_cut_where_no_rule_reads_says_so_and_where_its_frames_place_it(case_id, phase, deepest):
+    case = BY_ID[case_id]
+    finding = triage(case)
+    assert (finding.label, finding.confidence, finding.phase) == ("unknown", "low", phase)
+    assert finding.explanation.startswith("the log is cut inside a traceback, before its exception line")
+    assert f"the deepest frame is {deepest};" in finding.explanation
+    assert finding.next_step.startswith("find the rest of this log")
+    lines = case["log_excerpt"].split("\n")
+    assert [e.line_no for e in finding.evidence] == [len(lines) - 1, len(lines)]  # the deepest frame, its code
+    # the same frames with their exception after them are no longer cut
+    whole = triage({**case, "log_excerpt": case["log_excerpt"] + "\nAssertionError: 7 is not divisible by 2"})
+    assert not whole.explanation.startswith("the log is cut")
+
+
+def test_text_ending_in_indented_lines_that_are_not_frames_is_not_read_as_a_cut_traceback():
+    # a real print(model) ends in indented lines: without a traceback header, only frames at the very end say "cut"
+    printed = (FIXTURES / "other-logs" / "qwen2.5-vl-7b-visual-print.txt").read_text()
+    frames = BY_ID["sglang-3436"]["log_excerpt"]
+    for text in (printed, frames + "\n" + printed):
+        assert not diagnose(text).explanation.startswith("the log is cut")
+    assert diagnose(printed + "\n" + frames).explanation.startswith("the log is cut")
 
 
 @pytest.mark.parametrize(("case_id", "label", "site", "frame"), [
