@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from bot.core.attempts import CT_MEMORY_CHANGE
 from bot.core.diagnosis import ARGUMENT_ERROR, CONTEXT_OVER_MODEL, HOST_OOM_KILL, Finding
-from bot.core.flags import parse_sglang_flags, with_flag, without_flags
+from bot.core.flags import flag_spans, parse_sglang_flags, with_flag, without_flags
 from bot.core.installed_flags import GPUOPS_TABLE, corrected_argv, flag_problems
 from bot.errors import UsageError
 
@@ -129,11 +129,8 @@ def argument_experiments(error_line: str, argv: Sequence[str]) -> tuple[Experime
         found.append(Experiment(fixes, corrected, "the refused flags are a typo away from flags SGLang has"))
     kept: list[str] = []
     dropped: list[str] = []
-    refused_here = False
-    for token in argv:  # a refused flag goes with the values after it (SGLang's launch takes no positional)
-        if token.startswith("--"):
-            refused_here = token.partition("=")[0] in refused
-        (dropped if refused_here else kept).append(token)
+    for start, end in flag_spans(argv, lambda name: None):  # a refused flag goes with the values after it
+        (dropped if argv[start].partition("=")[0] in refused else kept).extend(argv[start:end])
     found.append(Experiment("drop " + " ".join(dropped), tuple(kept),
                             "launch without what this SGLang release does not have (the pre-flight checks the rest)"))
     return tuple(found)

@@ -224,28 +224,54 @@ def _resolve(name: str) -> str | None:
     return resolved.pop() if len(resolved) == 1 else None
 
 
+def flag_spans(argv: Sequence[str], takes_value: Callable[[str], bool | None]) -> list[tuple[int, int]]:
+    """``argv`` cut into its flags, each with the values that go with it, as (start, end) indices.
+    ``takes_value(name)`` says whether a known flag takes one value (True: the next token, whatever it looks like)
+    or none (False); None for a flag not known, whose values are every token up to the next flag (SGLang's launch
+    takes no positional argument, and a list flag such as ``--cuda-graph-bs 1 2 4 8`` takes several). A
+    ``--flag=value`` token carries its value; a token that is not a flag, before the first one, is a span alone."""
+    spans = []
+    i = 0
+    while i < len(argv):
+        start = i
+        name, eq, _ = argv[i].partition("=")
+        i += 1
+        if argv[start].startswith("--") and not eq:
+            takes = takes_value(name)
+            if takes is None:
+                while i < len(argv) and not argv[i].startswith("--"):
+                    i += 1
+            elif takes and i < len(argv):
+                i += 1
+        spans.append((start, i))
+    return spans
+
+
+def _parser(name: str) -> Callable[[str], Any] | None:
+    """The value parser of a flag in the table (resolved), or SWITCH."""
+    return MODELLED[name][1] if name in MODELLED else PASSTHROUGH[name]
+
+
+def _takes_value(name: str) -> bool | None:
+    resolved = _resolve(name)
+    return None if resolved is None else _parser(resolved) is not SWITCH
+
+
 def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
     """Typed flags from an argv; raises :class:`UsageError` on a bad value, naming the flag."""
     values: dict[str, Any] = {}
     passthrough: list[str] = []
     unknown: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
+    for start, end in flag_spans(argv, _takes_value):
+        token = argv[start]
         if not token.startswith("--"):
             raise UsageError(f"unexpected argument `{token[:40]}`: SGLang flags start with --")
         raw_name, eq, inline = token.partition("=")
         name = _resolve(raw_name)
         if name is None:
-            unknown.append(token)
-            i += 1
-            # keep its values with it: SGLang's launch takes no positional argument, so every token up to the next
-            # flag belongs to this one (a list flag such as `--cuda-graph-bs 1 2 4 8` takes several)
-            while not eq and i < len(argv) and not argv[i].startswith("--"):
-                unknown.append(argv[i])
-                i += 1
+            unknown += argv[start:end]  # with its values
             continue
-        target, parser = MODELLED[name] if name in MODELLED else (None, PASSTHROUGH[name])
+        target, parser = MODELLED.get(name, (None, _parser(name)))
         if parser is SWITCH:
             if eq:
                 raise UsageError(f"`{name}` is a switch and takes no value")
@@ -253,25 +279,19 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
                 values[target] = True
             else:
                 passthrough.append(name)
-            i += 1
             continue
-        if eq:
-            text = inline
-        else:
-            if i + 1 >= len(argv):
-                raise UsageError(f"`{name}` needs a value")
-            text = argv[i + 1]
-            i += 1
+        if not eq and end - start < 2:
+            raise UsageError(f"`{name}` needs a value")
+        text = inline if eq else argv[start + 1]
         try:
-            value = parser(text) if parser is not None else text
+            value = parser(text)
         except ValueError as exc:
-            shown = REDACTED if (_resolve(name) or name) in SECRET_FLAGS else text[:40]
+            shown = REDACTED if name in SECRET_FLAGS else text[:40]
             raise UsageError(f"`{name} {shown}`: {exc}") from None
         if target:
             values[target] = value
         else:
             passthrough += [name, str(text)]
-        i += 1
     if values.get("speculative_algorithm") in ("NEXTN", "MTP"):
         values["speculative_algorithm"] = "EAGLE"  # SGLang rewrites NEXTN to EAGLE
     return LaunchFlags(**values, passthrough=tuple(passthrough), unknown=tuple(unknown))
@@ -297,20 +317,13 @@ def with_flag(argv: Sequence[str], flag: str, value: str | None) -> tuple[str, .
 
 def without_flags(argv: Sequence[str], *flags: str) -> tuple[str, ...]:
     """``argv`` without any spelling of ``flags`` (aliases, abbreviations, ``--flag=value``) and
-    their values; everything else is kept in order."""
+    their values (all of them for a flag outside gpuops' table); everything else is kept in order."""
     canonical = {_resolve(f) or f for f in flags}
     out: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        name, eq, _ = token.partition("=")
-        resolved = _resolve(name) or name
-        if token.startswith("--") and resolved in canonical:
-            parser = MODELLED[resolved][1] if resolved in MODELLED else PASSTHROUGH.get(resolved)
-            i += 1 if (eq or parser is SWITCH) else 2
-            continue
-        out.append(token)
-        i += 1
+    for start, end in flag_spans(argv, _takes_value):
+        name = argv[start].partition("=")[0]
+        if not (argv[start].startswith("--") and (_resolve(name) or name) in canonical):
+            out += argv[start:end]
     return tuple(out)
 
 
@@ -368,4 +381,5 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
 __all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "command_flags",
-           "parse_sglang_flags", "field", "redacted", "scrub_secrets", "secret_value", "with_flag", "without_flags"]
+           "field", "flag_spans", "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "with_flag",
+           "without_flags"]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.core.argv import SGLANG_FLAGS_MARK
-from bot.core.flags import ALIASES, MODELLED, PASSTHROUGH, SWITCH
+from bot.core.flags import ALIASES, MODELLED, PASSTHROUGH, SWITCH, flag_spans
 
 
 @dataclass(frozen=True)
@@ -105,24 +105,19 @@ def likely_meant(name: str, options: Sequence[str]) -> tuple[str, ...]:
 
 def flag_problems(installed: InstalledFlags, argv: Sequence[str]) -> tuple[FlagProblem, ...]:
     """The flags in ``argv`` the installed SGLang's parser would refuse, in order."""
-    problems: list[FlagProblem] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("--"):
-            continue  # a value
-        name, eq, _ = token.partition("=")
+    def takes_value(name: str) -> bool | None:
         meant = installed.resolve(name)
-        if len(meant) == 1:
-            if installed.options[meant[0]] and not eq:
-                i += 1  # its value, whatever it looks like
+        return installed.options[meant[0]] if len(meant) == 1 else None
+
+    problems: list[FlagProblem] = []
+    for start, _ in flag_spans(argv, takes_value):
+        name = argv[start].partition("=")[0]
+        if not argv[start].startswith("--") or len(meant := installed.resolve(name)) == 1:
             continue
         if meant:
             problems.append(FlagProblem(name, meant[:6], ambiguous=True))
         else:
             problems.append(FlagProblem(name, likely_meant(name, list(installed.options)), ambiguous=False))
-        # an unknown flag's values are the tokens up to the next flag: the loop passes over them
     return tuple(problems)
 
 

@@ -100,6 +100,18 @@ SLURM_PREFILL = shlex.split(
     "--disaggregation-decode-url http://10.99.91.49:30001,http://10.99.91.33:30001")
 
 
+def test_a_flag_outside_gpuops_table_is_dropped_with_all_its_values_as_the_parser_reads_them():
+    # SGLang's list flag `--cuda-graph-bs 1 2 4 8` is not in gpuops' table: its values are every token up to the
+    # next flag, for the parser and for without_flags alike
+    argv = ("--tp", "2", "--cuda-graph-bs", "1", "2", "4", "8", "--mem-fraction-static", "0.85")
+    assert parse_sglang_flags(argv).unknown == ("--cuda-graph-bs", "1", "2", "4", "8")
+    assert without_flags(argv, "--cuda-graph-bs") == ("--tp", "2", "--mem-fraction-static", "0.85")
+    assert with_flag(argv, "--cuda-graph-bs", "16")[-2:] == ("--cuda-graph-bs", "16")
+    assert "4" not in with_flag(argv, "--cuda-graph-bs", "16")
+    # a flag in the table keeps to its one value, whatever follows
+    assert without_flags(("--mem-frac", "0.8", "--tp", "2"), "--mem-fraction-static") == ("--tp", "2")
+
+
 def test_a_flag_sglangs_parser_refused_is_dropped_with_its_value_and_nothing_else():
     from bot.core.diagnosis import diagnose
     from bot.core.experiments import finding_experiments
