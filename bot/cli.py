@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import os
+import re
+import shlex
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from bot.core import argv as remote
 from bot.core.argv import LOG_TAIL_MAX_LINES, LogExcerpt, hub_cache, hub_repo_dir, hub_snapshot_dir, is_hub_id
@@ -183,18 +187,65 @@ def _read_input(name: str, what: str) -> bytes:
 
 def _read_log(name: str) -> LogExcerpt:
     """A log to triage: whole, or for a long file its head and tail read by the same script that reads a
-    container's log (so the two answers agree)."""
-    if name != "-":
-        path = Path(name).resolve()
-        try:
-            size = path.stat().st_size
-        except OSError as exc:
-            raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
-        if size > remote.LOG_HEAD_BYTES + remote.LOG_TAIL_BYTES:
-            read = subprocess.run(remote.log_excerpt(str(path)), capture_output=True, check=False)
-            if read.returncode == 0:
-                return remote.parse_log_excerpt(read.stdout.decode("utf-8", errors="replace"))
+    container's log (so the two answers agree). A rotated log compressed by logrotate (gzip, or xz/bzip2) is read
+    as it is decompressed, its head and tail kept the same way."""
+    if name == "-":
+        data = _read_input(name, "log")
+        compressed = _compression(data)
+        if compressed is not None:
+            data = remote.excerpt_of_chunks(_decompressed(compressed, io.BytesIO(data), name))
+        return remote.parse_log_excerpt(data.decode("utf-8", errors="replace"))
+    path = Path(name).resolve()
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            compressed = _compression(file.read(16))
+            if compressed is not None:
+                text = remote.excerpt_of_chunks(_decompressed(compressed, file, name))
+                return remote.parse_log_excerpt(text.decode("utf-8", errors="replace"))
+    except OSError as exc:
+        raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
+    if size > remote.LOG_HEAD_BYTES + remote.LOG_TAIL_BYTES:
+        read = subprocess.run(remote.log_excerpt(str(path)), capture_output=True, check=False)
+        if read.returncode == 0:
+            return remote.parse_log_excerpt(read.stdout.decode("utf-8", errors="replace"))
     return remote.parse_log_excerpt(_read_input(name, "log").decode("utf-8", errors="replace"))
+
+
+# how a compressed file starts: logrotate's `compress` writes gzip; xz and bzip2 are its common compresscmd choices
+_COMPRESSIONS = (("gzip", re.compile(rb"\x1f\x8b")), ("xz", re.compile(rb"\xfd7zXZ\x00")),
+                 ("bzip2", re.compile(rb"BZh[1-9]1AY&SY")), ("zstd", re.compile(rb"\x28\xb5\x2f\xfd")))
+
+
+def _compression(start: bytes) -> str | None:
+    return next((kind for kind, magic in _COMPRESSIONS if magic.match(start)), None)
+
+
+def _decompressed(kind: str, file: BinaryIO, name: str) -> Iterator[bytes]:
+    """The decompressed bytes of ``file`` (from its start) in chunks; a stream that ends early (compressed while
+    it was written, or copied in part) yields what it holds and says so."""
+    import bz2
+    import gzip
+    import lzma
+
+    file.seek(0)
+    opened: dict[str, Callable[[BinaryIO], io.BufferedIOBase]] = {
+        "gzip": lambda f: gzip.GzipFile(fileobj=f), "xz": lzma.LZMAFile, "bzip2": bz2.BZ2File}
+    if kind not in opened:
+        raise UsageError(f"cannot read log {name}: it is {kind}-compressed; decompress it first "
+                         f"(e.g. `zstd -dc {shlex.quote(name)} | gpuops triage -`)")
+    stream = opened[kind](file)
+    read = 0
+    try:
+        while chunk := stream.read(1 << 20):
+            read += len(chunk)
+            yield chunk
+    except EOFError:
+        if not read:
+            raise UsageError(f"cannot read log {name}: its {kind} data ends before any of the log") from None
+        print(f"gpuops: {name}: the {kind} data ends early; read the {read} bytes it holds", file=sys.stderr)
+    except (OSError, lzma.LZMAError) as exc:
+        raise UsageError(f"cannot read log {name}: not readable {kind} data ({exc})") from None
 
 
 def cmd_budget(args: argparse.Namespace) -> int:

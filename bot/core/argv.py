@@ -135,6 +135,29 @@ def log_tail(path: str, lines: int, max_bytes: int = LOG_TAIL_MAX_BYTES) -> Argv
             _check_int(lines, "lines", 1, LOG_TAIL_MAX_LINES), _check_int(max_bytes, "max_bytes", 1))
 
 
+def excerpt_of_chunks(chunks: Iterable[bytes], head_bytes: int = LOG_HEAD_BYTES,
+                      tail_bytes: int = LOG_TAIL_BYTES) -> bytes:
+    """What LOG_EXCERPT_SCRIPT prints for a file, from the file's bytes as a stream (a compressed log read as it
+    is decompressed): whole up to ``head_bytes + tail_bytes``, else its head, the skipped-bytes mark, its tail.
+    Holds at most head + tail + one chunk."""
+    head = bytearray()
+    tail = bytearray()
+    size = newlines = 0
+    for chunk in chunks:
+        size += len(chunk)
+        newlines += chunk.count(b"\n")
+        if len(head) < head_bytes:
+            taken = head_bytes - len(head)
+            head += chunk[:taken]
+            chunk = chunk[taken:]
+        tail += chunk
+        del tail[:max(0, len(tail) - tail_bytes)]
+    if size <= head_bytes + tail_bytes:
+        return bytes(head + tail)
+    mark = f"\n[gpuops: skipped {size - head_bytes - tail_bytes} bytes of a log of {newlines} lines]\n"
+    return bytes(head) + mark.encode() + bytes(tail)
+
+
 @dataclass(frozen=True)
 class LogExcerpt:
     """What ``log_excerpt`` printed: the text, and how its line numbers map back to the file's."""

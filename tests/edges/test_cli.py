@@ -363,6 +363,53 @@ def test_a_long_log_is_read_at_both_ends_with_the_files_own_line_numbers(tmp_pat
     assert any(n.startswith("a long log: read its first 512 KiB and last 1536 KiB, skipping ") for n in found["notes"])
 
 
+def test_the_excerpt_of_a_stream_is_what_the_containers_script_prints_for_the_file(tmp_path):
+    import random
+
+    from bot.core.argv import excerpt_of_chunks, log_excerpt
+
+    log = (FIXTURES / "sglang-failures/cases.jsonl").read_bytes()  # real lines, some long
+    rng = random.Random(4)
+    for size in (0, 1, 99, 100, 101, 5000, len(log)):
+        data = log[:size]
+        (tmp_path / "x.log").write_bytes(data)
+        script = subprocess.run(log_excerpt(str(tmp_path / "x.log"), 40, 60), capture_output=True, check=True)
+        cuts = sorted(rng.sample(range(len(data) + 1), min(5, len(data) + 1)))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        assert excerpt_of_chunks(chunks, 40, 60) == script.stdout, size
+
+
+def test_a_rotated_compressed_log_is_read_as_the_plain_one_at_both_ends(tmp_path):
+    import bz2
+    import gzip
+    import lzma
+
+    plain = tmp_path / "serving.log"
+    plain.write_text(long_serving_log(FIXTURES / "sglang-failures/cases.jsonl", ROOT / "bot/lab/data/logs", 20000))
+    want = json.loads(gpuops("triage", str(plain), "--json").stdout)
+    assert want["label"] == "watchdog_timeout" and any(n.startswith("a long log") for n in want["notes"])
+    data = plain.read_bytes()
+    for suffix, compress in ((".1.gz", gzip.compress), (".2.xz", lzma.compress), (".3.bz2", bz2.compress)):
+        rotated = tmp_path / f"serving.log{suffix}"
+        rotated.write_bytes(compress(data))
+        out = gpuops("triage", str(rotated), "--json")
+        assert out.returncode == 0 and json.loads(out.stdout) == want, suffix
+    # from stdin too
+    piped = subprocess.run([sys.executable, "-m", "bot.cli", "triage", "-", "--json"], cwd=ROOT, timeout=120,
+                           input=gzip.compress(data), capture_output=True)
+    assert json.loads(piped.stdout) == want
+    # a copy cut short keeps what it holds, and says so
+    cut = tmp_path / "cut.log.gz"
+    whole = gzip.compress(data)
+    cut.write_bytes(whole[:len(whole) // 2])
+    out = gpuops("triage", str(cut), "--json")
+    assert "the gzip data ends early; read the" in out.stderr and json.loads(out.stdout)["label"]
+    # a compression it cannot read is a clear usage error with the command that can
+    (tmp_path / "serving.log.zst").write_bytes(bytes.fromhex("28b52ffd") + b"\0" * 8)
+    out = gpuops("triage", str(tmp_path / "serving.log.zst"))
+    assert out.returncode == 2 and "zstd-compressed; decompress it first (e.g. `zstd -dc" in out.stderr
+
+
 def test_budget_of_a_checkpoint_saved_without_its_mtp_layers_warns_before_a_nextn_launch(tmp_path):
     # Qwen3.6-27B's config (one MTP layer) beside an index whose weight map, like the REAP re-save's, has no mtp.*
     (tmp_path / "config.json").write_text((FIXTURES / "model-configs/Qwen__Qwen3.6-27B/config.json").read_text())
