@@ -6,8 +6,8 @@ time first, containerd's files add ``stdout F``, `journalctl` and rsyslog's /var
 and the unit's process first, docker's json-file driver wraps each line in a JSON object, Ray and vLLM tag their
 workers' output ``(Worker pid=N, ip=...)``, and a wrapper program logging SGLang's output through Python's logging
 puts its own time, logger and level first. Colour codes come along when a terminal was recorded. The triage's rules
-read SGLang's words (a traceback frame starts its line), so these prefixes are taken off first; line numbers stay
-those of the file.
+read SGLang's words (a traceback frame starts its line), so these prefixes are taken off first, and a line containerd
+or docker cut into pieces (``P``; no newline) is joined again; line numbers stay those of the file.
 
 A prefix form is taken off only when it is how this log was collected: when it starts at least a third of the
 log's non-blank lines. A line of SGLang's own that happens to look like one prefix is left alone. An indentation
@@ -54,16 +54,53 @@ _NESTING = 3  # at most this many prefixes, one inside another
 def collected_lines(text: str) -> list[str]:
     """The lines of a log as it was handed over. A docker json-file log (the file under /var/lib/docker/containers,
     one ``{"log": ..., "stream": ..., "time": ...}`` object per line) becomes what `docker logs -t` prints of it:
-    the time, then the line. One line stays one line, so line numbers stay those of the file."""
+    the time, then the line. A line the collector split into pieces (docker's json-file and containerd cut a line
+    longer than 16 KiB) is joined again on the line its first piece is on; the pieces after it leave empty lines, so
+    line numbers stay those of the file."""
     lines = text.replace("\r\n", "\n").split("\n")
-    decoded = [_docker_json_line(line) for line in lines]
-    found = sum(1 for line in decoded if line is not None)
-    if not found or found * _SHARE < sum(1 for line in lines if line.strip()):
-        return lines
-    return [line if entry is None else entry for line, entry in zip(lines, decoded, strict=True)]
+    content = sum(1 for line in lines if line.strip())
+    decoded = [_docker_json_piece(line) for line in lines]
+    found = [piece for piece in decoded if piece is not None]
+    if found and len(found) * _SHARE >= content:
+        return _joined(lines, decoded)
+    pieces = [(m.group("stream"), line, line[m.end():], m.group("tag") == "F") if (m := _CRI_PIECE.match(line))
+              else None for line in lines]
+    if sum(1 for piece in pieces if piece is not None) * _SHARE >= content:
+        return _joined(lines, pieces)
+    return lines
 
 
-def _docker_json_line(line: str) -> str | None:
+# containerd's (CRI) log line: time, stream, F for a whole line or its last piece, P for a piece more follows
+_CRI_PIECE = re.compile(rf"^{_RFC3339} (?P<stream>stdout|stderr) (?P<tag>[FP]) ")
+# (stream, the line as shown when it starts a line, its text alone when it continues one, whether the line ends)
+Piece = tuple[str, str, str, bool]
+
+
+def _joined(lines: list[str], pieces: list[Piece | None]) -> list[str]:
+    """``lines`` as shown, each piece that does not end its line continued by the next pieces of its stream. Only
+    where some pieces end their line, as a collector that splits marks them: an export that dropped every line's
+    newline is not one long line."""
+    out = [line if piece is None else piece[1] for line, piece in zip(lines, pieces, strict=True)]
+    ends = [piece[3] for piece in pieces if piece is not None]
+    if all(ends) or not any(ends):
+        return out
+    open_at: dict[str, int] = {}  # stream -> the index of the line it is building
+    for index, piece in enumerate(pieces):
+        if piece is None:
+            continue
+        stream, _, text, ends_here = piece
+        if stream in open_at:
+            out[open_at[stream]] += text
+            out[index] = ""
+            if ends_here:
+                del open_at[stream]
+        elif not ends_here:
+            open_at[stream] = index
+    return out
+
+
+def _docker_json_piece(line: str) -> Piece | None:
+    """One json-file object: docker leaves the newline off every piece of a split line but its last."""
     if not line.startswith("{") or '"log"' not in line:
         return None
     try:
@@ -72,9 +109,10 @@ def _docker_json_line(line: str) -> str | None:
         return None
     if not isinstance(entry, dict) or not isinstance(text := entry.get("log"), str):
         return None
-    text = text.removesuffix("\n")
     time = entry.get("time")
-    return f"{time} {text}" if isinstance(time, str) and re.fullmatch(_RFC3339, time) else text
+    bare = text.removesuffix("\n")
+    shown = f"{time} {bare}" if isinstance(time, str) and re.fullmatch(_RFC3339, time) else bare
+    return str(entry.get("stream")), shown, bare, text.endswith("\n")
 
 
 # a colour code whose ESC byte a copy lost (a paste into GitHub or a chat keeps `[31mERROR[0m` as text)

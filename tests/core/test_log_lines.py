@@ -145,6 +145,59 @@ def test_a_docker_json_file_log_becomes_docker_logs_t_lines_one_for_one():
     assert collected_lines("\n".join(own)) == own
 
 
+def _split(line: str, width: int) -> list[str]:
+    return [line[i:i + width] for i in range(0, len(line), width)] or [""]
+
+
+# how the two collectors that cut long lines write the pieces (16 KiB in both; 120 characters here, so that the
+# corpus's long lines are cut): containerd's CRI tag P on each piece but the last (F), docker's json-file leaving the
+# newline off each piece but the last
+SPLITTERS = {
+    "containerd": lambda i, line, width: [
+        f"2026-12-04T12:00:{i % 60:02d}.123456789Z stderr {'F' if n == len(pieces) - 1 else 'P'} {piece}"
+        for pieces in [_split(line, width)] for n, piece in enumerate(pieces)],
+    "docker json-file": lambda i, line, width: [
+        json.dumps({"log": piece + ("\n" if n == len(pieces) - 1 else ""), "stream": "stderr",
+                    "time": f"2026-12-04T12:00:{i % 60:02d}.123456789Z"})
+        for pieces in [_split(line, width)] for n, piece in enumerate(pieces)],
+}
+
+
+@pytest.mark.parametrize("collector", SPLITTERS)
+def test_a_line_a_collector_split_into_pieces_is_read_whole_on_the_line_it_starts_on(collector):
+    split, width = SPLITTERS[collector], 120
+    changed, cut = [], 0
+    for case in CASES:
+        context = LaunchContext.from_argv([case.get("launch_command") or ""])
+        lines = case["log_excerpt"].split("\n")
+        direct = diagnose("\n".join(lines), context=context)
+        written, starts = [], []
+        for i, line in enumerate(lines):
+            starts.append(len(written) + 1)  # the file's line number of this line's first piece
+            written += split(i, line, width)
+        cut += len(written) > len(lines)
+        collected = diagnose("\n".join(written), context=context)
+        want = (direct.label, [(starts[e.line_no - 1], e.text) for e in direct.evidence])
+        if (collected.label, [(e.line_no, e.text) for e in collected.evidence]) != want:
+            changed.append((case["id"], direct.label, collected.label))
+    assert cut >= 30 and not changed
+
+
+def test_pieces_of_two_streams_are_joined_each_to_its_own_line_and_an_export_without_newlines_is_not_joined():
+    case = next(c for c in CASES if c["id"] == "qwen3-1368")  # a 1000-character error line
+    error = case["log_excerpt"].split("\n")[-1]
+    first, rest = error[:400], error[400:]
+    cri = [f"2026-12-04T12:00:01.1Z stderr P {first}",
+           "2026-12-04T12:00:01.2Z stdout F [2026-12-04 12:00:01] INFO:     127.0.0.1:5000 - \"GET /health HTTP/1.1\"",
+           f"2026-12-04T12:00:01.3Z stderr F {rest}"]
+    assert plain_lines(collected_lines("\n".join(cri))) == [
+        error, '[2026-12-04 12:00:01] INFO:     127.0.0.1:5000 - "GET /health HTTP/1.1"', ""]
+    # an export that dropped every line's newline is not a split line: one object stays one line
+    lines = case["log_excerpt"].split("\n")
+    bare = [json.dumps({"log": line, "stream": "stderr"}) for line in lines]
+    assert collected_lines("\n".join(bare)) == lines
+
+
 def test_a_newest_first_docker_json_file_export_is_read_in_time_order():
     case = next(c for c in CASES if c["id"] == "sglang-764")
     lines = case["log_excerpt"].split("\n")
