@@ -45,7 +45,28 @@ def _json_file_line(i: int, line: str) -> str:
     return json.dumps({"log": line + "\n", "stream": "stderr", "time": f"2026-12-04T12:00:{i % 60:02d}.123456789Z"})
 
 
-# how collectors hand a log over (each a prefix or a wrapping per line; see bot/core/log_lines.py)
+PIECE_CHARS = 120  # both cut at 16 KiB; the corpus's lines are shorter, so its long lines are cut at this instead
+
+
+def _pieces(line: str) -> list[str]:
+    return [line[i:i + PIECE_CHARS] for i in range(0, len(line), PIECE_CHARS)] or [""]
+
+
+def _containerd_pieces(i: int, line: str) -> str:
+    pieces = _pieces(line)
+    return "\n".join(f"2026-12-04T12:00:{i % 60:02d}.123456789Z stderr {'F' if n == len(pieces) - 1 else 'P'} {piece}"
+                     for n, piece in enumerate(pieces))
+
+
+def _json_file_pieces(i: int, line: str) -> str:
+    pieces = _pieces(line)
+    time = f"2026-12-04T12:00:{i % 60:02d}.123456789Z"
+    return "\n".join(json.dumps({"log": piece + ("\n" if n == len(pieces) - 1 else ""), "stream": "stderr",
+                                 "time": time}) for n, piece in enumerate(pieces))
+
+
+# how collectors hand a log over (each a prefix or a wrapping per line, or the line's pieces when the collector cuts
+# long lines; see bot/core/log_lines.py)
 COLLECTORS = {
     "docker compose": lambda i, line: f"sglang-1  | {line}",
     "docker logs -t": lambda i, line: f"2026-12-04T12:00:{i % 60:02d}.123456789Z {line}",
@@ -54,6 +75,8 @@ COLLECTORS = {
     "syslog": lambda i, line: f"2026-12-04T12:00:{i % 60:02d}.523607+00:00 ct129 python3[4242]: {line}",
     "docker json-file": _json_file_line,
     "colours without ESC": lambda i, line: f"[1m{line}[0m" if line.strip() else line,
+    f"containerd pieces of {PIECE_CHARS}": _containerd_pieces,
+    f"json-file pieces of {PIECE_CHARS}": _json_file_pieces,
 }
 
 
