@@ -601,7 +601,26 @@ def _diagnose_lines(raw: list[str], stalled_minutes: float | None, context: Laun
             return stalled
     if echoes:
         return _echo_finding(echoes, lines, order, notes)
-    return _no_failure(lines, order, notes) or _unknown(lines, order, notes)
+    return _no_failure(lines, order, notes) or _launch_would_decide(_unknown(lines, order, notes), lines, order,
+                                                                    context)
+
+
+_FEATURE_WORDS = {"speculative": "speculative decoding (--speculative-algorithm)",
+                  "hybrid_linear": "a hybrid linear-attention model (Qwen3-Next, Qwen3.5/3.6)"}
+
+
+def _launch_would_decide(found: Finding, lines: list[str], order: list[int], context: LaunchContext | None) -> Finding:
+    """An unknown whose lines are a generic symptom that the launch decides (_CONTEXT_RULES), read without the
+    launch: say which launch would make it which cause, and to give the launch command."""
+    if context is not None:
+        return found
+    decides = [f"with {_FEATURE_WORDS[feature]} it points to {label}" for feature, pattern, label in _CONTEXT_RULES
+               if any(pattern.search(lines[i]) for i in order)]
+    if not decides:
+        return found
+    return replace(found, next_step="this is a generic symptom that the launch decides: " + "; ".join(decides)
+                   + ". Give the launch's command (gpuops triage --launch \"...\"; /sglang triage reads the attempt's "
+                   "own) to read it in that light")
 
 
 def _rule_hits(lines: list[str], order: list[int]) -> list[Hit]:

@@ -354,6 +354,20 @@ def test_a_startup_log_that_just_stops_says_how_far_it_got(case_id, where):
     assert finding.label == "unknown" and f"the log stops {where}" in finding.explanation
 
 
+def test_a_generic_symptom_read_without_its_launch_says_which_launch_decides_it():
+    # sglang-29516's one line: a shape mismatch that is the speculative path's only when the launch used it
+    line = BY_ID["sglang-29516"]["log_excerpt"]
+    alone = diagnose(line)
+    assert alone.label == "unknown" and alone.next_step.startswith(
+        "this is a generic symptom that the launch decides: with speculative decoding (--speculative-algorithm) it "
+        "points to speculative_decoding_error. Give the launch's command")
+    # a launch known not to use it: the usual unknown, nothing to suggest
+    plain = diagnose(line, context=LaunchContext.from_argv(["--tp", "2"]))
+    assert plain.label == "unknown" and plain.next_step == "read the lines above; run with --log-level debug for more"
+    spec = diagnose(line, context=LaunchContext.from_argv(["--speculative-algorithm", "EAGLE"]))
+    assert spec.label == "speculative_decoding_error"
+
+
 def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as_a_test():
     # a real partial case: the frames run through the speculative verify step while serving (which any kernel
     # failure there does too), then the text stops; the label rests on the thread
