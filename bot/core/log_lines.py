@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
 
 from bot.core.flags import scrub_secrets
 
@@ -63,43 +65,34 @@ def collected_lines(text: str) -> list[str]:
     found = [piece for piece in decoded if piece is not None]
     if found and len(found) * _SHARE >= content:
         return _joined(lines, decoded)
-    pieces = [(m.group("stream"), line, line[m.end():], m.group("tag") == "F") if (m := _CRI_PIECE.match(line))
-              else None for line in lines]
+    pieces = [_cri_piece(line) for line in lines]
     if sum(1 for piece in pieces if piece is not None) * _SHARE >= content:
         return _joined(lines, pieces)
     return lines
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """One line of a collector that marks the lines it cut into pieces."""
+
+    stream: str
+    shown: str  # the line as shown when it starts a line (with the collector's time)
+    text: str  # its text alone, when it continues one
+    ends: bool  # the line ends with this piece
+    time: datetime | None  # the collector's time
+
+
 # containerd's (CRI) log line: time, stream, F for a whole line or its last piece, P for a piece more follows
-_CRI_PIECE = re.compile(rf"^{_RFC3339} (?P<stream>stdout|stderr) (?P<tag>[FP]) ")
-# (stream, the line as shown when it starts a line, its text alone when it continues one, whether the line ends)
-Piece = tuple[str, str, str, bool]
+_CRI_PIECE = re.compile(rf"^(?P<time>{_RFC3339}) (?P<stream>stdout|stderr) (?P<tag>[FP]) ")
 
 
-def _joined(lines: list[str], pieces: list[Piece | None]) -> list[str]:
-    """``lines`` as shown, each piece that does not end its line continued by the next pieces of its stream. Only
-    where some pieces end their line, as a collector that splits marks them: an export that dropped every line's
-    newline is not one long line."""
-    out = [line if piece is None else piece[1] for line, piece in zip(lines, pieces, strict=True)]
-    ends = [piece[3] for piece in pieces if piece is not None]
-    if all(ends) or not any(ends):
-        return out
-    open_at: dict[str, int] = {}  # stream -> the index of the line it is building
-    for index, piece in enumerate(pieces):
-        if piece is None:
-            continue
-        stream, _, text, ends_here = piece
-        if stream in open_at:
-            out[open_at[stream]] += text
-            out[index] = ""
-            if ends_here:
-                del open_at[stream]
-        elif not ends_here:
-            open_at[stream] = index
-    return out
+def _cri_piece(line: str) -> _Piece | None:
+    m = _CRI_PIECE.match(line)
+    return None if m is None else _Piece(m.group("stream"), line, line[m.end():], m.group("tag") == "F",
+                                         _time(m.group("time")))
 
 
-def _docker_json_piece(line: str) -> Piece | None:
+def _docker_json_piece(line: str) -> _Piece | None:
     """One json-file object: docker leaves the newline off every piece of a split line but its last."""
     if not line.startswith("{") or '"log"' not in line:
         return None
@@ -111,8 +104,43 @@ def _docker_json_piece(line: str) -> Piece | None:
         return None
     time = entry.get("time")
     bare = text.removesuffix("\n")
-    shown = f"{time} {bare}" if isinstance(time, str) and re.fullmatch(_RFC3339, time) else bare
-    return str(entry.get("stream")), shown, bare, text.endswith("\n")
+    if isinstance(time, str) and re.fullmatch(_RFC3339, time):
+        return _Piece(str(entry.get("stream")), f"{time} {bare}", bare, text.endswith("\n"), _time(time))
+    return _Piece(str(entry.get("stream")), bare, bare, text.endswith("\n"), None)
+
+
+def _time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _joined(lines: list[str], pieces: list[_Piece | None]) -> list[str]:
+    """``lines`` as shown, each piece that does not end its line continued by the next pieces of its stream, in
+    time order (a newest-first export, by the collector's times, is joined from its end); the line is kept where its
+    first piece is. Only where some pieces end their line, as a collector that splits marks them: an export that
+    dropped every line's newline is not one long line."""
+    out = [line if piece is None else piece.shown for line, piece in zip(lines, pieces, strict=True)]
+    ends = [piece.ends for piece in pieces if piece is not None]
+    if all(ends) or not any(ends):
+        return out
+    times = [piece.time for piece in pieces if piece is not None and piece.time is not None]
+    steps = [(a < b) - (a > b) for a, b in pairwise(times)]
+    order = range(len(pieces) - 1, -1, -1) if steps.count(-1) > steps.count(1) else range(len(pieces))
+    open_at: dict[str, int] = {}  # stream -> the index of the line it is building
+    for index in order:
+        piece = pieces[index]
+        if piece is None:
+            continue
+        if piece.stream in open_at:
+            out[open_at[piece.stream]] += piece.text
+            out[index] = ""
+            if piece.ends:
+                del open_at[piece.stream]
+        elif not piece.ends:
+            open_at[piece.stream] = index
+    return out
 
 
 # a colour code whose ESC byte a copy lost (a paste into GitHub or a chat keeps `[31mERROR[0m` as text)
