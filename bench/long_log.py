@@ -1,6 +1,7 @@
 """How long a triage of a long log takes: read at both ends (what /sglang triage and gpuops triage do)
-against the whole file, and the same log rotated and gzip-compressed (read as it is decompressed, keeping both
-ends), side by side in one run.
+against the whole file, the same log piped to `gpuops triage -` (both ends kept as it streams in; before, stdin was
+read whole), and the same log rotated and gzip-compressed (read as it is decompressed, keeping both ends), side by
+side in one run.
 
     python bench/long_log.py [LINES]
 
@@ -13,6 +14,7 @@ compressed read held at once (tracemalloc).
 from __future__ import annotations
 
 import gzip
+import io
 import statistics
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bot.cli import _read_log  # noqa: E402
 from bot.core import argv as remote  # noqa: E402
 from bot.core.diagnosis import diagnose, diagnose_excerpt  # noqa: E402
 from tests.edges.test_cli import long_serving_log  # noqa: E402
@@ -37,7 +40,7 @@ def main(argv: list[str]) -> int:
         log.write_text(text)
         rotated = Path(tmp) / "serving.log.1.gz"
         rotated.write_bytes(gzip.compress(text.encode(), compresslevel=6))  # gzip's default, as logrotate runs it
-        ends, whole, compressed = [], [], []
+        ends, whole, compressed, piped = [], [], [], []
         peak = 0
         for run in range(4):  # the last run only measures memory: tracemalloc slows what it traces
             if run == 3:
@@ -58,15 +61,25 @@ def main(argv: list[str]) -> int:
             started = time.perf_counter()
             by_whole = diagnose(log.read_text())
             whole.append(time.perf_counter() - started)
+            with log.open("rb") as file:
+                stdin, sys.stdin = sys.stdin, io.TextIOWrapper(file)  # `gpuops triage - < serving.log`
+                try:
+                    started = time.perf_counter()
+                    by_pipe = diagnose_excerpt(_read_log("-"))
+                    piped.append(time.perf_counter() - started)
+                finally:
+                    sys.stdin = stdin
         rotated_mb = rotated.stat().st_size / 1e6
     print(f"log: {len(text) / 1e6:.1f} MB, {text.count(chr(10)):,} lines")
     print(f"both ends (512 KiB + 1.5 MiB): median {statistics.median(ends):.2f} s -> {by_ends.label}")
     print(f"whole file:                    median {statistics.median(whole):.2f} s -> {by_whole.label}")
+    print(f"piped to gpuops triage -:      median {statistics.median(piped):.2f} s -> {by_pipe.label}")
     print(f"rotated .gz ({rotated_mb:.1f} MB), both ends as decompressed: "
           f"median {statistics.median(compressed):.2f} s, peak {peak / 2**20:.1f} MiB -> {by_gz.label}")
     print(f"long log: whole/ends = {statistics.median(whole) / statistics.median(ends):.1f}x, "
+          f"piped/ends = {statistics.median(piped) / statistics.median(ends):.1f}x, "
           f"gz/ends = {statistics.median(compressed) / statistics.median(ends):.1f}x, "
-          f"same cause: {by_ends.label == by_whole.label == by_gz.label}")
+          f"same cause: {by_ends.label == by_whole.label == by_pipe.label == by_gz.label}")
     return 0
 
 

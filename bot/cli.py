@@ -186,23 +186,20 @@ def _read_input(name: str, what: str) -> bytes:
 
 
 def _read_log(name: str) -> LogExcerpt:
-    """A log to triage: whole, or for a long file its head and tail read by the same script that reads a
-    container's log (so the two answers agree). A rotated log compressed by logrotate (gzip, or xz/bzip2) is read
-    as it is decompressed, its head and tail kept the same way."""
+    """A log to triage: whole, or for a long one its head and tail, as the script that reads a container's log
+    keeps them (so the two answers agree): a long file is read by that script, stdin and a rotated log compressed
+    by logrotate (gzip, or xz/bzip2) as they stream in, holding no more than the head and tail."""
     if name == "-":
-        data = _read_input(name, "log")
-        compressed = _compression(data)
-        if compressed is not None:
-            data = remote.excerpt_of_chunks(_decompressed(compressed, io.BytesIO(data), name))
-        return remote.parse_log_excerpt(data.decode("utf-8", errors="replace"))
+        start = sys.stdin.buffer.read(16)
+        return _excerpt_of_stream(io.BufferedReader(_Prefixed(start, sys.stdin.buffer)), start, name)
     path = Path(name).resolve()
     try:
         size = path.stat().st_size
         with path.open("rb") as file:
-            compressed = _compression(file.read(16))
-            if compressed is not None:
-                text = remote.excerpt_of_chunks(_decompressed(compressed, file, name))
-                return remote.parse_log_excerpt(text.decode("utf-8", errors="replace"))
+            start = file.read(16)
+            if _compression(start) is not None:
+                file.seek(0)
+                return _excerpt_of_stream(file, start, name)
     except OSError as exc:
         raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
     if size > remote.LOG_HEAD_BYTES + remote.LOG_TAIL_BYTES:
@@ -210,6 +207,33 @@ def _read_log(name: str) -> LogExcerpt:
         if read.returncode == 0:
             return remote.parse_log_excerpt(read.stdout.decode("utf-8", errors="replace"))
     return remote.parse_log_excerpt(_read_input(name, "log").decode("utf-8", errors="replace"))
+
+
+class _Prefixed(io.RawIOBase):
+    """A stream whose first bytes were already read (to tell a compressed one), given back first."""
+
+    def __init__(self, start: bytes, rest: BinaryIO) -> None:
+        self._start, self._rest = start, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._start[:len(buffer)] if self._start else self._rest.read(len(buffer))
+        self._start = self._start[len(data):]
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def _excerpt_of_stream(stream: BinaryIO, start: bytes, name: str) -> LogExcerpt:
+    """The head and tail of a log read from ``stream`` (from its start), decompressed when ``start`` says so."""
+    kind = _compression(start)
+    try:
+        chunks = iter(lambda: stream.read(1 << 20), b"") if kind is None else _decompressed(kind, stream, name)
+        text = remote.excerpt_of_chunks(chunks)
+    except OSError as exc:
+        raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
+    return remote.parse_log_excerpt(text.decode("utf-8", errors="replace"))
 
 
 # how a compressed file starts: logrotate's `compress` writes gzip; xz and bzip2 are its common compresscmd choices
@@ -228,7 +252,6 @@ def _decompressed(kind: str, file: BinaryIO, name: str) -> Iterator[bytes]:
     import gzip
     import lzma
 
-    file.seek(0)
     opened: dict[str, Callable[[BinaryIO], io.BufferedIOBase]] = {
         "gzip": lambda f: gzip.GzipFile(fileobj=f), "xz": lzma.LZMAFile, "bzip2": bz2.BZ2File}
     if kind not in opened:

@@ -361,6 +361,10 @@ def test_a_long_log_is_read_at_both_ends_with_the_files_own_line_numbers(tmp_pat
     for evidence in found["evidence"]:  # the line numbers are the file's, past the skipped middle
         assert lines[evidence["line_no"] - 1].strip() == evidence["text"]
     assert any(n.startswith("a long log: read its first 512 KiB and last 1536 KiB, skipping ") for n in found["notes"])
+    # piped in, it is read the same way as it streams in (not held whole), with the same line numbers
+    piped = subprocess.run([sys.executable, "-m", "bot.cli", "triage", "-", "--json"], cwd=ROOT, timeout=120,
+                           input=log.read_bytes(), capture_output=True)
+    assert json.loads(piped.stdout) == found
 
 
 def test_the_excerpt_of_a_stream_is_what_the_containers_script_prints_for_the_file(tmp_path):
