@@ -209,6 +209,16 @@ def _read_log(name: str) -> LogExcerpt:
     return remote.parse_log_excerpt(_read_input(name, "log").decode("utf-8", errors="replace"))
 
 
+def _read_kernel_log(name: str) -> str:
+    """A saved kernel log, whole (an OOM kill or an Xid may be anywhere in it); a rotated one (kern.log.2.gz) is
+    decompressed."""
+    data = _read_input(name, "kernel log")
+    kind = _compression(data[:16])
+    if kind is not None:
+        data = b"".join(_decompressed(kind, io.BytesIO(data), name))
+    return data.decode("utf-8", errors="replace")
+
+
 class _Prefixed(io.RawIOBase):
     """A stream whose first bytes were already read (to tell a compressed one), given back first."""
 
@@ -615,7 +625,7 @@ def _triage_file(args: argparse.Namespace) -> int:
     if args.kernel_log:
         # the node's kernel log of the launch's time, saved (`journalctl -k --since ...`, `dmesg -T`): a kill there
         # explains a log that says nothing of its own death
-        text = _read_input(args.kernel_log, "kernel log").decode("utf-8", errors="replace")
+        text = _read_kernel_log(args.kernel_log)
         kills = oom_kills(text)
         finding = killed_by_the_oom_killer(finding, kills, args.vmid)
         kernel = [*oom_kill_findings("kernel", kills, args.vmid), *xid_findings("kernel", xid_events(text))]

@@ -254,6 +254,12 @@ def test_triage_of_a_log_file_reads_a_saved_kernel_log_beside_it(tmp_path):
     assert "kernel: the kernel's OOM killer killed PID 3783517 (python3) in CT 703" in other.stdout
     ours = gpuops("triage", str(log), "--kernel-log", str(journal), "--vmid", "703")
     assert "host_oom_kill (high confidence" in ours.stdout
+    # the same journal rotated and compressed (kern.log.2.gz) reads the same
+    import gzip
+
+    rotated = tmp_path / "kern.log.2.gz"
+    rotated.write_bytes(gzip.compress(journal.read_bytes()))
+    assert gpuops("triage", str(log), "--kernel-log", str(rotated), "--vmid", "703").stdout == ours.stdout
     refused = gpuops("triage", str(log), "--vmid", "703")
     assert refused.returncode == 2 and "--kernel-log" in refused.stderr
 
