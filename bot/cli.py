@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import shlex
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
@@ -186,27 +185,19 @@ def _read_input(name: str, what: str) -> bytes:
 
 
 def _read_log(name: str) -> LogExcerpt:
-    """A log to triage: whole, or for a long one its head and tail, as the script that reads a container's log
-    keeps them (so the two answers agree): a long file is read by that script, stdin and a rotated log compressed
-    by logrotate (gzip, or xz/bzip2) as they stream in, holding no more than the head and tail."""
+    """A log to triage (a file, or stdin for ``-``): whole, or for a long one its head and tail as the script that
+    reads a container's log keeps them (``argv.excerpt_of_chunks``, so the two answers agree), read as it streams
+    in; a rotated log logrotate compressed (gzip, or xz/bzip2) as it is decompressed."""
     if name == "-":
         start = sys.stdin.buffer.read(16)
         return _excerpt_of_stream(io.BufferedReader(_Prefixed(start, sys.stdin.buffer)), start, name)
-    path = Path(name).resolve()
     try:
-        size = path.stat().st_size
-        with path.open("rb") as file:
+        with Path(name).open("rb") as file:
             start = file.read(16)
-            if _compression(start) is not None:
-                file.seek(0)
-                return _excerpt_of_stream(file, start, name)
+            file.seek(0)
+            return _excerpt_of_stream(file, start, name)
     except OSError as exc:
         raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
-    if size > remote.LOG_HEAD_BYTES + remote.LOG_TAIL_BYTES:
-        read = subprocess.run(remote.log_excerpt(str(path)), capture_output=True, check=False)
-        if read.returncode == 0:
-            return remote.parse_log_excerpt(read.stdout.decode("utf-8", errors="replace"))
-    return remote.parse_log_excerpt(_read_input(name, "log").decode("utf-8", errors="replace"))
 
 
 def _read_kernel_log(name: str) -> str:

@@ -79,7 +79,7 @@ class _Piece:
     shown: str  # the line as shown when it starts a line (with the collector's time)
     text: str  # its text alone, when it continues one
     ends: bool  # the line ends with this piece
-    time: datetime | None  # the collector's time
+    time: str | None  # the collector's time (RFC 3339), read only when a line is to be joined
 
 
 # containerd's (CRI) log line: time, stream, F for a whole line or its last piece, P for a piece more follows
@@ -89,7 +89,7 @@ _CRI_PIECE = re.compile(rf"^(?P<time>{_RFC3339}) (?P<stream>stdout|stderr) (?P<t
 def _cri_piece(line: str) -> _Piece | None:
     m = _CRI_PIECE.match(line)
     return None if m is None else _Piece(m.group("stream"), line, line[m.end():], m.group("tag") == "F",
-                                         _time(m.group("time")))
+                                         m.group("time"))
 
 
 def _docker_json_piece(line: str) -> _Piece | None:
@@ -105,7 +105,7 @@ def _docker_json_piece(line: str) -> _Piece | None:
     time = entry.get("time")
     bare = text.removesuffix("\n")
     if isinstance(time, str) and re.fullmatch(_RFC3339, time):
-        return _Piece(str(entry.get("stream")), f"{time} {bare}", bare, text.endswith("\n"), _time(time))
+        return _Piece(str(entry.get("stream")), f"{time} {bare}", bare, text.endswith("\n"), time)
     return _Piece(str(entry.get("stream")), bare, bare, text.endswith("\n"), None)
 
 
@@ -125,7 +125,7 @@ def _joined(lines: list[str], pieces: list[_Piece | None]) -> list[str]:
     ends = [piece.ends for piece in pieces if piece is not None]
     if all(ends) or not any(ends):
         return out
-    times = [piece.time for piece in pieces if piece is not None and piece.time is not None]
+    times = [t for piece in pieces if piece is not None and piece.time is not None and (t := _time(piece.time))]
     steps = [(a < b) - (a > b) for a, b in pairwise(times)]
     order = range(len(pieces) - 1, -1, -1) if steps.count(-1) > steps.count(1) else range(len(pieces))
     open_at: dict[str, int] = {}  # stream -> the index of the line it is building
