@@ -200,13 +200,14 @@ def _read_log(name: str) -> LogExcerpt:
         raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
 
 
-def _read_kernel_log(name: str) -> str:
+def _read_kernel_log(name: str, log: str) -> str:
     """A saved kernel log, whole (an OOM kill or an Xid may be anywhere in it); a rotated one (kern.log.2.gz) is
-    decompressed."""
+    decompressed. ``log`` is the log it goes with, for the hint of a compression we cannot read."""
     data = _read_input(name, "kernel log")
     kind = _compression(data[:16])
     if kind is not None:
-        data = b"".join(_decompressed(kind, io.BytesIO(data), name))
+        piped_to = f"gpuops triage {shlex.quote(log)} --kernel-log -"
+        data = b"".join(_decompressed(kind, io.BytesIO(data), name, piped_to))
     return data.decode("utf-8", errors="replace")
 
 
@@ -246,9 +247,10 @@ def _compression(start: bytes) -> str | None:
     return next((kind for kind, magic in _COMPRESSIONS if magic.match(start)), None)
 
 
-def _decompressed(kind: str, file: BinaryIO, name: str) -> Iterator[bytes]:
+def _decompressed(kind: str, file: BinaryIO, name: str, piped_to: str = "gpuops triage -") -> Iterator[bytes]:
     """The decompressed bytes of ``file`` (from its start) in chunks; a stream that ends early (compressed while
-    it was written, or copied in part) yields what it holds and says so."""
+    it was written, or copied in part) yields what it holds and says so. ``piped_to`` is the command that reads
+    the decompressed text from stdin, for the hint when the compression is one we cannot read."""
     import bz2
     import gzip
     import lzma
@@ -256,8 +258,9 @@ def _decompressed(kind: str, file: BinaryIO, name: str) -> Iterator[bytes]:
     opened: dict[str, Callable[[BinaryIO], io.BufferedIOBase]] = {
         "gzip": lambda f: gzip.GzipFile(fileobj=f), "xz": lzma.LZMAFile, "bzip2": bz2.BZ2File}
     if kind not in opened:
+        source = "FILE" if name == "-" else shlex.quote(name)
         raise UsageError(f"cannot read log {name}: it is {kind}-compressed; decompress it first "
-                         f"(e.g. `zstd -dc {shlex.quote(name)} | gpuops triage -`)")
+                         f"(e.g. `{kind} -dc {source} | {piped_to}`)")
     stream = opened[kind](file)
     read = 0
     try:
@@ -616,7 +619,7 @@ def _triage_file(args: argparse.Namespace) -> int:
     if args.kernel_log:
         # the node's kernel log of the launch's time, saved (`journalctl -k --since ...`, `dmesg -T`): a kill there
         # explains a log that says nothing of its own death
-        text = _read_kernel_log(args.kernel_log)
+        text = _read_kernel_log(args.kernel_log, args.what)
         kills = oom_kills(text)
         finding = killed_by_the_oom_killer(finding, kills, args.vmid)
         kernel = [*oom_kill_findings("kernel", kills, args.vmid), *xid_findings("kernel", xid_events(text))]

@@ -418,6 +418,10 @@ def test_a_rotated_compressed_log_is_read_as_the_plain_one_at_both_ends(tmp_path
     (tmp_path / "serving.log.zst").write_bytes(bytes.fromhex("28b52ffd") + b"\0" * 8)
     out = gpuops("triage", str(tmp_path / "serving.log.zst"))
     assert out.returncode == 2 and "zstd-compressed; decompress it first (e.g. `zstd -dc" in out.stderr
+    assert f"{tmp_path / 'serving.log.zst'} | gpuops triage -`" in out.stderr
+    # a zstd kernel log: the hint pipes it into --kernel-log, not into the log's place
+    out = gpuops("triage", str(plain), "--kernel-log", str(tmp_path / "serving.log.zst"))
+    assert out.returncode == 2 and f"| gpuops triage {plain} --kernel-log -`" in out.stderr
 
 
 def test_budget_of_a_checkpoint_saved_without_its_mtp_layers_warns_before_a_nextn_launch(tmp_path):
