@@ -285,12 +285,14 @@ def cmd_budget(args: argparse.Namespace) -> int:
                          "model and the SGLang version from a container")
     from bot.core.budget import BudgetInput, GpuPlan, MeasuredLoad, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags
-    from bot.core.gpus import gpu_matches, gpu_total_mib
+    from bot.core.gpus import gpu_matches, gpu_total_mib, split_gpu_count
     from bot.core.model import ModelConfigError, read_config
 
-    if args.gpus is None:
-        args.gpus = 1
-    if args.gpus < 1:
+    counted, args.gpu = split_gpu_count(args.gpu)  # "2x RTX A6000"
+    if counted is not None and args.gpus is not None and counted != args.gpus:
+        raise UsageError(f"--gpu names {counted} GPUs and --gpus {args.gpus}: give the count once")
+    args.gpus = counted if counted is not None else args.gpus
+    if args.gpus is not None and args.gpus < 1:
         raise UsageError("--gpus is how many GPUs the launch may use: 1 or more")
     path = _local_model(args.model)
     config_path = path / "config.json" if path.is_dir() else path
@@ -313,6 +315,8 @@ def cmd_budget(args: argparse.Namespace) -> int:
             raise UsageError(f"GPU {args.gpu!r} could be {named}: name one, or give --total-mib (or --free-mib)")
         raise UsageError(f"unknown GPU {args.gpu!r}: give --total-mib (or --free-mib)")
     flags = parse_sglang_flags(_flag_args(args))
+    if args.gpus is None:
+        args.gpus = flags.gpus_needed  # the GPUs the flags use (tp x pp x dp); more only when given
     if flags.gpus_needed > args.gpus:
         raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp {flags.dp}), "
                          f"--gpus is {args.gpus}")
@@ -709,7 +713,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--inventory", help="with --container: inventory file (default: $GPUOPS_INVENTORY or "
                         "inventory.yml)")
     budget.add_argument("--gpu", help='GPU model, e.g. "RTX A6000" (required without --container)')
-    budget.add_argument("--gpus", type=int, help="how many GPUs the launch may use (default 1)")
+    budget.add_argument("--gpus", type=int, help="how many GPUs the launch may use (default: those its flags use, "
+                        "tp x pp x dp; more lets the remedies use them); `--gpu \"2x RTX A6000\"` says it too")
     budget.add_argument("--total-mib", type=int, help="GPU memory, when the GPU name is not known")
     budget.add_argument("--free-mib", help="free MiB per GPU as nvidia-smi shows them, comma-separated")
     budget.add_argument("--sglang", help="SGLang version, e.g. 0.5.9 (default: current)")

@@ -58,6 +58,21 @@ def gpu_matches(name: str) -> dict[str, int]:
     return {known: mib for known, mib in KNOWN_GPU_MIB.items() if _has_words(known.lower(), wanted)}
 
 
+# a count written with the model: "2x RTX A6000", "8 × H20", "8*H20" lead; "RTX 3090 x2", "H100 ×8" trail (an x
+# after a space, so "RTX 3090" keeps its X)
+_LEADING_COUNT = re.compile(r"^\s*(\d+)\s*[xX×*]\s*(?=\S)")
+_TRAILING_COUNT = re.compile(r"(?:\s+[xX]|\s*[×*])\s*(\d+)\s*$")
+
+
+def split_gpu_count(name: str) -> tuple[int | None, str]:
+    """The count and the model of a name written with how many there are ("2x RTX A6000" -> (2, "RTX A6000"));
+    (None, name) when it states none."""
+    for pattern in (_LEADING_COUNT, _TRAILING_COUNT):
+        if found := pattern.search(name):
+            return int(found.group(1)), (name[:found.start()] + name[found.end():]).strip()
+    return None, name.strip()
+
+
 def gpu_total_mib(name: str) -> int | None:
     """Total MiB of the GPU a loose name means, or None when it is unknown or its candidates
     differ in size ("A100": 40 or 80 GB; "H100": the SXM and PCIe have 81559 MiB, the NVL 95830)."""

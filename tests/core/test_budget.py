@@ -1225,6 +1225,18 @@ def test_gpu_names_match_whole_words_only():
     assert gpu_total_mib("V100") is None  # 16 GB or 32 GB
 
 
+def test_a_gpu_count_written_with_the_model_is_read_apart_from_it():
+    from bot.core.gpus import split_gpu_count
+
+    assert split_gpu_count("2x RTX A6000") == (2, "RTX A6000") == split_gpu_count("RTX A6000 x2")
+    assert split_gpu_count("8 × NVIDIA H20") == (8, "NVIDIA H20") == split_gpu_count("NVIDIA H20*8")
+    assert split_gpu_count("NVIDIA H100 80GB HBM3 ×8") == (8, "NVIDIA H100 80GB HBM3")
+    # a model whose name ends in an X and a number is not a count; nor is a count with no model
+    assert split_gpu_count("NVIDIA GeForce RTX 3090") == (None, "NVIDIA GeForce RTX 3090")
+    assert split_gpu_count("RTX 6000 Ada Generation") == (None, "RTX 6000 Ada Generation")
+    assert split_gpu_count("2x") == (None, "2x")
+
+
 def test_gated_deltanet_projections_are_quantized_with_the_checkpoint():
     # SGLang builds in_proj_qkvz and out_proj with the checkpoint's quant_config; conv1d and the gates stay 16-bit.
     # Qwen3.6-27B: 48 linear layers x (5120 x (2x2048 + 2x6144) + 6144 x 5120) = 5,536,481,280 projection params

@@ -143,6 +143,22 @@ def test_budget_text_names_the_error_and_remedies():
     assert "REMEDIES (cheapest first):" in out.stdout
 
 
+def test_budget_takes_the_gpu_count_from_the_name_or_else_from_the_flags():
+    config = str(FIXTURES / "model-configs/Qwen__Qwen3.6-27B/config.json")
+    plan = ("--sglang", "0.5.9", "--json", "--", *SEED_FLAGS)
+    stated = gpuops("budget", "--model", config, "--gpu", "RTX A6000", "--gpus", "2", *plan)
+    # the seed launch on 0.5.9 fails
+    assert stated.returncode == 4 and json.loads(stated.stdout)["verdict"] == "fails", stated.stderr
+    # "2x RTX A6000" as nvidia-smi counts are often written, and no count at all for a tp 2 launch: the same plan
+    for gpu in (("--gpu", "2x RTX A6000"), ("--gpu", "RTX A6000 x2"), ("--gpu", "RTX A6000")):
+        assert gpuops("budget", "--model", config, *gpu, *plan).stdout == stated.stdout, gpu
+    # a count stated twice, differently, is refused rather than one of them chosen
+    out = gpuops("budget", "--model", config, "--gpu", "2x RTX A6000", "--gpus", "4", *plan)
+    assert out.returncode == 2 and "--gpu names 2 GPUs and --gpus 4" in out.stderr
+    out = gpuops("budget", "--model", config, "--gpu", "1x RTX A6000", *plan)
+    assert out.returncode == 2 and "the launch needs 2 GPUs (tp 2 x pp 1 x dp 1), --gpus is 1" in out.stderr
+
+
 def test_budget_passes_unknown_flags_through_and_notes_a_likely_typo():
     out = gpuops("budget", "--model", str(FIXTURES / "model-configs/Qwen__Qwen3-8B"), "--gpu", "A6000", "--",
                  "--tp", "1", "--context-lenght", "8192", "--cuda-graph-bs", "1", "2", "4")
