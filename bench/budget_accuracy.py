@@ -31,8 +31,8 @@ from bot.core.budget import (  # noqa: E402
     parse_version,
 )
 from bot.core.flags import LaunchFlags, command_flags, parse_sglang_flags  # noqa: E402
-from bot.core.gpus import gpu_total_mib  # noqa: E402
-from bot.core.model import Quantization, quantization_from, read_config  # noqa: E402
+from bot.core.gpus import gpu_total_mib, split_gpu_count  # noqa: E402
+from bot.core.model import ModelConfigError, Quantization, quantization_from, read_config  # noqa: E402
 from bot.errors import UsageError  # noqa: E402
 
 # when a case names no version, the release current at the log's date (research notes §0)
@@ -155,15 +155,33 @@ def case_flags(case: dict[str, Any]) -> LaunchFlags:
                    **{name: value for name, value in explicit.items() if value is not None})
 
 
+_QUANT_NAMED = re.compile(r"\b(?:quantization|quant)\s*[=:]\s*([\w-]+)|--quantization[ =]([\w-]+)", re.I)
+_QUANT_WORD = re.compile(r"\b(awq|gptq|auto-?round|fp8|nvfp4|mxfp4|w4a16|w8a8|int8|int4)\b", re.I)
+_KV_DTYPE = re.compile(r"(?:--)?kv[_-]cache[_-]dtype\s*[=: ]\s*\S+|KV cache dtype:?\s*\S+", re.I)
+_NAME_QUANT = re.compile(r"[-_.](awq|gptq|autoround|fp8|nvfp4|mxfp4|w4a16|int4|int8|w8a8)(?![a-z])", re.I)
+
+
 def case_quant(case: dict[str, Any]) -> Quantization | None:
-    """The checkpoint's weight format, from what the case shows: its dtype/quant text or the
-    checkpoint name (SGLang reads it from the checkpoint's own config, which the corpus lacks)."""
-    text = (case.get("dtype_or_quant") or "").lower()
-    name = (case.get("model") or "").lower()
-    if "awq" in text or "auto-round" in text or "bits=4" in text or "-awq" in name:
-        return quantization_from("awq")
-    if text.startswith("fp8") or "fp8 checkpoint" in text or "quant=fp8" in text or re.search(r"[-_]fp8\b", name):
-        return quantization_from("fp8")
+    """The checkpoint's weight format, from what the case shows: its dtype/quant text (`quantization=gptq`,
+    `quant=fp8`, `--quantization awq_marlin`, "weights AWQ int4 per Load weight end line", "FP8 checkpoint")
+    or the checkpoint name (`-AWQ`, `-GPTQ-Int4`, `-FP8`); SGLang reads it from the checkpoint's own config,
+    which the corpus may lack. A format the budget does not know is left to the config."""
+    text = case.get("dtype_or_quant") or ""
+    bits = re.search(r"\bbits\s*=\s*(\d+)|\bint(4|8)\b", text, re.I)
+    nbits = int(bits.group(1) or bits.group(2)) if bits else None
+    named = [m.group(1) or m.group(2) for m in _QUANT_NAMED.finditer(text)]
+    methods = [m for m in named if m.lower() not in ("none", "null", "auto")]
+    if not methods:  # `quantization=None` is SGLang's "read it from the checkpoint": the notes may say what it read
+        methods = _QUANT_WORD.findall(_KV_DTYPE.sub("", text))
+    if not methods:
+        methods = _NAME_QUANT.findall(case.get("model") or "")
+    for method in methods:
+        method = {"w8a8": "w8a8_int8", "auto-round": "auto_round", "autoround": "auto_round"}.get(method.lower(),
+                                                                                              method.lower())
+        try:
+            return quantization_from(method, nbits if nbits in (2, 3, 4, 8) and "fp" not in method else None)
+        except ModelConfigError:
+            continue
     return None
 
 
@@ -220,10 +238,16 @@ def error_family(text: str | None) -> str | None:
     return "other"
 
 
+def case_gpu_name(case: dict[str, Any]) -> str:
+    """The GPU model the case names, without its count or notes ("8x H100 80GB HBM3", "NVIDIA GeForce RTX 3090
+    x2", "2× RTX A6000 (48 GB)", "8*H20", "H200 (issue: ...)")."""
+    return split_gpu_count(re.split(r"\s*[(;,]", str(case.get("gpu_name") or ""))[0])[1]
+
+
 def case_gpu_mib(case: dict[str, Any]) -> int | None:
-    """The GPU's memory from the model the case names ("H200 (issue: ...)", "NVIDIA GeForce RTX 3090 x2"),
-    when the log gives no free memory: the pools start from the GPUs assumed empty."""
-    name = re.split(r" \(| x\d", case.get("gpu_name") or "")[0].strip()
+    """The GPU's memory from the model the case names, when the log gives no free memory: the pools start from
+    the GPUs assumed empty."""
+    name = case_gpu_name(case)
     return gpu_total_mib(name) if name else None
 
 
@@ -238,7 +262,7 @@ def predict(case: dict[str, Any], config_path: Path, measured_gib: float | None 
     pre = logged.get("pre_load_avail_mem_gb")
     total = case.get("gpu_mem_mib") or (round((pre + 1.0) * 1024) if pre else None) or case_gpu_mib(case) \
         or (NOMINAL_GPU_MIB if nominal_gpu else None)
-    gpus = GpuPlan(case.get("gpu_name") or "?", total, int(case.get("tp") or 1), pre_gib=pre)
+    gpus = GpuPlan(case_gpu_name(case) or "?", total, int(case.get("tp") or 1), pre_gib=pre)
     flags = case_flags(case)
     measured = None if measured_gib is None else MeasuredLoad(measured_gib, flags.weight_layout, "an earlier load")
     shown = case_quant(case)

@@ -58,3 +58,42 @@ def test_budget_bench_reads_numbers_written_as_text_the_same(tmp_path):
     assert re.fullmatch(r"budget: kv_tokens within 2%: \d+/\d+, weights within 3%: \d+/\d+, verdicts: \d+/\d+",
                         summary)
     assert spelled.splitlines()[-1] == summary and "ERROR" not in spelled
+
+
+def test_budget_bench_reads_a_gpu_count_and_a_weight_format_however_the_case_spells_them(tmp_path):
+    cases = {c["id"]: c for c in map(json.loads, (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines())}
+    # a case that logs no free memory is planned from the GPU it names: the count may lead or trail the model
+    base = cases["sglang-startup-016"]
+    logged = {k: v for k, v in base["logged"].items() if k != "pre_load_avail_mem_gb"}
+    named = ["NVIDIA GeForce RTX 3090 x2", "2x NVIDIA GeForce RTX 3090", "2 × RTX 3090 (24 GB each)", "RTX 3090*2"]
+    spelled = tmp_path / "gpus.jsonl"
+    spelled.write_text("\n".join(json.dumps({**base, "id": f"gpu-{n}", "gpu_name": name, "logged": logged})
+                                 for n, name in enumerate(named)) + "\n")
+    rows = [line.split(" ", 1)[1] for line in bench("budget_accuracy.py", spelled, "--configs",
+                                                    FIXTURES / "model-configs").splitlines() if line.startswith("gpu-")]
+    assert len(rows) == 4 and len(set(rows)) == 1 and "verdict fits" in rows[0], rows
+    # the weight format stated in the case's text or the checkpoint's name, for a config that states none
+    plain = cases["sglang-startup-022"]  # Llama-3.1-8B in BF16 on one GPU
+    forms = [("dtype=auto, quantization=None", plain["model"]), ("dtype=auto, quantization=gptq", plain["model"]),
+             ("--quantization gptq_marlin", plain["model"]),
+             ("dtype=auto, quantization=None", plain["model"] + "-GPTQ-Int4"),
+             ("dtype=auto, quantization=None, kv_cache_dtype=fp8", plain["model"])]
+    quant = tmp_path / "quant.jsonl"
+    quant.write_text("\n".join(json.dumps({**plain, "id": f"q{n}", "dtype_or_quant": text, "model": model})
+                               for n, (text, model) in enumerate(forms)) + "\n")
+    index = [json.loads(x) for x in (FIXTURES / "model-configs/index.jsonl").read_text().splitlines() if x]
+    configs = tmp_path / "configs"
+    for entry in index:
+        names = entry.get("case_model_names", [])
+        if plain["model"] in names:
+            (configs / entry["dir"]).mkdir(parents=True)
+            (configs / entry["dir"] / "config.json").write_text(
+                (FIXTURES / "model-configs" / entry["dir"] / "config.json").read_text())
+            (configs / "index.jsonl").write_text(json.dumps(
+                {**entry, "case_model_names": [plain["model"], plain["model"] + "-GPTQ-Int4"]}) + "\n")
+    out = bench("budget_accuracy.py", quant, "--configs", configs, "-v")
+    kv = {line.split()[0]: int(re.search(r"kv ([\d,]+)/", line).group(1).replace(",", ""))
+          for line in out.splitlines() if line.startswith("q")}
+    # 4-bit weights leave more of the GPU to the KV cache than BF16 ones; an FP8 KV cache is not FP8 weights: the
+    # BF16 weights' pool holds twice the tokens
+    assert kv["q0"] < kv["q1"] == kv["q2"] == kv["q3"] and abs(kv["q4"] - 2 * kv["q0"]) <= 2 * 64, kv
