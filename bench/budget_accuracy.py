@@ -44,13 +44,16 @@ RELEASES_BY_MONTH = [
 ]
 
 
-_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:GB|GiB|MB|MiB|tokens)?\s*$", re.I)
+_NUMBER = re.compile(r"^\s*(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*(?:GB|GiB|MB|MiB|tokens)?\s*(?:\([^()]*\))?\s*$",
+                     re.I)
 
 
 def _number(value: Any) -> Any:
-    """A number the corpus may write as text ("76.3", "76.3 GB", "12345"); anything else unchanged."""
+    """A number the corpus may write as text ("76.3", "76.3 GB", "12345", "1,557,504 tokens", "0.88 (default)");
+    anything else unchanged."""
     if isinstance(value, str) and (m := _NUMBER.match(value)):
-        return float(m.group(1)) if "." in m.group(1) else int(m.group(1))
+        digits = m.group(1).replace(",", "")
+        return float(digits) if "." in digits else int(digits)
     return value
 
 

@@ -45,9 +45,12 @@ def test_budget_bench_reads_numbers_written_as_text_the_same(tmp_path):
     cases = [json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if x]
 
     def as_text(case):
-        logged = {k: (f"{v} GB" if k.endswith("_gb") else str(v)) if isinstance(v, int | float)
+        # "76.3 GB", token counts with thousands separators ("1,557,504"), a figure with a note ("0.88 (as logged)")
+        logged = {k: (f"{v} GB" if k.endswith("_gb") else f"{v:,}") if isinstance(v, int | float)
                   and not isinstance(v, bool) else v for k, v in (case.get("logged") or {}).items()}
-        return {**case, "logged": logged, "tp": f"{case['tp']} (as reported)" if case.get("tp") else case.get("tp")}
+        mfs = case.get("mem_fraction_static")
+        return {**case, "logged": logged, "tp": f"{case['tp']} (as reported)" if case.get("tp") else case.get("tp"),
+                "mem_fraction_static": f"{mfs} (as logged)" if isinstance(mfs, float) else mfs}
 
     texts = tmp_path / "cases.jsonl"
     texts.write_text("\n".join(json.dumps(as_text(c)) for c in cases) + "\n")
