@@ -292,7 +292,7 @@ class Budget:
     not_modelled: tuple[str, ...] = ()
     model_notes: tuple[str, ...] = ()  # what the estimate from config.json leaves out
     weights_source: str = "estimate"  # estimate | checkpoint size | measured (an earlier load's own log)
-    reason_kinds: tuple[str, ...] = ()  # one per reason: support, radix, admit, capped, context, headroom
+    reason_kinds: tuple[str, ...] = ()  # one per reason: support, radix, admit, capped, swa, context, headroom
     # the format the estimate loads, as SGLang's `Load weight end` prints it: "quant=awq", "dtype=bfloat16"
     weights_format: str | None = None
 
@@ -410,6 +410,14 @@ def not_enough_memory_text(version: SglangVersion, mfs: float) -> str:
     if v < (0, 5, 10):
         return f"{base} Current value: self.server_args.mem_fraction_static={mfs:g}"
     return f"{base} Current value: mem_fraction_static={mfs:g}"
+
+
+def swa_pool_text(swa_tokens: int, window: int, page: int) -> str:
+    """SGLang's refusal of a sliding-window pool that could never admit a request (its pool configurator; before
+    the check the scheduler spun at warmup with every request waiting)."""
+    return (f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
+            f"sliding_window_size ({window}) + page_size ({page}). Increase --swa-full-tokens-ratio or the total KV "
+            "budget.")
 
 
 def e2_text(mfs: float, minimum: float) -> str:
@@ -913,10 +921,13 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     cell, kv_bytes, swa_ratio, why_cell = _kv_cell(inp, draft.layers, era)
     w.line("KV bytes per token", None, why_cell, value=f"{cell:,.0f} B")
     tokens = _kv_tokens(inp, rest, cell, mfs, 1 - avail / pre if pre > 0 else 1.0, w)
-    swa_tokens = int(tokens * swa_ratio) if model.is_hybrid_swa and tokens else None
+    page = flags.page_size or 1
+    swa_tokens = int(tokens * swa_ratio) // page * page if model.is_hybrid_swa and tokens else None
     w.line("KV cache capacity", tokens * cell / GIB if tokens else 0.0,
            "tokens the full-attention pool holds" + (f"; sliding pool {swa_tokens:,}" if swa_tokens else ""),
            value=f"{tokens:,} tokens")
+    if w.error is None and swa_tokens is not None and model.sliding_window:
+        _check_swa_floor(swa_tokens, model.sliding_window, page, era, w)
     if w.error is None and spec and not hybrid and flags.max_running_requests is None:
         mrr_final = 48
     if w.error is None and context_len and tokens and tokens < context_len:
@@ -1062,6 +1073,20 @@ def _radix_and_strategy(inp: BudgetInput, w: _Work) -> tuple[bool, str, bool]:
             w.degrade("radix", "radix cache silently disabled: speculative decoding on a hybrid model "
                                "(`Disabling radix cache since speculative decoding ... is not supported`)")
     return radix_off, strategy, overlap
+
+
+def _check_swa_floor(swa_tokens: int, window: int, page: int, era: str, w: _Work) -> None:
+    """A request's prefill needs one window plus a page of the sliding-window pool: a pool no larger than that
+    admits nothing, however far it drains. SGLang 0.5.14+ refuses it at startup; older releases start and then
+    wait forever at warmup (sgl-project/sglang#37610)."""
+    if window + page < swa_tokens:
+        return
+    if era == "D":
+        w.fail(swa_pool_text(swa_tokens, window, page))
+    else:
+        w.degrade("swa", f"the sliding-window pool ({swa_tokens:,} tokens) is not larger than one window ({window:,}) "
+                         f"+ a page ({page}): no request can be admitted, the server waits at warmup (SGLang 0.5.14+ "
+                         "refuses this at startup: `SWA pool (N tokens) cannot hold even one request`)")
 
 
 def _kv_tokens(inp: BudgetInput, rest: float, cell: float, mfs: float, minimum_mfs: float, w: _Work) -> int:
@@ -1227,6 +1252,7 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     remedies += _scheduler_remedies(trials)
     remedies += _fraction_remedies(trials)
     remedies += _state_pool_remedies(trials)
+    remedies += _swa_remedies(trials)
     remedies += _context_remedies(trials)
     remedies += _split_remedies(trials)
     remedies += _wider_tp_remedies(trials, remedies)
@@ -1359,6 +1385,26 @@ def _state_pool_remedies(t: _Trials) -> list[Remedy]:
                                        f"largest concurrency that fits: {t.effect(b)}", 3))
                 break
     return remedies
+
+
+def _swa_remedies(t: _Trials) -> list[Remedy]:
+    """A sliding-window pool that admits no request: the smallest --swa-full-tokens-ratio whose pool holds one window
+    and a page (a larger ratio also takes bytes from the full pool, so each step is relaunched on paper)."""
+    failed, window = t.failed, t.model.sliding_window
+    if not window or not failed.kv_tokens or not (
+            "swa" in failed.fixable or (failed.error_text or "").startswith("SWA pool")):
+        return []
+    base = t.flags.swa_full_tokens_ratio or 0.8
+    page = t.flags.page_size or 1
+    start = max(round(base + 0.01, 2), math.ceil((window + page + 1) / failed.kv_tokens * 100) / 100)
+    for ratio in (round(start + 0.01 * step, 2) for step in range(100)):
+        if ratio > 1.0:
+            break
+        b = t.run(swa_full_tokens_ratio=ratio)
+        if b.verdict is not VerdictKind.FAILS and "swa" not in b.fixable and b.headroom_gib >= 0:
+            return [Remedy(f"--swa-full-tokens-ratio {ratio:g}", t.flags.changed(swa_full_tokens_ratio=ratio),
+                           f"smallest ratio whose sliding-window pool admits a request: {t.effect(b)}", 1)]
+    return []
 
 
 def _context_remedies(t: _Trials) -> list[Remedy]:

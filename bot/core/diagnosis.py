@@ -78,6 +78,12 @@ RULES: tuple[Rule, ...] = (
                          r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests"),
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
+    # the same budget too small for a sliding-window model's window pool (SGLang's pool configurator, 2026)
+    Rule("kv_pool_oom", (r"SWA pool \(\d+ tokens\) cannot hold even one request",),
+         "startup", "the KV budget left the sliding-window layers' pool no larger than one window plus a page, so it "
+         "could never admit a request",
+         "raise --swa-full-tokens-ratio (the budget computes the smallest that admits one), or grow the KV budget "
+         "(--mem-fraction-static, a larger --max-total-tokens)", 3),
     Rule("cuda_graph_oom", (CAPTURE_WRAPPER + r".*(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",),
          "startup: CUDA graphs", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),

@@ -141,6 +141,35 @@ def test_gemma4_sliding_and_global_layers_by_hand():
     assert b.swa_tokens == int(b.kv_tokens * 0.8)
 
 
+def test_a_sliding_window_pool_that_cannot_admit_a_request_is_refused_with_sglangs_text():
+    from bot.core.budget import swa_pool_text
+
+    # gemma-4-31B's sliding window is 1,024 tokens. SGLang caps the full pool at --max-total-tokens and gives the
+    # sliding layers int(full x ratio) tokens (page-aligned); a prefill needs one window + a page of that pool, so
+    # a pool of at most 1,024 + 1 admits nothing: SGLang 0.5.14+ refuses it, older releases wait at warmup
+    gemma = spec("google__gemma-4-31b-it")
+    argv = ["--tp", "2", "--context-length", "1024", "--max-total-tokens"]
+    b = run(gemma, [*argv, "1280"], version="0.5.14")  # int(1,280 x 0.8) = 1,024
+    assert b.verdict is VerdictKind.FAILS and b.error_text == swa_pool_text(1024, 1024, 1)
+    assert b.error_text.startswith("SWA pool (1024 tokens) cannot hold even one request: the prefill admission "
+                                   "floor is sliding_window_size (1024) + page_size (1).")
+    # the smallest ratio that admits one: int(1,280 x 0.81) = 1,036 > 1,025 (0.80 gives 1,024); the full pool stays
+    # at the 1,280 cap, so the remedy is that ratio alone
+    assert b.remedies[0].change == "--swa-full-tokens-ratio 0.81"
+    fixed = run(gemma, [*argv, "1280", "--swa-full-tokens-ratio", "0.81"], version="0.5.14")
+    assert fixed.verdict is not VerdictKind.FAILS and fixed.swa_tokens == 1036
+    # the boundary: int(1,282 x 0.8) = 1,025 is still the floor; int(1,283 x 0.8) = 1,026 admits
+    assert run(gemma, [*argv, "1282"], version="0.5.14").verdict is VerdictKind.FAILS
+    assert "swa" not in run(gemma, [*argv, "1283"], version="0.5.14").reason_kinds
+    # a page of 64: the pool is 1,024 (already whole pages) and the floor 1,024 + 64
+    paged = run(gemma, [*argv, "1344", "--page-size", "64"], version="0.5.14")  # int(1,344 x 0.8) = 1,075 -> 1,024
+    assert paged.swa_tokens == 1024 and paged.error_text == swa_pool_text(1024, 1024, 64)
+    # before 0.5.14 SGLang starts and no request is ever admitted: said, with the same remedy
+    older = run(gemma, [*argv, "1280"], version="0.5.12")
+    assert older.verdict is VerdictKind.DEGRADED and "swa" in older.reason_kinds
+    assert older.remedies[0].change == "--swa-full-tokens-ratio 0.81"
+
+
 # --------------------------------------------------------------------------- hybrid linear attention (GDN)
 
 def test_a_gated_vision_tower_counts_three_mlp_matrices_as_its_print_shows():

@@ -243,6 +243,19 @@ def test_hybrid_state_pool_errors_are_a_memory_budget_or_a_refused_configuration
         assert diagnose(line).label == "mamba_cache_error", line
 
 
+def test_a_sliding_window_pool_too_small_to_admit_a_request_is_the_kv_budget():
+    # SGLang's pool configurator's refusal, as its f-string formats it with the values of the repro in
+    # sgl-project/sglang#37610 (DeepSeek-V4-Flash, --max-total-tokens 4096: int(4096 x 0.1) = 409 -> one 256 page)
+    line = ("ValueError: SWA pool (256 tokens) cannot hold even one request: the prefill admission floor is "
+            "sliding_window_size (128) + page_size (256). Increase --swa-full-tokens-ratio or the total KV budget.")
+    found = diagnose(line)
+    assert (found.label, found.confidence) == ("kv_pool_oom", "high") and "--swa-full-tokens-ratio" in found.next_step
+    # under the sigquit its scheduler's death sends, it is still the cause
+    echoed = diagnose(f"{line}\n[2026-09-02 10:00:03] Received sigquit from a child process. It usually means the "
+                      "child failed.")
+    assert echoed.label == "kv_pool_oom" and echoed.also_seen == ("child_process_died",)
+
+
 def test_a_rendezvous_store_that_never_fills_is_a_dist_init_timeout():
     for line in (FIXTURES / "other-logs" / "dist-store-timeout.txt").read_text().splitlines():
         finding = diagnose(line)
