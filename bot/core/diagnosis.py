@@ -70,6 +70,18 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
+    # the same budget too small for a sliding-window model's window pool (SGLang's pool configurator, 2026)
+    Rule("kv_pool_oom", (r"SWA pool \(\d+ tokens\) cannot hold even one request",),
+         "startup", "the KV budget left the sliding-window layers' pool no larger than one window plus a page, so it "
+         "could never admit a request",
+         "raise --swa-full-tokens-ratio (the budget computes the smallest that admits one), or grow the KV budget "
+         "(--mem-fraction-static, a larger --max-total-tokens)", 3),
+    # a sliding-window pool capped by the requests it may hold (SWAChunkCapPoolConfigurator, DeepSeek-V4's
+    # "The DSV4 SWA pool cap") that leaves the full pool nothing
+    Rule("kv_pool_oom", (r"SWA pool cap \(\d+ tokens, [\d.]+ Gi?B\) leaves no room for the full KV pool",),
+         "startup", "the sliding-window pool, sized for --max-running-requests requests, took all of the KV budget "
+         "and left nothing for the full-attention pool",
+         "lower --max-running-requests (it sizes that pool), or raise --mem-fraction-static", 3),
     Rule("kv_pool_oom", (r"Not enought? memory\. Please try to increase --mem-fraction-static",  # early: "enought"
                          r"is larger than the profiled value -\d",
                          r"Loaded weights leave no GPU memory for the KV cache",
@@ -78,12 +90,6 @@ RULES: tuple[Rule, ...] = (
                          r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests"),
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
-    # the same budget too small for a sliding-window model's window pool (SGLang's pool configurator, 2026)
-    Rule("kv_pool_oom", (r"SWA pool \(\d+ tokens\) cannot hold even one request",),
-         "startup", "the KV budget left the sliding-window layers' pool no larger than one window plus a page, so it "
-         "could never admit a request",
-         "raise --swa-full-tokens-ratio (the budget computes the smallest that admits one), or grow the KV budget "
-         "(--mem-fraction-static, a larger --max-total-tokens)", 3),
     Rule("cuda_graph_oom", (CAPTURE_WRAPPER + r".*(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",),
          "startup: CUDA graphs", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
@@ -169,6 +175,21 @@ RULES: tuple[Rule, ...] = (
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
     # the Hub's HTTP client timing out or giving up; huggingface_hub also logs it as a warning while it
     # retries, so it is context: an exception that names another cause wins
+    Rule("hf_download_error", (r"You are trying to access a gated repo",
+                               r"Cannot access gated repo for url https://huggingface\.co",
+                               r"huggingface_hub\.(?:utils\._errors|errors)\.GatedRepoError"),
+         "startup", "the model's repository on the Hub is gated, and the container's Hub token (if it has one) was "
+         "not granted access",
+         "request access on the model's Hub page, then give the container a token that has it (HF_TOKEN), or "
+         "download the model where one is and launch from the local path", 2),
+    # a checkpoint file that is not whole safetensors: a download or copy cut short (a full disk, most often), or
+    # the ~130-byte Git LFS pointer a clone without LFS leaves in place of the weights
+    Rule("hf_download_error", (r"SafetensorError: Error while deserializing header: "
+                               r"(?:HeaderTooLarge|MetadataIncompleteBuffer)",),
+         "startup", "a checkpoint file is not whole safetensors: its download or copy was cut short (often by a "
+         "full disk), or it is a Git LFS pointer left by a clone without LFS",
+         "compare the shards' sizes with the repository's, check free disk, then fetch the model again "
+         "(`huggingface-cli download`, or `git lfs pull` in a clone)", 3),
     Rule("hf_download_error", (r"HTTPSConnectionPool\(host='(?:cdn-lfs\.)?huggingface\.co', port=443\)",),
          "startup", "downloading the model or tokenizer from the Hub failed",
          "download the model first and launch from the local path", 1),
@@ -177,9 +198,8 @@ RULES: tuple[Rule, ...] = (
                                r"is not a local folder and is not a valid model identifier listed on",
                                r"DetokenizerManager hit an exception",
                                r"429 Client Error: Too Many Requests for url: https://huggingface\.co",
-                               r"Cannot access gated repo for url https://huggingface\.co",
                                r"huggingface_hub\.(?:utils\._errors|errors)\.(?:HfHubHTTPError|RepositoryNotFoundError|"
-                               r"GatedRepoError|LocalEntryNotFoundError)"),
+                               r"LocalEntryNotFoundError)"),
          "startup", "downloading the model or tokenizer from the Hub failed",
          "download the model first and launch from the local path", 2),
     # not labels of the failure corpus (its README: looked for, not found as SGLang logs), but failures a bring-up
@@ -344,6 +364,8 @@ RULES: tuple[Rule, ...] = (
          "startup", "a child process (scheduler/detokenizer) died; this line is the parent's echo of it",
          "find the child's own traceback (often just before or after this line)", 0),
 )
+# the rule whose words a finding inferred from context (a log that stops, a wrapper's tail) uses: a label's last rule,
+# its general one (the narrower wordings of a label are listed before it)
 RULE_BY_LABEL = {r.label: r for r in RULES}
 
 # In a traceback cut before its exception line, these frames name the step that failed, not a path a failure

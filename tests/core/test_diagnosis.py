@@ -226,6 +226,11 @@ def test_a_log_that_stops_with_the_token_pool_nearly_full_is_read_as_running_out
         finding = diagnose(by_id[cid]["log_excerpt"])
         assert (finding.label, finding.confidence, finding.phase) == ("runtime_oom", "low", "runtime"), cid
         assert f"token pool {usage} full" in finding.explanation and "inferred" in finding.explanation
+    # a log that stops after a weight load leaving almost nothing: the general KV-budget words, inferred (the
+    # narrower kv_pool_oom rules, such as a sliding-window pool's refusal, are not what this log says)
+    stopped = diagnose(by_id["sglang-4895"]["log_excerpt"])
+    assert stopped.label == "kv_pool_oom" and stopped.explanation.startswith(
+        "after the weights, the static memory budget left nothing for the KV cache pool (inferred:")
     # a server at an empty pool when its log stops is not out of memory (a real startup log's last batch line)
     startup = [json.loads(x) for x in (FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines() if x]
     idle = next(x for c in startup for x in c["log_excerpt"] if "token usage: 0.00" in x)
@@ -254,6 +259,25 @@ def test_a_sliding_window_pool_too_small_to_admit_a_request_is_the_kv_budget():
     echoed = diagnose(f"{line}\n[2026-09-02 10:00:03] Received sigquit from a child process. It usually means the "
                       "child failed.")
     assert echoed.label == "kv_pool_oom" and echoed.also_seen == ("child_process_died",)
+
+
+def test_a_sliding_window_pool_cap_that_leaves_the_full_pool_nothing_is_the_kv_budget():
+    # DeepSeek-V4's capped sliding-window pool refusing a launch, as a public run report quotes it (wrapped)
+    found = diagnose((FIXTURES / "other-logs" / "swa-pool-cap.txt").read_text())
+    assert (found.label, found.confidence) == ("kv_pool_oom", "high") and found.evidence[0].line_no == 1
+    assert "--max-running-requests" in found.next_step
+
+
+def test_a_gated_repository_and_a_checkpoint_that_is_not_whole_are_said_with_what_to_do():
+    gated = diagnose((FIXTURES / "other-logs" / "gated-repo.txt").read_text())
+    assert gated.label == "hf_download_error" and "gated" in gated.explanation and "HF_TOKEN" in gated.next_step
+    assert gated.evidence[0].text == "OSError: You are trying to access a gated repo."
+    lines = (FIXTURES / "other-logs" / "safetensors-header.txt").read_text().splitlines()
+    for line in (lines[2], lines[4]):  # an LFS pointer's "header" read as a length; a file cut short
+        cut = diagnose(line)
+        assert (cut.label, cut.confidence) == ("hf_download_error", "high") and "git lfs pull" in cut.next_step
+    # in the traceback a launcher reports it under, the line is the evidence
+    assert diagnose("\n".join(lines[:4])).evidence[0].line_no == 3
 
 
 def test_a_rendezvous_store_that_never_fills_is_a_dist_init_timeout():
