@@ -262,6 +262,11 @@ RULES: tuple[Rule, ...] = (
                    "installed torch or kernel wheel expects)",
          "install the NVIDIA pip package that ships it for this torch's CUDA (e.g. nvidia-cudnn-cu12), or put its "
          "lib directory on LD_LIBRARY_PATH", 2),
+    # any other compiled extension (flash-attn, most often) built against another torch than the one installed
+    Rule("kernel_package_mismatch", (r"ImportError:\s+(?!\S*sgl_kernel)\S*\.so: undefined symbol: _Z\w+",),
+         "import", "a compiled extension was built against another torch (or CUDA) than the one installed: its C++ "
+         "symbols do not resolve",
+         "install the build of that package made for this torch and CUDA (or build it from source against them)", 3),
     Rule("kernel_package_mismatch", (r"sgl_kernel/\S*\.so: undefined symbol", r"undefined symbol: cu\w+",
                                      r"No module named 'sgl_kernel'",
                                      r"cannot import name '[^']+' from 'sgl_kernel'",
@@ -276,7 +281,9 @@ RULES: tuple[Rule, ...] = (
          "use a build for this GPU (or another backend)", 3),
     Rule("attention_backend_unsupported", (r"Only SM 1\d\.x(?: and 1\d\.x)? (?:are|is) supported",
                                            # fa3 on Blackwell (or fa3 with MLA on Ampere)
-                                           r"FlashAttention v3 Backend requires SM>=\d+ and SM<=\d+"),
+                                           r"FlashAttention v3 Backend requires SM>=\d+ and SM<=\d+",
+                                           # flash-attn 2's own check (Volta, Turing)
+                                           r"FlashAttention only supports Ampere GPUs or newer"),
          "startup", "the chosen attention backend does not support this GPU generation",
          "choose another --attention-backend (e.g. flashinfer or triton)", 3),
     Rule("quant_unsupported_on_gpu", (r"type fp8e4nv not supported in this architecture",
@@ -291,6 +298,13 @@ RULES: tuple[Rule, ...] = (
     Rule("triton_out_of_resources", (r"OutOfResources: out of resource: shared memory",),
          "startup", "a Triton kernel config needs more shared memory than this GPU has (not a memory problem)",
          "use another backend or smaller kernel configs", 3),
+    # CUDA error 803: the user-space driver (libcuda) is not the kernel module's version, as in a container whose
+    # NVIDIA libraries were installed for another driver than the Proxmox node runs
+    Rule("cuda_driver_too_old", (r"system has unsupported display driver / cuda driver combination",),
+         "startup", "the user-space NVIDIA driver this process loads (libcuda) is not the version of the kernel module "
+         "the node runs (CUDA error 803)",
+         "install in the container the NVIDIA user-space libraries of exactly the node's driver version (the "
+         "installer's --no-kernel-module), or point LD_LIBRARY_PATH away from a stray libcuda", 3),
     Rule("cuda_driver_too_old", (r"The NVIDIA driver on your system is too old \(found version",
                                  r"CUDA driver version is insufficient for CUDA runtime version",
                                  # CUDA error 804: a runtime newer than the host driver, without forward compatibility

@@ -280,6 +280,25 @@ def test_a_gated_repository_and_a_checkpoint_that_is_not_whole_are_said_with_wha
     assert diagnose("\n".join(lines[:4])).evidence[0].line_no == 3
 
 
+def test_a_flash_attn_built_for_another_torch_or_run_before_ampere_is_named():
+    abi, abi_cuda, arch = (FIXTURES / "other-logs" / "flash-attn-lines.txt").read_text().splitlines()
+    for line in (abi, abi_cuda):  # c10 symbols the installed torch does not export
+        found = diagnose(line)
+        assert (found.label, found.phase) == ("kernel_package_mismatch", "import") and "torch" in found.explanation
+    # sgl_kernel's own mismatch keeps its own words
+    assert "sgl_kernel" in diagnose(abi.replace("flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so",
+                                                "sgl_kernel/common_ops.abi3.so")).explanation
+    assert diagnose(arch).label == "attention_backend_unsupported"
+
+
+def test_a_user_space_driver_that_is_not_the_nodes_is_the_driver_family_with_the_container_fix():
+    lines = (FIXTURES / "other-logs" / "cuda-803-lines.txt").read_text().splitlines()
+    for text in ("\n".join(lines[:2]), lines[2]):  # torch's device count, and a CUDA call, failing with error 803
+        found = diagnose(text)
+        assert (found.label, found.confidence) == ("cuda_driver_too_old", "high") and "803" in found.explanation
+        assert "--no-kernel-module" in found.next_step
+
+
 def test_a_rendezvous_store_that_never_fills_is_a_dist_init_timeout():
     for line in (FIXTURES / "other-logs" / "dist-store-timeout.txt").read_text().splitlines():
         finding = diagnose(line)
