@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import contextlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -208,7 +210,7 @@ def _read_kernel_log(name: str, log: str) -> str:
     if kind is not None:
         piped_to = f"gpuops triage {shlex.quote(log)} --kernel-log -"
         data = b"".join(_decompressed(kind, io.BytesIO(data), name, piped_to))
-    return data.decode("utf-8", errors="replace")
+    return b"".join(_as_utf8(iter((data,)))).decode("utf-8", errors="replace")
 
 
 class _Prefixed(io.RawIOBase):
@@ -232,10 +234,29 @@ def _excerpt_of_stream(stream: BinaryIO, start: bytes, name: str) -> LogExcerpt:
     kind = _compression(start)
     try:
         chunks = iter(lambda: stream.read(1 << 20), b"") if kind is None else _decompressed(kind, stream, name)
-        text = remote.excerpt_of_chunks(chunks)
+        text = remote.excerpt_of_chunks(_as_utf8(chunks))
     except OSError as exc:
         raise UsageError(f"cannot read log {name}: {exc.strerror or exc}") from None
     return remote.parse_log_excerpt(text.decode("utf-8", errors="replace"))
+
+
+def _as_utf8(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """A log saved as UTF-16 with its byte-order mark (Windows PowerShell's `>` writes logs so) re-encoded as UTF-8 as
+    it streams, so its lines are read as lines; any other log passes unchanged (read as UTF-8 later)."""
+    first = b""
+    for chunk in chunks:
+        first += chunk
+        if len(first) >= 2:
+            break
+    if not first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        if first:
+            yield first
+        yield from chunks
+        return
+    decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+    for chunk in itertools.chain((first,), chunks):
+        yield decoder.decode(chunk).encode("utf-8")
+    yield decoder.decode(b"", final=True).encode("utf-8")
 
 
 # how a compressed file starts: logrotate's `compress` writes gzip; xz and bzip2 are its common compresscmd choices

@@ -278,6 +278,12 @@ def test_triage_of_a_log_file_reads_a_saved_kernel_log_beside_it(tmp_path):
     assert gpuops("triage", str(log), "--kernel-log", str(rotated), "--vmid", "703").stdout == ours.stdout
     refused = gpuops("triage", str(log), "--vmid", "703")
     assert refused.returncode == 2 and "--kernel-log" in refused.stderr
+    # both saved by Windows PowerShell's `>`: UTF-16 with a byte-order mark and CRLF line ends
+    for path in (log, journal):
+        (tmp_path / f"{path.stem}.utf16.txt").write_bytes(path.read_text().replace("\n", "\r\n").encode("utf-16"))
+    windows = gpuops("triage", str(tmp_path / "attempt.utf16.txt"), "--kernel-log",
+                     str(tmp_path / "journal.utf16.txt"), "--vmid", "703")
+    assert windows.stdout == ours.stdout.replace(str(log), str(tmp_path / "attempt.utf16.txt"))
 
 
 async def test_health_and_history_in_a_terminal(tmp_path, redis_url):
@@ -424,6 +430,10 @@ def test_a_rotated_compressed_log_is_read_as_the_plain_one_at_both_ends(tmp_path
     piped = subprocess.run([sys.executable, "-m", "bot.cli", "triage", "-", "--json"], cwd=ROOT, timeout=120,
                            input=gzip.compress(data), capture_output=True)
     assert json.loads(piped.stdout) == want
+    # a UTF-16 copy (PowerShell's `>`), piped in too, reads as the file itself
+    utf16 = subprocess.run([sys.executable, "-m", "bot.cli", "triage", "-", "--json"], cwd=ROOT, timeout=120,
+                           input="\ufeff".encode("utf-16-be") + data.decode().encode("utf-16-be"), capture_output=True)
+    assert json.loads(utf16.stdout) == want
     # a copy cut short keeps what it holds, and says so
     cut = tmp_path / "cut.log.gz"
     whole = gzip.compress(data)
