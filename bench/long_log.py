@@ -1,7 +1,7 @@
 """How long a triage of a long log takes: read at both ends (what /sglang triage and gpuops triage do)
 against the whole file, the same log piped to `gpuops triage -` (both ends kept as it streams in; before, stdin was
-read whole), and the same log rotated and gzip-compressed (read as it is decompressed, keeping both ends), side by
-side in one run.
+read whole), the same log saved as UTF-16 by Windows PowerShell and piped (re-encoded as it streams), and the same log
+rotated and gzip-compressed (read as it is decompressed, keeping both ends), side by side in one run.
 
     python bench/long_log.py [LINES]
 
@@ -40,7 +40,9 @@ def main(argv: list[str]) -> int:
         log.write_text(text)
         rotated = Path(tmp) / "serving.log.1.gz"
         rotated.write_bytes(gzip.compress(text.encode(), compresslevel=6))  # gzip's default, as logrotate runs it
-        ends, whole, compressed, piped = [], [], [], []
+        utf16 = Path(tmp) / "serving.utf16.log"
+        utf16.write_bytes(text.encode("utf-16"))  # with its byte-order mark, as PowerShell's `>` writes it
+        ends, whole, compressed, piped, piped16 = [], [], [], [], []
         peak = 0
         for run in range(4):  # the last run only measures memory: tracemalloc slows what it traces
             if run == 3:
@@ -69,17 +71,27 @@ def main(argv: list[str]) -> int:
                     piped.append(time.perf_counter() - started)
                 finally:
                     sys.stdin = stdin
+            with utf16.open("rb") as file:
+                stdin, sys.stdin = sys.stdin, io.TextIOWrapper(file)  # `gpuops triage - < serving.utf16.log`
+                try:
+                    started = time.perf_counter()
+                    by_pipe16 = diagnose_excerpt(_read_log("-"))
+                    piped16.append(time.perf_counter() - started)
+                finally:
+                    sys.stdin = stdin
         rotated_mb = rotated.stat().st_size / 1e6
     print(f"log: {len(text) / 1e6:.1f} MB, {text.count(chr(10)):,} lines")
     print(f"both ends (512 KiB + 1.5 MiB): median {statistics.median(ends):.2f} s -> {by_ends.label}")
     print(f"whole file:                    median {statistics.median(whole):.2f} s -> {by_whole.label}")
     print(f"piped to gpuops triage -:      median {statistics.median(piped):.2f} s -> {by_pipe.label}")
+    print(f"piped, saved as UTF-16:        median {statistics.median(piped16):.2f} s -> {by_pipe16.label}")
     print(f"rotated .gz ({rotated_mb:.1f} MB), both ends as decompressed: "
           f"median {statistics.median(compressed):.2f} s, peak {peak / 2**20:.1f} MiB -> {by_gz.label}")
     print(f"long log: whole/ends = {statistics.median(whole) / statistics.median(ends):.1f}x, "
           f"piped/ends = {statistics.median(piped) / statistics.median(ends):.1f}x, "
           f"gz/ends = {statistics.median(compressed) / statistics.median(ends):.1f}x, "
-          f"same cause: {by_ends.label == by_whole.label == by_pipe.label == by_gz.label}")
+          f"utf16/ends = {statistics.median(piped16) / statistics.median(ends):.1f}x, "
+          f"same cause: {by_ends.label == by_whole.label == by_pipe.label == by_pipe16.label == by_gz.label}")
     return 0
 
 
