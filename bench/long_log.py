@@ -28,8 +28,19 @@ sys.path.insert(0, str(ROOT))
 
 from bot.cli import _read_log  # noqa: E402
 from bot.core import argv as remote  # noqa: E402
-from bot.core.diagnosis import diagnose, diagnose_excerpt  # noqa: E402
+from bot.core.diagnosis import Finding, diagnose, diagnose_excerpt  # noqa: E402
 from tests.edges.test_cli import long_serving_log  # noqa: E402
+
+
+def piped_triage(path: Path) -> tuple[Finding, float]:
+    """What `gpuops triage - < path` finds, and the seconds it took."""
+    with path.open("rb") as file:
+        stdin, sys.stdin = sys.stdin, io.TextIOWrapper(file)
+        try:
+            started = time.perf_counter()
+            return diagnose_excerpt(_read_log("-")), time.perf_counter() - started
+        finally:
+            sys.stdin = stdin
 
 
 def main(argv: list[str]) -> int:
@@ -63,22 +74,10 @@ def main(argv: list[str]) -> int:
             started = time.perf_counter()
             by_whole = diagnose(log.read_text())
             whole.append(time.perf_counter() - started)
-            with log.open("rb") as file:
-                stdin, sys.stdin = sys.stdin, io.TextIOWrapper(file)  # `gpuops triage - < serving.log`
-                try:
-                    started = time.perf_counter()
-                    by_pipe = diagnose_excerpt(_read_log("-"))
-                    piped.append(time.perf_counter() - started)
-                finally:
-                    sys.stdin = stdin
-            with utf16.open("rb") as file:
-                stdin, sys.stdin = sys.stdin, io.TextIOWrapper(file)  # `gpuops triage - < serving.utf16.log`
-                try:
-                    started = time.perf_counter()
-                    by_pipe16 = diagnose_excerpt(_read_log("-"))
-                    piped16.append(time.perf_counter() - started)
-                finally:
-                    sys.stdin = stdin
+            by_pipe, seconds = piped_triage(log)  # `gpuops triage - < serving.log`
+            piped.append(seconds)
+            by_pipe16, seconds = piped_triage(utf16)
+            piped16.append(seconds)
         rotated_mb = rotated.stat().st_size / 1e6
     print(f"log: {len(text) / 1e6:.1f} MB, {text.count(chr(10)):,} lines")
     print(f"both ends (512 KiB + 1.5 MiB): median {statistics.median(ends):.2f} s -> {by_ends.label}")
