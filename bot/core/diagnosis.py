@@ -1048,6 +1048,11 @@ def _no_failure(lines: list[str], order: list[int], notes: tuple[str, ...]) -> F
 
 
 def _unknown(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding:
+    if not any(lines[i].strip() for i in order):
+        return Finding("unknown", "unknown", "low", "the log is empty: nothing was written to it, so it names no cause",
+                       "check that the launch writes to this file; a process killed before its first line (by the "
+                       "kernel's OOM killer) shows in the node's kernel log: give it with --kernel-log (/sglang "
+                       "triage reads it itself)", (), (), notes)
     telling = [(i, lines[i]) for i in order if _TELLING.search(lines[i]) and not _BENIGN.search(lines[i])]
     picked = telling[-3:] if telling else [(i, lines[i]) for i in order if lines[i].strip()][-3:]
     phase = _phase(lines, order, order.index(picked[-1][0]), "unknown") if picked else "unknown"

@@ -299,6 +299,13 @@ def test_a_user_space_driver_that_is_not_the_nodes_is_the_driver_family_with_the
         assert "--no-kernel-module" in found.next_step
 
 
+def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
+    for text in ("", "\n\n   \n"):
+        found = diagnose(text)
+        assert (found.label, found.evidence) == ("unknown", ()) and found.explanation.startswith("the log is empty")
+        assert "--kernel-log" in found.next_step
+
+
 def test_a_rendezvous_store_that_never_fills_is_a_dist_init_timeout():
     for line in (FIXTURES / "other-logs" / "dist-store-timeout.txt").read_text().splitlines():
         finding = diagnose(line)
