@@ -308,7 +308,10 @@ RULES: tuple[Rule, ...] = (
     Rule("cuda_driver_too_old", (r"The NVIDIA driver on your system is too old \(found version",
                                  r"CUDA driver version is insufficient for CUDA runtime version",
                                  # CUDA error 804: a runtime newer than the host driver, without forward compatibility
-                                 r"forward compatibility was attempted on non supported HW"),
+                                 r"forward compatibility was attempted on non supported HW",
+                                 # CUDA error 222: kernels (Triton, FlashInfer's JIT) built by a newer toolkit than
+                                 # the host driver can load
+                                 r"the provided PTX was compiled with an unsupported toolchain"),
          "startup", "the host driver is older than the CUDA runtime in this build",
          "update the host driver (Proxmox node) or use a build for an older CUDA", 3),
     # the same family seen from inside a container: no device nodes, or user-space and kernel driver differ

@@ -299,6 +299,14 @@ def test_a_user_space_driver_that_is_not_the_nodes_is_the_driver_family_with_the
         assert "--no-kernel-module" in found.next_step
 
 
+def test_ptx_from_a_newer_toolkit_than_the_driver_is_a_driver_too_old():
+    lines = (FIXTURES / "other-logs" / "ptx-toolchain-lines.txt").read_text().splitlines()
+    for text in ("\n".join(lines[:2]), lines[2]):  # torch's form (and its search hint), a CUDA tool's
+        found = diagnose(text)
+        assert (found.label, found.confidence) == ("cuda_driver_too_old", "high") and "host driver" in \
+            found.next_step
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)
