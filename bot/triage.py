@@ -26,6 +26,7 @@ from bot.core.gpu_faults import OomKill, gpus_by_bus, oom_kill_findings, xid_fin
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import (
     busy_evidence,
+    driver_evidence,
     killed_by_the_oom_killer,
     occupied_evidence,
     oom_holders_evidence,
@@ -187,7 +188,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
                           read: _ContainerReads, snapshot: SmiSnapshot | None,
                           others: Callable[[], Awaitable[Sequence[Attempt]]] | None) -> tuple[str, ...]:
     """What the finding's label calls for: who holds the port, who holds the GPUs, which transformers wrote the
-    config."""
+    config, which driver the node runs."""
     if finding.label == "port_in_use":
         launches = {a.pid: a.id for a in (await others() if others else ()) if a.pid and a.id != attempt.id}
         return await _port_holders(transport, attempt, python, finding, text, launches)
@@ -195,6 +196,8 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
         return occupied_evidence(attempt.node, attempt.vmid, snapshot)
     if finding.label == BUSY:
         return busy_evidence(snapshot)
+    if finding.label == "cuda_driver_too_old":
+        return driver_evidence(attempt.node, snapshot)
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "transformers_too_old":

@@ -179,6 +179,17 @@ def busy_evidence(snapshot: SmiSnapshot | None) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def driver_evidence(node: str, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
+    """For a driver-family finding: the driver the node runs and the newest CUDA it runs, as nvidia-smi reports
+    them. A container must load that same driver's user-space libraries, and its build may need no newer CUDA."""
+    if snapshot is None or not snapshot.driver_version:
+        return (f"{node}'s driver could not be read now: compare `nvidia-smi` on the node and in the container",)
+    cuda = f", which runs CUDA up to {snapshot.cuda_version}" if snapshot.cuda_version else ""
+    return (f"{node} runs NVIDIA driver {snapshot.driver_version}{cuda}: the container needs that driver's own "
+            "user-space libraries (`nvidia-smi` there says \"Driver/library version mismatch\" otherwise), and a "
+            "build (torch, Triton, FlashInfer) for no newer a CUDA",)
+
+
 # what the other ranks see when one of them vanishes: a transport or a collective failing on the lost peer
 PEER_LOSS = frozenset({"nccl_error", "distributed_comm_error", "dist_init_timeout"})
 

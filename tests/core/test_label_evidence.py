@@ -127,6 +127,19 @@ def test_a_gpu_that_refuses_a_context_shows_its_compute_mode_and_holder():
     assert "could not be read" in busy_evidence(None)[0]
 
 
+def test_a_driver_finding_shows_the_driver_and_cuda_the_node_runs():
+    from bot.core.gpu import Gpu, SmiSnapshot
+    from bot.core.label_evidence import driver_evidence
+
+    snap = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1, 49140),), driver_version="580.126.09",
+                       cuda_version="13.0")
+    (line,) = driver_evidence("pve5", snap)
+    assert line.startswith("pve5 runs NVIDIA driver 580.126.09, which runs CUDA up to 13.0: the container needs that "
+                           "driver's own user-space libraries")
+    assert "could not be read" in driver_evidence("pve5", None)[0]
+    assert "could not be read" in driver_evidence("pve5", SmiSnapshot("query", ()))[0]
+
+
 def test_the_oom_killer_killing_a_process_in_the_launchs_container_is_the_first_cause_of_a_silent_death():
     from bot.core.gpu_faults import oom_kills
     from bot.core.label_evidence import killed_by_the_oom_killer

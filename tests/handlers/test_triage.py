@@ -365,6 +365,22 @@ async def test_an_oom_whose_torch_report_names_a_process_still_holding_memory_sa
     assert "*weight_load_oom*" in text and "3 other processes held 1.56 GiB" in text
 
 
+async def test_a_driver_mismatch_shows_the_driver_the_node_runs(lab):
+    """CUDA error 803 in the launch's own log (a real line): the triage names the driver family and shows the node's
+    driver and CUDA as its nvidia-smi reports them, the versions the container must match."""
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    attempt = await failed_launch(lab, "kv_pool_oom")
+    log_path = Path(attempt.log_path)
+    header = log_path.read_text().split("\n", 1)[0]
+    log_path.write_text(f"{header}\n{(FIXTURES / 'other-logs' / 'cuda-803-lines.txt').read_text()}")
+    _, text = await triaged(lab, attempt)
+    assert "*cuda_driver_too_old*" in text and "--no-kernel-module" in text
+    assert "pve5 runs NVIDIA driver 580.126.09, which runs CUDA up to 13.0" in text
+
+
 async def test_a_launch_the_kernel_killed_is_named_from_the_nodes_kernel_log(lab):
     # the stand-in's scheduler is killed at the container's memory limit while its weights load: the kernel writes
     # the kill into the node's log, the launcher's log says only that rank 0 died with exit code -9
