@@ -161,6 +161,7 @@ def case_flags(case: dict[str, Any]) -> LaunchFlags:
 _QUANT_NAMED = re.compile(r"\b(?:quantization|quant)\s*[=:]\s*([\w-]+)|--quantization[ =]([\w-]+)", re.I)
 _QUANT_WORD = re.compile(r"\b(awq|gptq|auto-?round|fp8|nvfp4|mxfp4|w4a16|w8a8|int8|int4)\b", re.I)
 _KV_DTYPE = re.compile(r"(?:--)?kv[_-]cache[_-]dtype\s*[=: ]\s*\S+|KV cache dtype:?\s*\S+", re.I)
+_QUANT_ALIASES = {"w8a8": "w8a8_int8", "autoround": "auto_round"}  # as quantization_from names them
 _NAME_QUANT = re.compile(r"[-_.](awq|gptq|autoround|fp8|nvfp4|mxfp4|w4a16|int4|int8|w8a8)(?![a-z])", re.I)
 
 
@@ -170,8 +171,9 @@ def case_quant(case: dict[str, Any]) -> Quantization | None:
     or the checkpoint name (`-AWQ`, `-GPTQ-Int4`, `-FP8`); SGLang reads it from the checkpoint's own config,
     which the corpus may lack. A format the budget does not know is left to the config."""
     text = case.get("dtype_or_quant") or ""
-    bits = re.search(r"\bbits\s*=\s*(\d+)|\bint(4|8)\b", text, re.I)
-    nbits = int(bits.group(1) or bits.group(2)) if bits else None
+    stated = re.search(r"\bbits\s*=\s*(\d+)|\bint(4|8)\b", text, re.I)
+    nbits = int(stated.group(1) or stated.group(2)) if stated else None
+    bits = nbits if nbits in (2, 3, 4, 8) else None
     named = [m.group(1) or m.group(2) for m in _QUANT_NAMED.finditer(text)]
     methods = [m for m in named if m.lower() not in ("none", "null", "auto")]
     if not methods:  # `quantization=None` is SGLang's "read it from the checkpoint": the notes may say what it read
@@ -179,10 +181,8 @@ def case_quant(case: dict[str, Any]) -> Quantization | None:
     if not methods:
         methods = _NAME_QUANT.findall(case.get("model") or "")
     for method in methods:
-        method = {"w8a8": "w8a8_int8", "auto-round": "auto_round", "autoround": "auto_round"}.get(method.lower(),
-                                                                                              method.lower())
         try:
-            return quantization_from(method, nbits if nbits in (2, 3, 4, 8) and "fp" not in method else None)
+            return quantization_from(_QUANT_ALIASES.get(method.lower(), method), bits)
         except ModelConfigError:
             continue
     return None

@@ -921,7 +921,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     cell, kv_bytes, swa_ratio, why_cell = _kv_cell(inp, draft.layers, era)
     w.line("KV bytes per token", None, why_cell, value=f"{cell:,.0f} B")
     tokens = _kv_tokens(inp, rest, cell, mfs, 1 - avail / pre if pre > 0 else 1.0, w)
-    page = flags.page_size or 1
+    page = flags.page
     swa_tokens = int(tokens * swa_ratio) // page * page if model.is_hybrid_swa and tokens else None
     w.line("KV cache capacity", tokens * cell / GIB if tokens else 0.0,
            "tokens the full-attention pool holds" + (f"; sliding pool {swa_tokens:,}" if swa_tokens else ""),
@@ -1101,7 +1101,7 @@ def _kv_tokens(inp: BudgetInput, rest: float, cell: float, mfs: float, minimum_m
     tokens = int(rest * GIB // cell) if cell else 0
     if inp.flags.max_total_tokens:
         tokens = min(tokens, inp.flags.max_total_tokens)
-    page = inp.flags.page_size or 1
+    page = inp.flags.page
     tokens = tokens // page * page
     if tokens <= 0:
         w.fail(not_enough_memory_text(version, mfs))
@@ -1395,7 +1395,7 @@ def _swa_remedies(t: _Trials) -> list[Remedy]:
             "swa" in failed.fixable or (failed.error_text or "").startswith("SWA pool")):
         return []
     base = t.flags.swa_full_tokens_ratio or 0.8
-    page = t.flags.page_size or 1
+    page = t.flags.page
     start = max(round(base + 0.01, 2), math.ceil((window + page + 1) / failed.kv_tokens * 100) / 100)
     for ratio in (round(start + 0.01 * step, 2) for step in range(100)):
         if ratio > 1.0:

@@ -173,8 +173,6 @@ RULES: tuple[Rule, ...] = (
     Rule("watchdog_timeout", (r"Watchdog timeout \(self\.watchdog_timeout=", r"Pyspy failed to dump PID"),
          "runtime", "a forward step hung longer than --watchdog-timeout",
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
-    # the Hub's HTTP client timing out or giving up; huggingface_hub also logs it as a warning while it
-    # retries, so it is context: an exception that names another cause wins
     Rule("hf_download_error", (r"You are trying to access a gated repo",
                                r"Cannot access gated repo for url https://huggingface\.co",
                                r"huggingface_hub\.(?:utils\._errors|errors)\.GatedRepoError"),
@@ -190,6 +188,8 @@ RULES: tuple[Rule, ...] = (
          "full disk), or it is a Git LFS pointer left by a clone without LFS",
          "compare the shards' sizes with the repository's, check free disk, then fetch the model again "
          "(`huggingface-cli download`, or `git lfs pull` in a clone)", 3),
+    # the Hub's HTTP client timing out or giving up; huggingface_hub also logs it as a warning while it
+    # retries, so it is context: an exception that names another cause wins
     Rule("hf_download_error", (r"HTTPSConnectionPool\(host='(?:cdn-lfs\.)?huggingface\.co', port=443\)",),
          "startup", "downloading the model or tokenizer from the Hub failed",
          "download the model first and launch from the local path", 1),
@@ -1058,7 +1058,7 @@ def _unknown(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Find
                        "triage reads it itself)", (), (), notes)
     telling = [(i, lines[i]) for i in order if _TELLING.search(lines[i]) and not _BENIGN.search(lines[i])]
     picked = telling[-3:] if telling else [(i, lines[i]) for i in order if lines[i].strip()][-3:]
-    phase = _phase(lines, order, order.index(picked[-1][0]), "unknown") if picked else "unknown"
+    phase = _phase(lines, order, order.index(picked[-1][0]), "unknown")
     return Finding("unknown", phase, "low", "no rule matches this log; the most telling lines are quoted",
                    "read the lines above; run with --log-level debug for more", tuple(
                        Evidence(i + 1, x.strip()[:400]) for i, x in picked), (), notes)

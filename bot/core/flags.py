@@ -162,6 +162,11 @@ class LaunchFlags:
     unknown: tuple[str, ...] = ()  # flags SGLang's known set does not have
 
     @property
+    def page(self) -> int:
+        """Tokens per KV-cache page: --page-size, else SGLang's default of one."""
+        return self.page_size or 1
+
+    @property
     def gpus_needed(self) -> int:
         """GPUs one launch occupies: tp x pp, times dp unless DP attention runs inside the TP group."""
         return self.tp * self.pp * (1 if self.enable_dp_attention else self.dp)
