@@ -334,9 +334,18 @@ RULES: tuple[Rule, ...] = (
                                    r"is not divisible by weight quantization block_[nk] = \d+"),
          "startup", "a model dimension is not divisible by the tensor-parallel size",
          "choose a --tp-size that divides it", 3),
+    # SGLang's own words for a failed prefill->decode hand-over, and the transfer engines' under them: NIXL's
+    # status codes and agent errors, Mooncake's TCP transport
     Rule("kv_transfer_error", (r"KVTransferError\(bootstrap_room=", r"Failed to get kvcache from prefill instance",
-                               r"timed out after [\d.]+s in KVPoll\.WaitingForInput"),
-         "runtime", "KV transfer between prefill and decode instances failed", "check the disaggregation peers", 3),
+                               r"timed out after [\d.]+s in KVPoll\.WaitingForInput",
+                               r"(?:Prefill|Decode) transfer failed for request",
+                               r"\bNIXL_ERR_[A-Z_]+", r"nixl_agent\.cpp:\d+\] \w+: failed",
+                               r"tcp_transport\.cpp:\d+\] Session::\w+ failed"),
+         "runtime", "KV transfer between prefill and decode instances failed (a prefill instance that died shows on "
+                    "the decode side as this same failure)",
+         "read the prefill instance's own log for an earlier error; then pin the RDMA devices on both sides "
+         "(--disaggregation-ib-device) and try the other engine (--disaggregation-transfer-backend mooncake|nixl) to "
+         "tell the engine from the network", 3),
     # a configuration the state pool refuses at startup, then its bookkeeping failing while serving
     Rule("mamba_cache_error", (r"Page size must be 1 for MambaRadixCache",
                                r"is not compatible with radix cache when using --mamba-scheduler-strategy",

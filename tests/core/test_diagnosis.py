@@ -307,6 +307,17 @@ def test_ptx_from_a_newer_toolkit_than_the_driver_is_a_driver_too_old():
             found.next_step
 
 
+def test_a_failed_prefill_decode_hand_over_is_named_in_each_transfer_engines_words():
+    lines = (FIXTURES / "other-logs" / "pd-transfer-lines.txt").read_text().splitlines()
+    # Mooncake's TCP transport, SGLang's own words for the failed request, NIXL's agent and its status code
+    for line in (lines[0], lines[2], lines[3], lines[5]):
+        found = diagnose(line)
+        assert (found.label, found.confidence, found.phase) == ("kv_transfer_error", "high", "runtime"), line
+        assert "--disaggregation-transfer-backend" in found.next_step
+    # a run of them: the first failing line is the evidence
+    assert diagnose("\n".join(lines[:3])).evidence[0].line_no == 1
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)
