@@ -93,9 +93,17 @@ RULES: tuple[Rule, ...] = (
     Rule("cuda_graph_oom", (CAPTURE_WRAPPER + r".*(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",),
          "startup: CUDA graphs", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
-    Rule("flashinfer_workspace_oom", (r"Failed to allocate memory for batch_prefill_tmp_v with size",),
-         "runtime", "FlashInfer's fixed workspace overflowed on a large batch",
-         "lower --chunked-prefill-size or --max-running-requests", 3),
+    # FlashInfer's bump allocator over its fixed workspace, in each release's words: "Failed to allocate memory for
+    # <buffer> with size", the newer "Buffer overflow when allocating memory for <buffer>", the oldest (misspelt)
+    # "Out of workspace memory in AlignedAlloactor"
+    Rule("flashinfer_workspace_oom", (r"Failed to allocate memory for \w+ with size \d+",
+                                      r"Buffer overflow when allocating memory for \w+ with size \d+",
+                                      r"bytes available in AlignedAllocator",
+                                      r"Out of workspace memory in AlignedAllo"),
+         "runtime", "FlashInfer's fixed workspace buffer overflowed planning a large batch or a long prefill (its own "
+                    "buffer, not the GPU's memory)",
+         "raise SGLANG_FLASHINFER_WORKSPACE_SIZE (bytes; SGLang's default is 384 MiB), or lower "
+         "--chunked-prefill-size / --max-running-requests, or use another --attention-backend (fa3, triton)", 3),
     Rule("runtime_oom", (r"(?:(?:Decode|Prefill) out|\bOut) of memory\. Try to lower your batch size",  # newer: "Out"
                          r"alloc_req_slots runs out of memory"),  # the request-slot pool (req_to_token)
          "runtime", "the token pool ran out while serving", "lower --max-running-requests or the context length", 3),
@@ -144,8 +152,14 @@ RULES: tuple[Rule, ...] = (
                         r"\bnccl(?:UnhandledCuda|Internal|Remote|InvalidUsage)Error\b"),
          "startup", "NCCL could not set up or use its transport (shared memory, sockets, P2P)",
          "give the container more /dev/shm, or set NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to find the transport", 3),
-    Rule("distributed_comm_error", (r"gloo/transport/tcp/pair\.cc.*Connection cl",),
-         "startup", "a gloo (CPU) connection between ranks dropped", "check the network between nodes", 3),
+    # gloo's TCP pairs: a peer that closed or reset its connection, a read/write on a dead socket, or the full mesh
+    # of ranks never connecting (a rank that died first drops its connections too)
+    Rule("distributed_comm_error", (r"gloo/transport/tcp/pair\.cc.*Connection cl",
+                                    r"gloo/transport/tcp/pair\.cc:\d+\] (?:Read|Write) error",
+                                    r"Gloo connectFullMesh failed"),
+         "startup", "a gloo (CPU) connection between ranks dropped or never formed",
+         "read the other ranks' and nodes' logs for one that died first; otherwise set GLOO_SOCKET_IFNAME (and "
+         "NCCL_SOCKET_IFNAME) to the interface the nodes reach each other on and check the firewall between them", 3),
     # a collective that never completed: often the echo of another rank that died or hung first
     Rule("dist_init_timeout", (r"Watchdog caught collective operation timeout",),
          "startup", "a collective between the ranks never completed (torch's NCCL watchdog gave up on it)",
@@ -162,6 +176,12 @@ RULES: tuple[Rule, ...] = (
          "startup", OCCUPIED_WHY, OCCUPIED_NEXT, 0),
     Rule(OCCUPIED, (r"\w+(?:Error|Exception): The memory capacity is unbalanced",),
          "startup", OCCUPIED_WHY, OCCUPIED_NEXT, 3),
+    # the custom all-reduce kernel's own CUDA check failing on its IPC buffers (cudaIpcOpenMemHandle/GetMemHandle
+    # answering 'invalid argument'): the same missing P2P/IPC, in other words
+    Rule("gpu_p2p_unsupported", (r"custom_all_reduce\.cuh:\d+ '(?!peer access)[^']+'",),
+         "startup", "custom all-reduce could not share its buffers between the GPUs' processes (CUDA IPC failed): "
+                    "P2P/IPC that these GPUs, the VM/container or the allocator settings do not give it",
+         "add --disable-custom-all-reduce (NCCL does the all-reduce instead)", 2),
     Rule("gpu_p2p_unsupported", (r"peer access is not supported between these two devices",),
          "startup", "custom all-reduce needs CUDA P2P, which these GPUs or this VM/container lack",
          "add --disable-custom-all-reduce", 3),

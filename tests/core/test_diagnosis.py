@@ -318,6 +318,34 @@ def test_a_failed_prefill_decode_hand_over_is_named_in_each_transfer_engines_wor
     assert diagnose("\n".join(lines[:3])).evidence[0].line_no == 1
 
 
+def test_a_gloo_pair_that_drops_or_never_connects_is_a_distributed_comm_error():
+    # the mesh never forming, a read on a reset socket, and a closed peer quoted with a full-width colon
+    for line in (FIXTURES / "other-logs" / "gloo-transport-lines.txt").read_text().splitlines():
+        found = diagnose(line)
+        assert (found.label, found.confidence) == ("distributed_comm_error", "high"), line
+        assert "GLOO_SOCKET_IFNAME" in found.next_step
+
+
+def test_custom_all_reduce_failing_on_its_ipc_buffers_is_the_p2p_family():
+    peer, *invalid = (FIXTURES / "other-logs" / "custom-allreduce-ipc.txt").read_text().splitlines()
+    assert (diagnose(peer).label, diagnose(peer).confidence) == ("gpu_p2p_unsupported", "high")
+    for line in invalid:  # the kernel's CUDA check answering 'invalid argument' on its IPC handles
+        found = diagnose(line)
+        assert (found.label, found.phase) == ("gpu_p2p_unsupported", "startup"), line
+        assert "IPC" in found.explanation and "--disable-custom-all-reduce" in found.next_step
+
+
+def test_flashinfers_workspace_overflow_is_named_in_each_releases_words():
+    lines = (FIXTURES / "other-logs" / "flashinfer-workspace-lines.txt").read_text().splitlines()
+    # the newer "Buffer overflow when allocating memory for ..." (two quotings) and the oldest, misspelt form
+    for line in lines[:3]:
+        found = diagnose(line)
+        assert (found.label, found.confidence) == ("flashinfer_workspace_oom", "high"), line
+        assert "SGLANG_FLASHINFER_WORKSPACE_SIZE" in found.next_step and "not the GPU's memory" in found.explanation
+    # the same error wrapped over three lines: its last line still names it
+    assert diagnose("\n".join(lines[3:])).label == "flashinfer_workspace_oom"
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)
