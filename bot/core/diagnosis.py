@@ -29,6 +29,9 @@ from bot.core.startup_log import (
 )
 
 ECHO = "child_process_died"
+# torch.cuda's warning for a GPU its build has no kernels for: the GPU's capability, then (next line) the build's
+TORCH_ARCH_WARNING = r"with CUDA capability (?P<sm>sm_\d+) is not compatible with the current PyTorch installation"
+_TORCH_ARCHES = re.compile(r"current PyTorch install supports CUDA capabilities (?P<arches>(?:sm_\d+\w? ?)+)")
 # SGLang's wrapper around a capture failure, in each runner's words: "Capture cuda graph failed:", the piecewise
 # prefill runner's "Capture prefill CUDA graph failed:", "Capture extend cuda graph failed:" (quoted without its colon
 # when nothing follows)
@@ -125,7 +128,8 @@ RULES: tuple[Rule, ...] = (
          "an abbreviation that matches several flags; nothing was started",
          "fix the flag it names and launch again: `/sglang launch` checks every flag against the installed SGLang's "
          "own parser first and offers the flag it most likely meant", 3),
-    Rule("request_exceeds_context", (r"The input \(\d+ tokens\) is longer than the model's context length",
+    # (also as an API error body quotes it, the apostrophe escaped: "model\'s")
+    Rule("request_exceeds_context", (r"The input \(\d+ tokens\) is longer than the model\\?'s context length",
                                      # the OpenAI-compatible API's wording for the same rejection
                                      r"Requested token count exceeds the model's maximum context length of \d+ tokens"),
          "request", "one request is longer than the configured context (a client error, not an engine fault)",
@@ -296,6 +300,13 @@ RULES: tuple[Rule, ...] = (
     Rule("kernel_arch_unsupported", (r"CUDA error: invalid device function",),
          "startup", "a kernel has no code for this GPU's architecture (usually built for another compute capability)",
          "use a build for this GPU (or another backend)", 2),
+    # torch's own warning at import that its build has no kernels for this GPU (a Blackwell card under a pre-CUDA-12.8
+    # wheel), and the attention kernel's check: the first cause of whatever CUDA error follows
+    Rule("kernel_arch_unsupported", (TORCH_ARCH_WARNING,
+                                     r"FATAL: kernel `\w+` is for sm\d+-sm\d+, but was built for sm"),
+         "import", "the installed PyTorch was not built for this GPU's compute capability",
+         "install a PyTorch (or SGLang image) whose CUDA capabilities include this GPU's: Blackwell's sm_120 needs a "
+         "CUDA 12.8 or newer build; a card older than the build's oldest capability needs an older build", 3),
     Rule("kernel_arch_unsupported", (r"no kernel image is available for execution on the device",),
          "startup", "the kernels were not built for this GPU's compute capability",
          "use a build for this GPU (or another backend)", 3),
@@ -736,6 +747,10 @@ def _cause_finding(chosen: Hit, causes: list[Hit], hits: list[Hit], lines: list[
     if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
         explanation += (f" (one GPU had only {free.group('least')} GB free against {free.group('here')} GB on "
                         "this rank's)")
+    if rule.label == "kernel_arch_unsupported" and (gpu := re.search(TORCH_ARCH_WARNING, lines[chosen[2]])):
+        built = next((m for i in order[chosen[0]:chosen[0] + 3] if (m := _TORCH_ARCHES.search(lines[i]))), None)
+        explanation += f": the GPU is {gpu.group('sm')}" + (
+            f", the build supports {built.group('arches').strip()}" if built else "")
     if (oom := torch_oom(lines, order, chosen[0])) is not None:
         notes = (*notes, _torch_oom_note(oom))
     if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):

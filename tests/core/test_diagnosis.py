@@ -346,6 +346,27 @@ def test_flashinfers_workspace_overflow_is_named_in_each_releases_words():
     assert diagnose("\n".join(lines[3:])).label == "flashinfer_workspace_oom"
 
 
+def test_a_torch_built_without_this_gpus_capability_is_named_from_its_import_warning():
+    lines = (FIXTURES / "other-logs" / "torch-arch-lines.txt").read_text().splitlines()
+    # a Blackwell card under an older wheel: the warning, not the CUDA error after it, is the evidence; both named
+    blackwell = diagnose("\n".join(lines[:3]))
+    assert (blackwell.label, blackwell.confidence) == ("kernel_arch_unsupported", "high")
+    assert blackwell.evidence[0].line_no == 1
+    assert "the GPU is sm_120, the build supports sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90" in blackwell.explanation
+    # an older card than the build's oldest, and the attention kernel's own check
+    assert "the GPU is sm_61, the build supports sm_75" in diagnose("\n".join(lines[3:5])).explanation
+    assert diagnose(lines[5]).label == "kernel_arch_unsupported"
+    # the same warning ahead of an NCCL error it causes: the warning is the first cause
+    assert diagnose("\n".join([*lines[:2], "RuntimeError: NCCL error: unhandled cuda error"])).label == \
+        "kernel_arch_unsupported"
+
+
+def test_a_request_too_long_is_read_from_the_api_error_body_a_client_got():
+    body = (FIXTURES / "other-logs" / "api-error-body.txt").read_text()  # the apostrophe escaped: model\'s
+    found = diagnose(body)
+    assert (found.label, found.phase) == ("request_exceeds_context", "request")
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)
