@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
-from bot.core.diagnosis import BUSY, OCCUPIED, Finding, LaunchContext, diagnose_excerpt
+from bot.core.diagnosis import BUSY, OCCUPIED, OUT_OF_RANGE, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
@@ -30,6 +30,7 @@ from bot.core.label_evidence import (
     killed_by_the_oom_killer,
     occupied_evidence,
     oom_holders_evidence,
+    ordinal_evidence,
     parse_port_holders,
     port_evidence,
     ports_named,
@@ -198,6 +199,13 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
         return busy_evidence(snapshot)
     if finding.label == "cuda_driver_too_old":
         return driver_evidence(attempt.node, snapshot)
+    if finding.label == OUT_OF_RANGE:
+        flags = user_flags(attempt.argv)
+        try:
+            needed: int | None = parse_sglang_flags(flags).gpus_needed
+        except GpuopsError:
+            needed = None
+        return ordinal_evidence(attempt.node, attempt.vmid, snapshot, needed, _base_gpu_id(flags))
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "transformers_too_old":
@@ -222,6 +230,17 @@ async def _port_holders(transport: Transport, attempt: Attempt, python: str, fin
         return (f"who holds port {', '.join(map(str, ports[:4]))}: not readable in the container "
                 f"({(answer.stderr.strip() or 'no answer')[:160]})",)
     return port_evidence(ports[:4], attempt.port, bool(named), *parsed, launches=launches)
+
+
+def _base_gpu_id(flags: Sequence[str]) -> int:
+    """--base-gpu-id as the launch gave it (SGLang's default 0; a value that is not a number counts as 0)."""
+    value = "0"
+    for i, token in enumerate(flags):
+        if token == "--base-gpu-id" and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif token.startswith("--base-gpu-id="):
+            value = token.partition("=")[2]
+    return int(value) if value.isdigit() else 0
 
 
 def _config_field(config_text: str, name: str) -> str | None:

@@ -44,6 +44,9 @@ NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first 
 # a GPU that refuses a new CUDA context (exclusive compute mode taken, or a bad device state)
 OCCUPIED = "gpu_memory_occupied"
 BUSY = "gpu_busy"
+# a rank asked for a GPU index the process cannot see: fewer GPUs visible (CUDA_VISIBLE_DEVICES, the container's
+# passthrough) than tp x pp x dp from --base-gpu-id needs
+OUT_OF_RANGE = "gpu_index_out_of_range"
 # the kernel's OOM killer killed the launch (a container's memory limit or the node's RAM): read in the node's kernel
 # log, not the launch's own (a process killed that way writes nothing)
 HOST_OOM_KILL = "host_oom_kill"
@@ -197,6 +200,16 @@ RULES: tuple[Rule, ...] = (
     Rule("watchdog_timeout", (r"Watchdog timeout \(self\.watchdog_timeout=", r"Pyspy failed to dump PID"),
          "runtime", "a forward step hung longer than --watchdog-timeout",
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
+    # a --model-path that is not a checkpoint where the server runs: a path that is not there is taken for a Hub
+    # repository id, which huggingface_hub refuses; a folder (or repository) without config.json is not a checkpoint
+    Rule("hf_download_error", (r"HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name'",
+                               r"does not appear to have a file named config\.json"),
+         "startup", "--model-path does not lead to a checkpoint where the server runs: a path that is not there is "
+         "taken for a Hub repository id and refused, and a folder or repository without config.json (a parent "
+         "folder, an adapter, an unfinished download) is not a checkpoint",
+         "check the path inside the container (`ls` it there: a host folder must be bind-mounted into the LXC "
+         "container) and point --model-path at the folder that holds config.json (in a Hub cache, "
+         "snapshots/<revision>); a `~` is not expanded", 3),
     Rule("hf_download_error", (r"You are trying to access a gated repo",
                                r"Cannot access gated repo for url https://huggingface\.co",
                                r"huggingface_hub\.(?:utils\._errors|errors)\.GatedRepoError"),
@@ -246,6 +259,13 @@ RULES: tuple[Rule, ...] = (
                     "and another holds it, or the device is in a state that takes no new work",
          "check the launch GPUs' compute mode and who holds them (/gpu status); stop the holder by PID (/gpu free) "
          "or set the mode back to Default on the node (nvidia-smi -c DEFAULT)", 3),
+    Rule(OUT_OF_RANGE, (r"CUDA error: invalid device ordinal",
+                        r"GPU device may be out of range, do you have enough GPUs\?"),
+         "startup", "a rank asked for a GPU the process cannot see: the launch needs more GPUs (tp x pp x dp, counted "
+                    "from --base-gpu-id) than CUDA_VISIBLE_DEVICES or the container's passthrough shows it; with "
+                    "CUDA_VISIBLE_DEVICES set, GPU indices are counted within that list",
+         "compare `nvidia-smi -L` inside the container with the GPUs the launch needs: give the container the GPUs "
+         "(its /dev/nvidiaN passthrough), or lower --tp / --base-gpu-id to fit the ones it sees", 3),
     Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
                                       r"Unsupported architectures?:", r"model with architecture \S+ is not supported",
                                       r"No attention attribute in layer",

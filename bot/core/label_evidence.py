@@ -190,6 +190,24 @@ def driver_evidence(node: str, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
             "build (torch, Triton, FlashInfer) for no newer a CUDA",)
 
 
+def ordinal_evidence(node: str, vmid: int | None, snapshot: SmiSnapshot | None, needed: int | None,
+                     base_gpu: int) -> tuple[str, ...]:
+    """For a rank that asked for a GPU index its process cannot see: the indices the launch uses against the GPUs
+    the node has. A container sees only the GPUs passed through to it (its /dev/nvidiaN entries), so fewer than
+    the node's count there is the usual cause."""
+    lines = []
+    if needed is not None:
+        last = base_gpu + needed - 1
+        lines.append(f"the launch uses {needed} GPU(s) (tp x pp x dp), indices {base_gpu}..{last}: the process must "
+                     f"see at least {last + 1}")
+    if snapshot is not None:
+        lines.append(f"{node} has {len(snapshot.gpus)} GPU(s) (nvidia-smi on the node)")
+    where = f"`pct config {vmid}` on {node}" if vmid is not None else "the container's configuration"
+    lines.append(f"{where} lists the /dev/nvidia* devices the container gets; `nvidia-smi -L` inside it shows the "
+                 "GPUs it sees (CUDA_VISIBLE_DEVICES narrows them further)")
+    return tuple(lines)
+
+
 # what the other ranks see when one of them vanishes: a transport or a collective failing on the lost peer
 PEER_LOSS = frozenset({"nccl_error", "distributed_comm_error", "dist_init_timeout"})
 

@@ -367,6 +367,21 @@ def test_a_request_too_long_is_read_from_the_api_error_body_a_client_got():
     assert (found.label, found.phase) == ("request_exceeds_context", "request")
 
 
+def test_a_model_path_that_is_not_a_checkpoint_there_says_to_look_inside_the_container():
+    # a path that is not there, taken for a Hub repo id (two spellings of the path), and a folder without config.json
+    for line in (FIXTURES / "other-logs" / "model-path-lines.txt").read_text().splitlines():
+        found = diagnose(line)
+        assert (found.label, found.confidence) == ("hf_download_error", "high"), line
+        assert "inside the container" in found.next_step and "config.json" in found.explanation
+
+
+def test_a_gpu_index_the_process_cannot_see_is_named_with_the_passthrough_to_check():
+    for line in (FIXTURES / "other-logs" / "invalid-device-ordinal.txt").read_text().splitlines():
+        found = diagnose(line)
+        assert (found.label, found.confidence) == ("gpu_index_out_of_range", "high"), line
+        assert "passthrough" in found.explanation and "nvidia-smi -L" in found.next_step
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)

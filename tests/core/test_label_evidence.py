@@ -140,6 +140,19 @@ def test_a_driver_finding_shows_the_driver_and_cuda_the_node_runs():
     assert "could not be read" in driver_evidence("pve5", SmiSnapshot("query", ()))[0]
 
 
+def test_an_out_of_range_gpu_index_shows_the_indices_used_against_the_nodes_gpus():
+    from bot.core.gpu import Gpu, SmiSnapshot
+    from bot.core.label_evidence import ordinal_evidence
+
+    snap = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1, 49140), Gpu(1, "NVIDIA RTX A6000", 1, 49140)))
+    uses, node, where = ordinal_evidence("pve5", 129, snap, 4, 0)
+    assert uses == "the launch uses 4 GPU(s) (tp x pp x dp), indices 0..3: the process must see at least 4"
+    assert node == "pve5 has 2 GPU(s) (nvidia-smi on the node)" and where.startswith("`pct config 129` on pve5")
+    # flags it could not read, a node it could not read: only where to look
+    (only,) = ordinal_evidence("pve5", None, None, None, 0)
+    assert only.startswith("the container's configuration lists the /dev/nvidia* devices")
+
+
 def test_the_oom_killer_killing_a_process_in_the_launchs_container_is_the_first_cause_of_a_silent_death():
     from bot.core.gpu_faults import oom_kills
     from bot.core.label_evidence import killed_by_the_oom_killer

@@ -381,6 +381,24 @@ async def test_a_driver_mismatch_shows_the_driver_the_node_runs(lab):
     assert "pve5 runs NVIDIA driver 580.126.09, which runs CUDA up to 13.0" in text
 
 
+async def test_a_rank_asking_for_a_gpu_the_container_cannot_see_shows_the_indices_against_the_nodes_gpus(lab):
+    """`invalid device ordinal` in the launch's own log (real lines): the triage names the GPUs the launch uses
+    (tp 2 from index 1) against the node's two, and where the container's passthrough is configured."""
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    attempt = await failed_launch(lab, "kv_pool_oom", flags="--mem-fraction-static 0.85 --base-gpu-id 1")
+    log_path = Path(attempt.log_path)
+    header = log_path.read_text().split("\n", 1)[0]
+    lines = (FIXTURES / "other-logs" / "invalid-device-ordinal.txt").read_text().splitlines()
+    log_path.write_text(f"{header}\n{lines[0]}\n{lines[1]}\n")
+    _, text = await triaged(lab, attempt)
+    assert "*gpu_index_out_of_range*" in text
+    assert "the launch uses 2 GPU(s) (tp x pp x dp), indices 1..2: the process must see at least 3" in text
+    assert "pve5 has 2 GPU(s) (nvidia-smi on the node)" in text and "`pct config 129` on pve5" in text
+
+
 async def test_a_launch_the_kernel_killed_is_named_from_the_nodes_kernel_log(lab):
     # the stand-in's scheduler is killed at the container's memory limit while its weights load: the kernel writes
     # the kill into the node's log, the launcher's log says only that rank 0 died with exit code -9
