@@ -351,6 +351,22 @@ RULES: tuple[Rule, ...] = (
          "use another backend or smaller kernel configs", 3),
     # CUDA error 803: the user-space driver (libcuda) is not the kernel module's version, as in a container whose
     # NVIDIA libraries were installed for another driver than the Proxmox node runs
+    # the driver's own user-space libraries missing where the process runs (libcuda and NVML come with the driver,
+    # not from pip): a container given the device nodes but not the libraries
+    Rule("cuda_driver_too_old", (r"libcuda\.so(?:\.1)?: cannot open shared object file",
+                                 r"libnvidia-ml\.so(?:\.1)?: cannot open shared object file",
+                                 r"NVML Shared Library Not Found"),
+         "startup", "the NVIDIA driver's user-space libraries (libcuda, libnvidia-ml) are not where this process "
+                    "runs: they come with the driver, not from pip, and a container needs its own copy",
+         "install in the container the NVIDIA user-space libraries of exactly the node's driver version (the "
+         "installer's --no-kernel-module), then check `nvidia-smi` there", 3),
+    # a kernel Triton compiled that the driver refuses to load: the ptxas Triton bundles targets a newer CUDA than
+    # the node's driver runs
+    Rule("cuda_driver_too_old", (r"Triton Error \[CUDA\]: device kernel image is invalid",),
+         "startup", "the driver refused a kernel Triton compiled: the ptxas Triton bundles targets a newer CUDA than "
+                    "the node's driver runs (or the kernel was built for another GPU)",
+         "point TRITON_PTXAS_PATH at the ptxas of a CUDA the driver runs (e.g. /usr/local/cuda/bin/ptxas) and clear "
+         "~/.triton/cache, or update the node's driver", 3),
     Rule("cuda_driver_too_old", (r"system has unsupported display driver / cuda driver combination",),
          "startup", "the user-space NVIDIA driver this process loads (libcuda) is not the version of the kernel module "
          "the node runs (CUDA error 803)",

@@ -382,6 +382,19 @@ def test_a_gpu_index_the_process_cannot_see_is_named_with_the_passthrough_to_che
         assert "passthrough" in found.explanation and "nvidia-smi -L" in found.next_step
 
 
+def test_missing_driver_libraries_and_a_kernel_the_driver_refuses_are_the_driver_family():
+    lines = (FIXTURES / "other-logs" / "driver-library-lines.txt").read_text().splitlines()
+    # libcuda missing (raised, and as a package's import warning), NVML missing: the driver's libraries, not pip's
+    for text in (lines[0], lines[1], "\n".join(lines[2:4])):
+        found = diagnose(text)
+        assert (found.label, found.confidence) == ("cuda_driver_too_old", "high"), text
+        assert "--no-kernel-module" in found.next_step and "not from pip" in found.explanation
+    # Triton's kernel refused by the driver: named over the torch.compile wrapper it surfaced through
+    refused = diagnose("\n".join(lines[4:6]))
+    assert (refused.label, refused.evidence[0].line_no) == ("cuda_driver_too_old", 2)
+    assert "TRITON_PTXAS_PATH" in refused.next_step
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)
