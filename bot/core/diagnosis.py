@@ -171,6 +171,14 @@ RULES: tuple[Rule, ...] = (
     Rule("dist_init_timeout", (r"Watchdog caught collective operation timeout",),
          "startup", "a collective between the ranks never completed (torch's NCCL watchdog gave up on it)",
          "look for the first rank that failed or hung before it; check --dist-init-addr and the links between GPUs", 1),
+    # a rank that cannot reach the rendezvous store (torch's TCPStore at --dist-init-addr): logged while it retries,
+    # so an exception that names another cause wins
+    Rule("dist_init_timeout", (r"\[c10d\] TCP client failed to connect/validate to host \S+",),
+         "startup", "a rank could not reach the rendezvous store (torch's TCPStore at --dist-init-addr, or the "
+                    "address the ranks were given): nothing listening there yet, a wrong address or interface, or a "
+                    "firewall between them",
+         "check that --dist-init-addr names an address of node 0 every rank reaches, that node 0 started, and the "
+         "interface the ranks use (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)", 2),
     Rule("dist_init_timeout", (r"waitForInput.*timed out after", r"\[c10d\].*timed out",
                                r"Timed out after \d+ seconds waiting for clients", r"DistStoreError: Socket Timeout",
                                r"The client socket has timed out after \S+ while trying to connect to"),

@@ -395,6 +395,18 @@ def test_missing_driver_libraries_and_a_kernel_the_driver_refuses_are_the_driver
     assert "TRITON_PTXAS_PATH" in refused.next_step
 
 
+def test_a_rank_that_cannot_reach_the_rendezvous_store_is_a_dist_init_timeout_outranked_by_an_exception():
+    timed_out, reset, quoted = (FIXTURES / "other-logs" / "tcpstore-client-lines.txt").read_text().splitlines()
+    assert (diagnose(timed_out).label, diagnose(timed_out).confidence) == ("dist_init_timeout", "high")
+    for line in (reset, quoted):  # the client's retry warning alone: named, from its own words
+        found = diagnose(line)
+        assert (found.label, found.confidence) == ("dist_init_timeout", "medium"), line
+        assert "--dist-init-addr" in found.next_step and "TCPStore" in found.explanation
+    # logged while it retries: a later exception with a cause of its own is the first cause
+    assert diagnose(f"{reset}\nRuntimeError: CUDA error: an illegal memory access was encountered").label == \
+        "illegal_memory_access"
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)
