@@ -347,7 +347,9 @@ RULES: tuple[Rule, ...] = (
          "choose another --attention-backend (e.g. flashinfer or triton)", 3),
     Rule("quant_unsupported_on_gpu", (r"type fp8e4nv not supported in this architecture",
                                       r"fp8e4nv data type is not supported on CUDA arch < 89",  # newer Triton
-                                      r"The quantization method \S+ is not supported for the current GPU"),
+                                      r"The quantization method \S+ is not supported for the current GPU",
+                                      # torch's FP8 GEMM refusing a pre-Ada GPU (an online --quantization fp8)
+                                      r"torch\._scaled_mm is only supported on CUDA devices with compute capability"),
          "startup", "the quantization format has no kernel on this GPU architecture (e.g. FP8 on Ampere)",
          "use a quantization this GPU supports (AWQ/GPTQ on Ampere)", 3),
     Rule("flashinfer_jit_error", (r"fatal error: cuda_fp8\.h", r"CalledProcessError: Command '\['ninja'",
