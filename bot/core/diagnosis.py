@@ -298,6 +298,12 @@ RULES: tuple[Rule, ...] = (
                                   r"cannot import name '\w+Config' from 'transformers'"),
          "startup", "the installed transformers does not know the checkpoint's model_type",
          "upgrade transformers to the version the model card names", 3),
+    # torchvision built against another torch: its C++ operators do not register, and the import fails on the first
+    Rule("dependency_version_mismatch", (r"operator torchvision::\w+ does not exist",),
+         "import", "the installed torchvision was built for another torch than the one installed: its C++ operators "
+                   "did not load (SGLang imports it for multimodal models)",
+         "install the torchvision release paired with the installed torch (torch 2.9 with torchvision 0.24, 2.10 "
+         "with 0.25, ...), from the same index as torch", 3),
     # a module missing or without a name SGLang imports (sgl_kernel's and transformers' own cases are named below
     # and above, more specifically)
     Rule("dependency_version_mismatch", (r"with minimum required version \S+ is not installed",
@@ -352,6 +358,12 @@ RULES: tuple[Rule, ...] = (
                                       r"torch\._scaled_mm is only supported on CUDA devices with compute capability"),
          "startup", "the quantization format has no kernel on this GPU architecture (e.g. FP8 on Ampere)",
          "use a quantization this GPU supports (AWQ/GPTQ on Ampere)", 3),
+    # no CUDA toolkit to build with: FlashInfer's (and other) JIT kernels need nvcc, which runtime images lack
+    Rule("flashinfer_jit_error", (r"CUDA_HOME environment variable is not set", r"Could not find nvcc"),
+         "startup", "a JIT kernel build (FlashInfer's, most often) needs the CUDA toolkit's nvcc, which this "
+                    "environment does not have (a runtime image, or CUDA_HOME unset)",
+         "install the CUDA toolkit of the torch build's CUDA version (or use a -devel image) and set CUDA_HOME "
+         "(e.g. /usr/local/cuda)", 2),
     Rule("flashinfer_jit_error", (r"fatal error: cuda_fp8\.h", r"CalledProcessError: Command '\['ninja'",
                                   r"flashinfer/jit/cpp_ext\.py"),
          "startup", "FlashInfer's JIT build (nvcc/ninja) failed",

@@ -407,6 +407,16 @@ def test_a_rank_that_cannot_reach_the_rendezvous_store_is_a_dist_init_timeout_ou
         "illegal_memory_access"
 
 
+def test_a_torchvision_for_another_torch_and_a_missing_cuda_toolkit_are_named():
+    torchvision, cuda_home = (FIXTURES / "other-logs" / "toolchain-lines.txt").read_text().splitlines()
+    paired = diagnose(torchvision)
+    assert (paired.label, paired.confidence, paired.phase) == ("dependency_version_mismatch", "high", "import")
+    assert "torchvision release paired with the installed torch" in paired.next_step
+    toolkit = diagnose(cuda_home)
+    assert (toolkit.label, toolkit.confidence) == ("flashinfer_jit_error", "medium")
+    assert "CUDA_HOME" in toolkit.next_step and "nvcc" in toolkit.explanation
+
+
 def test_an_empty_log_says_it_is_empty_rather_than_quoting_no_lines():
     for text in ("", "\n\n   \n"):
         found = diagnose(text)
