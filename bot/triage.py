@@ -200,12 +200,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
     if finding.label == "cuda_driver_too_old":
         return driver_evidence(attempt.node, snapshot)
     if finding.label == OUT_OF_RANGE:
-        flags = user_flags(attempt.argv)
-        try:
-            needed: int | None = parse_sglang_flags(flags).gpus_needed
-        except GpuopsError:
-            needed = None
-        return ordinal_evidence(attempt.node, attempt.vmid, snapshot, needed, _base_gpu_id(flags))
+        return ordinal_evidence(attempt.node, attempt.vmid, snapshot, user_flags(attempt.argv))
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "transformers_too_old":
@@ -230,17 +225,6 @@ async def _port_holders(transport: Transport, attempt: Attempt, python: str, fin
         return (f"who holds port {', '.join(map(str, ports[:4]))}: not readable in the container "
                 f"({(answer.stderr.strip() or 'no answer')[:160]})",)
     return port_evidence(ports[:4], attempt.port, bool(named), *parsed, launches=launches)
-
-
-def _base_gpu_id(flags: Sequence[str]) -> int:
-    """--base-gpu-id as the launch gave it (SGLang's default 0; a value that is not a number counts as 0)."""
-    value = "0"
-    for i, token in enumerate(flags):
-        if token == "--base-gpu-id" and i + 1 < len(flags):
-            value = flags[i + 1]
-        elif token.startswith("--base-gpu-id="):
-            value = token.partition("=")[2]
-    return int(value) if value.isdigit() else 0
 
 
 def _config_field(config_text: str, name: str) -> str | None:

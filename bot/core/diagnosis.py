@@ -371,8 +371,6 @@ RULES: tuple[Rule, ...] = (
     Rule("triton_out_of_resources", (r"OutOfResources: out of resource: shared memory",),
          "startup", "a Triton kernel config needs more shared memory than this GPU has (not a memory problem)",
          "use another backend or smaller kernel configs", 3),
-    # CUDA error 803: the user-space driver (libcuda) is not the kernel module's version, as in a container whose
-    # NVIDIA libraries were installed for another driver than the Proxmox node runs
     # the driver's own user-space libraries missing where the process runs (libcuda and NVML come with the driver,
     # not from pip): a container given the device nodes but not the libraries
     Rule("cuda_driver_too_old", (r"libcuda\.so(?:\.1)?: cannot open shared object file",
@@ -389,6 +387,8 @@ RULES: tuple[Rule, ...] = (
                     "the node's driver runs (or the kernel was built for another GPU)",
          "point TRITON_PTXAS_PATH at the ptxas of a CUDA the driver runs (e.g. /usr/local/cuda/bin/ptxas) and clear "
          "~/.triton/cache, or update the node's driver", 3),
+    # CUDA error 803: the user-space driver (libcuda) is not the kernel module's version, as in a container whose
+    # NVIDIA libraries were installed for another driver than the Proxmox node runs
     Rule("cuda_driver_too_old", (r"system has unsupported display driver / cuda driver combination",),
          "startup", "the user-space NVIDIA driver this process loads (libcuda) is not the version of the kernel module "
          "the node runs (CUDA error 803)",

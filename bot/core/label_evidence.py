@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, NOT_A_CAUSE, Finding, TorchOom
+from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import GpuProcess, SmiSnapshot
 from bot.core.gpu_faults import OomKill, server_kill
 from bot.core.status import DEFAULT_THRESHOLDS
+from bot.errors import UsageError
 
 # how the binders SGLang uses name the port they could not take (formats of torch, asyncio/uvicorn and pyzmq)
 _PORT_IN_LINE = (
@@ -190,13 +192,29 @@ def driver_evidence(node: str, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
             "build (torch, Triton, FlashInfer) for no newer a CUDA",)
 
 
-def ordinal_evidence(node: str, vmid: int | None, snapshot: SmiSnapshot | None, needed: int | None,
-                     base_gpu: int) -> tuple[str, ...]:
-    """For a rank that asked for a GPU index its process cannot see: the indices the launch uses against the GPUs
-    the node has. A container sees only the GPUs passed through to it (its /dev/nvidiaN entries), so fewer than
-    the node's count there is the usual cause."""
+def base_gpu_id(flags: Sequence[str]) -> int:
+    """--base-gpu-id as the launch gave it (SGLang's default 0; a value that is not a number counts as 0)."""
+    value = "0"
+    for i, token in enumerate(flags):
+        if token == "--base-gpu-id" and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif token.startswith("--base-gpu-id="):
+            value = token.partition("=")[2]
+    return int(value) if value.isdigit() else 0
+
+
+def ordinal_evidence(node: str, vmid: int | None, snapshot: SmiSnapshot | None,
+                     flags: Sequence[str]) -> tuple[str, ...]:
+    """For a rank that asked for a GPU index its process cannot see: the indices the launch's flags use against the
+    GPUs the node has. A container sees only the GPUs passed through to it (its /dev/nvidiaN entries), so fewer
+    than the node's count there is the usual cause."""
     lines = []
+    try:
+        needed: int | None = parse_sglang_flags(flags).gpus_needed
+    except UsageError:  # a flag value the parser refuses: say only where to look
+        needed = None
     if needed is not None:
+        base_gpu = base_gpu_id(flags)
         last = base_gpu + needed - 1
         lines.append(f"the launch uses {needed} GPU(s) (tp x pp x dp), indices {base_gpu}..{last}: the process must "
                      f"see at least {last + 1}")

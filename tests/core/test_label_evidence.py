@@ -145,11 +145,14 @@ def test_an_out_of_range_gpu_index_shows_the_indices_used_against_the_nodes_gpus
     from bot.core.label_evidence import ordinal_evidence
 
     snap = SmiSnapshot("query", (Gpu(0, "NVIDIA RTX A6000", 1, 49140), Gpu(1, "NVIDIA RTX A6000", 1, 49140)))
-    uses, node, where = ordinal_evidence("pve5", 129, snap, 4, 0)
+    uses, node, where = ordinal_evidence("pve5", 129, snap, ("--tp", "2", "--dp", "2"))
     assert uses == "the launch uses 4 GPU(s) (tp x pp x dp), indices 0..3: the process must see at least 4"
     assert node == "pve5 has 2 GPU(s) (nvidia-smi on the node)" and where.startswith("`pct config 129` on pve5")
+    # --base-gpu-id shifts the indices, in either spelling
+    for flags in (("--tp", "2", "--base-gpu-id", "1"), ("--tp", "2", "--base-gpu-id=1")):
+        assert ordinal_evidence("pve5", 129, snap, flags)[0].endswith("indices 1..2: the process must see at least 3")
     # flags it could not read, a node it could not read: only where to look
-    (only,) = ordinal_evidence("pve5", None, None, None, 0)
+    (only,) = ordinal_evidence("pve5", None, None, ("--tp", "two"))
     assert only.startswith("the container's configuration lists the /dev/nvidia* devices")
 
 
