@@ -56,6 +56,9 @@ CONTEXT_OVER_MODEL = "context_length_over_model"
 # SGLang's argparse refusing the command line (a flag that release does not have, a bad value, an ambiguous prefix):
 # Python's "<prog>: error: <message>", and the process exits 2 before anything starts
 ARGUMENT_ERROR = "launch_argument_error"
+# the container-side fix for the driver family: the node's own driver version, without its kernel module
+NODE_DRIVER_LIBRARIES = ("install in the container the NVIDIA user-space libraries of exactly the node's driver "
+                         "version (the installer's --no-kernel-module)")
 OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
                 "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
@@ -378,8 +381,7 @@ RULES: tuple[Rule, ...] = (
                                  r"NVML Shared Library Not Found"),
          "startup", "the NVIDIA driver's user-space libraries (libcuda, libnvidia-ml) are not where this process "
                     "runs: they come with the driver, not from pip, and a container needs its own copy",
-         "install in the container the NVIDIA user-space libraries of exactly the node's driver version (the "
-         "installer's --no-kernel-module), then check `nvidia-smi` there", 3),
+         NODE_DRIVER_LIBRARIES + ", then check `nvidia-smi` there", 3),
     # a kernel Triton compiled that the driver refuses to load: the ptxas Triton bundles targets a newer CUDA than
     # the node's driver runs
     Rule("cuda_driver_too_old", (r"Triton Error \[CUDA\]: device kernel image is invalid",),
@@ -392,8 +394,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cuda_driver_too_old", (r"system has unsupported display driver / cuda driver combination",),
          "startup", "the user-space NVIDIA driver this process loads (libcuda) is not the version of the kernel module "
          "the node runs (CUDA error 803)",
-         "install in the container the NVIDIA user-space libraries of exactly the node's driver version (the "
-         "installer's --no-kernel-module), or point LD_LIBRARY_PATH away from a stray libcuda", 3),
+         NODE_DRIVER_LIBRARIES + ", or point LD_LIBRARY_PATH away from a stray libcuda", 3),
     Rule("cuda_driver_too_old", (r"The NVIDIA driver on your system is too old \(found version",
                                  r"CUDA driver version is insufficient for CUDA runtime version",
                                  # CUDA error 804: a runtime newer than the host driver, without forward compatibility
