@@ -114,7 +114,9 @@ RULES: tuple[Rule, ...] = (
          "raise SGLANG_FLASHINFER_WORKSPACE_SIZE (bytes; SGLang's default is 384 MiB), or lower "
          "--chunked-prefill-size / --max-running-requests, or use another --attention-backend (fa3, triton)", 3),
     Rule("runtime_oom", (r"(?:(?:Decode|Prefill) out|\bOut) of memory\. Try to lower your batch size",  # newer: "Out"
-                         r"alloc_req_slots runs out of memory"),  # the request-slot pool (req_to_token)
+                         r"alloc_req_slots runs out of memory",  # the request-slot pool (req_to_token)
+                         # decode has to retract, but the one request left cannot be: the pool holds not even it
+                         r"No space left for only one request"),
          "runtime", "the token pool ran out while serving", "lower --max-running-requests or the context length", 3),
     Rule("context_exceeds_kv_pool", (r"Input length \(\d+ tokens\) exceeds the maximum allowed length \(\d+ tokens\)",),
          "request", "--context-length is larger than the KV pool can hold, so long prompts are rejected",
@@ -208,7 +210,10 @@ RULES: tuple[Rule, ...] = (
          "startup", "a port the server needs is already bound by another process",
          "stop the process holding the port (by PID), or move the launch off it: --port for the HTTP port, "
          "--nccl-port or the --dist-init-addr port for the ranks'", 3),
-    Rule("watchdog_timeout", (r"Watchdog timeout \(self\.watchdog_timeout=", r"Pyspy failed to dump PID"),
+    # the scheduler's watchdog: "Watchdog timeout (self.watchdog_timeout=300)", newer releases "Scheduler watchdog
+    # timeout (self.watchdog_timeout=300, self.soft=False)"; then it dumps the stuck process with py-spy (or fails to)
+    Rule("watchdog_timeout", (r"[Ww]atchdog timeout \(self\.watchdog_timeout=", r"Pyspy failed to dump PID",
+                              r"Pyspy dump for PID \d+:"),
          "runtime", "a forward step hung longer than --watchdog-timeout",
          "find the stuck kernel (py-spy dump), try another backend or disable CUDA graphs", 3),
     # a --model-path that is not a checkpoint where the server runs: a path that is not there is taken for a Hub
@@ -371,7 +376,9 @@ RULES: tuple[Rule, ...] = (
                                   r"flashinfer/jit/cpp_ext\.py"),
          "startup", "FlashInfer's JIT build (nvcc/ninja) failed",
          "install the CUDA toolkit headers, or prebuilt kernels", 2),
-    Rule("triton_out_of_resources", (r"OutOfResources: out of resource: shared memory",),
+    # Triton's launcher refusing a kernel config; the raise line in its compiler names it when the text is cut
+    Rule("triton_out_of_resources", (r"OutOfResources: out of resource: shared\b",
+                                     r"raise OutOfResources\(self\.metadata\.shared, max_shared"),
          "startup", "a Triton kernel config needs more shared memory than this GPU has (not a memory problem)",
          "use another backend or smaller kernel configs", 3),
     # the driver's own user-space libraries missing where the process runs (libcuda and NVML come with the driver,
@@ -419,6 +426,8 @@ RULES: tuple[Rule, ...] = (
                                    r"AssertionError: \d+ is not divisible by \d+",
                                    # Kimi-Linear's KDA layers check their heads themselves (a ValueError)
                                    r"num_heads \(\d+\) must be divisible by global tp_size \(\d+\)",
+                                   # a config check before any layer is built (the vLLM config older releases used)
+                                   r"attention heads \(\d+\) must be divisible by tensor parallel size \(\d+\)",
                                    r"(?:in|out)put size is not aligned with the quantized weight shape",
                                    r"Weight (?:in|out)put_size_per_partition = \d+ is not divisible",
                                    r"is not divisible by weight quantization block_[nk] = \d+"),
@@ -576,6 +585,9 @@ _CONTEXT_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 _NCCL_OOM = re.compile(r"Cuda failure 2 'out of memory'|Failed to CUDA calloc")
 _TOKEN_USAGE = re.compile(r"(?:Decode|Prefill) batch[.,].*?token usage: (?P<usage>[\d.]+)")
+# the scheduler giving running requests back to the queue because the token pool is full: older releases' "Decode out
+# of memory happened.", newer "KV cache pool is full. Retract requests." (then the counts)
+_RETRACTED = re.compile(r"(?:Decode out of memory happened|KV cache pool is full\. Retract requests)\. #retracted_reqs")
 _TINY_AVAIL = re.compile(r"Load weight end\..*avail mem=(?P<avail>[\d.]+) GB, mem usage=(?P<usage>[\d.]+) GB")
 
 
@@ -977,16 +989,25 @@ def _phase(lines: list[str], order: list[int], position: int, default: str) -> s
 
 def _full_pool_at_the_end(lines: list[str], order: list[int]) -> tuple[int, float] | None:
     """(line index, usage) when the text ends in batches of a server whose token pool is at least 90 %
-    full: the scheduler's own last word before it runs out (SGLang retracts, then fails, near 1.0)."""
+    full, or in its retractions (a full pool): the scheduler's own last word before it runs out (SGLang
+    retracts, then fails, near 1.0)."""
     content = [i for i in order if lines[i].strip()]
     tail = content[-3:]
     if not tail:
         return None
-    usages = [(i, float(m.group("usage"))) for i in tail if (m := _TOKEN_USAGE.search(lines[i]))]
+    usages = [(i, usage) for i in tail if (usage := _pool_usage(lines[i])) is not None]
     # every complete batch line at the end reports it (a last line cut mid-way may not)
     if not usages or len(usages) < len(tail) - 1 or min(u for _, u in usages) < 0.9:
         return None
     return max(usages, key=lambda x: x[1])
+
+
+def _pool_usage(line: str) -> float | None:
+    """The token pool's fill a scheduler line reports: a batch line's token usage, or full for a retraction."""
+    if _RETRACTED.search(line):
+        return 1.0
+    m = _TOKEN_USAGE.search(line)
+    return float(m.group("usage")) if m else None
 
 
 _FRAME_AT = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<where>\S+)')

@@ -361,6 +361,35 @@ def test_a_torch_built_without_this_gpus_capability_is_named_from_its_import_war
         "kernel_arch_unsupported"
 
 
+def test_the_scheduler_watchdog_is_named_in_newer_releases_words():
+    lines = (FIXTURES / "other-logs" / "watchdog-newer-lines.txt").read_text().splitlines()
+    found = diagnose("\n".join(lines))
+    assert (found.label, found.confidence, found.evidence[0].line_no) == ("watchdog_timeout", "high", 1)
+    # the py-spy dump of a stuck rank is the watchdog's own doing: with the timeout line cut off, it still names it
+    assert diagnose("\n".join(lines[3:])).label == "watchdog_timeout"
+
+
+def test_a_token_pool_that_is_full_while_serving_is_runtime_oom():
+    lines = (FIXTURES / "other-logs" / "token-pool-full-lines.txt").read_text().splitlines()
+    # decode cannot retract the last request: the pool does not hold even one
+    assert (diagnose(lines[0]).label, diagnose(lines[0]).confidence) == ("runtime_oom", "high")
+    # a log that stops in retractions (older and newer words): the pool was full, inferred, so low
+    for tail in (lines[1:3], lines[3:6]):
+        found = diagnose("\n".join(tail))
+        assert (found.label, found.confidence, found.phase) == ("runtime_oom", "low", "runtime"), tail
+        assert "full" in found.explanation
+    # retractions followed by a real cause: the cause is named, not the pool
+    nccl = diagnose("\n".join([*lines[3:6], "RuntimeError: NCCL error: unhandled system error"]))
+    assert nccl.label == "nccl_error"
+
+
+def test_triton_refusing_a_kernel_config_is_named_even_when_the_text_stops_at_its_raise():
+    frame, raise_line, error = (FIXTURES / "other-logs" / "triton-out-of-resources.txt").read_text().splitlines()
+    for text in (error, "\n".join([frame, raise_line]), "\n".join([frame, raise_line, error])):
+        assert diagnose(text).label == "triton_out_of_resources", text
+    assert "not a memory problem" in diagnose(raise_line).explanation
+
+
 def test_a_request_too_long_is_read_from_the_api_error_body_a_client_got():
     body = (FIXTURES / "other-logs" / "api-error-body.txt").read_text()  # the apostrophe escaped: model\'s
     found = diagnose(body)
