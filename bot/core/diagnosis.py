@@ -56,6 +56,9 @@ CONTEXT_OVER_MODEL = "context_length_over_model"
 # SGLang's argparse refusing the command line (a flag that release does not have, a bad value, an ambiguous prefix):
 # Python's "<prog>: error: <message>", and the process exits 2 before anything starts
 ARGUMENT_ERROR = "launch_argument_error"
+# the server came up, but its own warmup request went out through an HTTP proxy (http_proxy/https_proxy/all_proxy set
+# for the model download, no_proxy not exempting the server's address), which answered 502/403/407 instead of it
+WARMUP_PROXY = "warmup_through_proxy"
 # the container-side fix for the driver family: the node's own driver version, without its kernel module
 NODE_DRIVER_LIBRARIES = ("install in the container the NVIDIA user-space libraries of exactly the node's driver "
                          "version (the installer's --no-kernel-module)")
@@ -129,6 +132,15 @@ RULES: tuple[Rule, ...] = (
          "limit, times a rope scaling factor): it refuses before loading anything",
          "launch with the config's context length (the budget computes what fits), or extend the model's context "
          "properly (rope scaling in the config) and set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", 3),
+    # SGLang asserts its warmup request got a 200 and prints the response (f"{res=}"): a gateway's code and an empty
+    # body are a proxy's answer, not the server's (a server that failed serving it answers 500, or not at all)
+    Rule(WARMUP_PROXY, (r"AssertionError: res=<Response \[(?:502|403|407)\]>",),
+         "startup", "the server started, but its warmup request to itself was answered by an HTTP proxy (a gateway "
+         "status, no body): http_proxy/https_proxy/all_proxy are set where it runs and no_proxy does not exempt its "
+         "own address, so it gave up and exited",
+         "launch with no_proxy/NO_PROXY covering 127.0.0.1, localhost, 0.0.0.0 and the --host address (or unset the "
+         "proxy variables once the model is downloaded); --skip-server-warmup only hides it from clients that go "
+         "through the same proxy", 3),
     Rule(ARGUMENT_ERROR, (r"^[\w./-]+(?: serve)?: error: (?:unrecognized arguments: |argument -|ambiguous option: |"
                           r"the following arguments are required: )",),
          "startup", "SGLang's argument parser refused the launch command (its exact complaint is quoted): a flag this "
@@ -336,7 +348,10 @@ RULES: tuple[Rule, ...] = (
     Rule("kernel_package_mismatch", (r"sgl_kernel/\S*\.so: undefined symbol", r"undefined symbol: cu\w+",
                                      r"No module named 'sgl_kernel'",
                                      r"cannot import name '[^']+' from 'sgl_kernel'",
-                                     r"Could not run 'sgl_kernel::"),
+                                     r"Could not run 'sgl_kernel::",
+                                     # its loader's summary when no common_ops build loads (the per-file reasons,
+                                     # an undefined symbol most often, follow it)
+                                     r"\[sgl_kernel\] CRITICAL: Could not load any common_ops library"),
          "import", "the compiled sgl_kernel is missing, or does not match the installed torch/CUDA/driver",
          "(re)install the sgl-kernel this SGLang release pins, built for this torch and CUDA", 3),
     Rule("kernel_arch_unsupported", (r"CUDA error: invalid device function",),
@@ -356,9 +371,19 @@ RULES: tuple[Rule, ...] = (
                                            # fa3 on Blackwell (or fa3 with MLA on Ampere)
                                            r"FlashAttention v3 Backend requires SM>=\d+ and SM<=\d+",
                                            # flash-attn 2's own check (Volta, Turing)
-                                           r"FlashAttention only supports Ampere GPUs or newer"),
+                                           r"FlashAttention only supports Ampere GPUs or newer",
+                                           # SGLang's own gates: a TRT-LLM backend on a GPU other than SM100 ("...
+                                           # backend for prefill is only supported on Blackwell GPUs (SM100)"), fa3
+                                           # for the vision tower on Blackwell, the backends a hybrid GDN model takes
+                                           # there, sgl-kernel's flash-attn below its oldest build
+                                           r"backend(?: for \w+)? is only supported on \w+ GPUs \(SM\d+\)",
+                                           r"The '\w+' backend is not supported on \w+ GPUs",
+                                           r"backends are supported on \w+ GPUs for [\w ]+\. Got attention_backend=",
+                                           r"flash_attn at sgl-kernel is only supported on sm\d+"),
          "startup", "the chosen attention backend does not support this GPU generation",
-         "choose another --attention-backend (e.g. flashinfer or triton)", 3),
+         "choose another --attention-backend (or --prefill-/--decode-attention-backend, whichever the message names; "
+         "where it lists the backends this GPU takes, pick one of those): e.g. flashinfer, or triton, the portable "
+         "one", 3),
     Rule("quant_unsupported_on_gpu", (r"type fp8e4nv not supported in this architecture",
                                       r"fp8e4nv data type is not supported on CUDA arch < 89",  # newer Triton
                                       r"The quantization method \S+ is not supported for the current GPU",
@@ -528,6 +553,8 @@ _INIT_LINE = r"Init torch distributed begin"
 _READY = re.compile(READY_LINE)
 # where in the server's life a line sits: the last marker at or before the cause decides the phase
 _PHASE_MARKERS = (
+    # the warmup request is the last step of start-up, though it is served like any request
+    (re.compile(r"Initialization failed\. warmup error"), "startup"),
     (re.compile(rf"{READY_LINE}|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
     (re.compile(rf"{CAPTURE_LINE} (?:begin|failed)|{CAPTURE_BAR}|{COMPILE_BAR}"), "startup: CUDA graphs"),
     (re.compile(rf"{_POOL_LINE}|{LOAD_END_LINE}"), "startup: KV pool"),

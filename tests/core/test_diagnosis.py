@@ -291,6 +291,41 @@ def test_a_flash_attn_built_for_another_torch_or_run_before_ampere_is_named():
     assert diagnose(arch).label == "attention_backend_unsupported"
 
 
+def test_sglangs_own_attention_backend_gates_are_named_with_the_flag_to_change():
+    lines = (FIXTURES / "other-logs" / "attention-backend-gates.txt").read_text().splitlines()
+    # TRT-LLM MHA off SM100 (the whole backend, and the prefill one), fa3 for a vision tower on Blackwell, the
+    # backends a hybrid GDN model takes on Blackwell, sgl-kernel's flash-attn below its oldest build
+    for line in lines:
+        found = diagnose(line)
+        assert (found.label, found.phase, found.confidence) == ("attention_backend_unsupported", "startup", "high"), \
+            line
+        assert "--prefill-/--decode-attention-backend" in found.next_step
+    # the gate raised while the scheduler starts, with the parent's sigquit after it: the gate is the cause
+    echoed = diagnose("\n".join([lines[3], "[2026-08-17 10:00:00] Received sigquit from a child process. It usually "
+                                            "means the child failed."]))
+    assert echoed.label == "attention_backend_unsupported" and "child_process_died" in echoed.also_seen
+
+
+def test_sgl_kernels_loader_finding_no_build_it_can_load_is_a_kernel_package_mismatch():
+    lines = (FIXTURES / "other-logs" / "sgl-kernel-load-failure.txt").read_text().splitlines()
+    found = diagnose("\n".join(lines))
+    assert (found.label, found.phase, found.confidence) == ("kernel_package_mismatch", "import", "high")
+    assert "sgl-kernel" in found.next_step
+    # the summary alone (the per-file reasons cut off) still names it
+    assert diagnose("\n".join(lines[:7])).label == "kernel_package_mismatch"
+
+
+def test_a_warmup_answered_by_a_proxy_names_the_proxy_not_the_server():
+    lines = (FIXTURES / "other-logs" / "warmup-through-proxy.txt").read_text().splitlines()
+    found = diagnose("\n".join(lines))
+    assert (found.label, found.phase, found.confidence) == ("warmup_through_proxy", "startup", "high")
+    assert found.evidence[0].line_no == 6 and "no_proxy" in found.next_step
+    # a warmup the server itself failed (a 500 with its error) is not a proxy's answer
+    failed = "AssertionError: res=<Response [500]>, res.text='Internal Server Error'"
+    served = diagnose("\n".join([*lines[1:5], failed]))
+    assert served.label != "warmup_through_proxy"
+
+
 def test_a_user_space_driver_that_is_not_the_nodes_is_the_driver_family_with_the_container_fix():
     lines = (FIXTURES / "other-logs" / "cuda-803-lines.txt").read_text().splitlines()
     for text in ("\n".join(lines[:2]), lines[2]):  # torch's device count, and a CUDA call, failing with error 803
