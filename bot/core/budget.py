@@ -715,7 +715,17 @@ class _Draft:
     why: str
 
 
-def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str, w: _Work) -> _Draft:
+# EAGLE3 with no --speculative-draft-model-path on a model without bundled draft layers: SGLang loads the target
+# again as its draft and raises an AttributeError building the draft's head (which attribute depends on the
+# model class: Qwen2's set_embed, Llama's hot_token_id), or runs out of memory loading the copy first
+EAGLE3_WITHOUT_DRAFT_TEXT = ("AttributeError building the EAGLE3 draft: with no --speculative-draft-model-path the "
+                             "target checkpoint is loaded a second time as the draft, and an ordinary model has no "
+                             "EAGLE3 draft head (sglang#36528); give --speculative-draft-model-path an EAGLE3 draft "
+                             "for this model")
+
+
+def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str, target_gib: float,
+                 w: _Work) -> _Draft:
     """The speculative draft per GPU: the checkpoint's own MTP layers, an EAGLE head, or a standalone model."""
     model, flags, tp = inp.model, inp.flags, inp.flags.tp
     draft_layers = 0
@@ -741,6 +751,14 @@ def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str, 
                       "from uninitialized weights, accepting next to nothing; launch without "
                       "--speculative-algorithm, or give --speculative-draft-model-path a checkpoint that "
                       "has them")
+    elif flags.speculative_algorithm == "EAGLE3" and not flags.speculative_draft_model_path and not model.mtp_layers:
+        # with no draft path SGLang takes the target checkpoint itself as the EAGLE3 draft: it loads the weights a
+        # second time, then fails building the draft's head, which an ordinary target does not have (sglang#36528;
+        # a checkpoint that bundles its own draft layers is the one case that works)
+        draft_layers = model.layers
+        draft_weights = target_gib
+        note = " (no --speculative-draft-model-path: SGLang loads the target checkpoint again as the draft)"
+        w.fail(EAGLE3_WITHOUT_DRAFT_TEXT)
     elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
         draft_layers = small.layers
         draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB
@@ -882,7 +900,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     weights, weights_why, weights_source = _target_weights(inp, quant, online, attn_tp, measured, conflict,
                                                          downcast, group_why)
     w.line("target weights", weights, weights_why)
-    draft = _draft_model(inp, quant, attn_tp, era, w) if spec else _Draft(0, 0.0, 0.0, "")
+    draft = _draft_model(inp, quant, attn_tp, era, weights, w) if spec else _Draft(0, 0.0, 0.0, "")
     if spec:
         w.line("draft weights", draft.weights_gib, draft.why)
     draft_counted = draft.weights_gib if era == "D" else 0.0  # from 0.5.14 the draft loads before the pools
@@ -1242,6 +1260,8 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     """The smallest changes that make the launch fit, each with its computed threshold, cheapest first."""
     if failed.error_text == FP8_MOE_TEXT:
         return _fp8_moe_remedies(inp)
+    if failed.error_text == EAGLE3_WITHOUT_DRAFT_TEXT:
+        return _draft_path_remedies(inp)
     if failed.error_text and "is greater than the derived context_length" in failed.error_text \
             and inp.model.max_context:
         return _context_limit_remedies(inp, failed, inp.model.max_context)
@@ -1469,6 +1489,16 @@ def _fp8_moe_remedies(inp: BudgetInput) -> list[Remedy]:
     return [Remedy("an AWQ/GPTQ int4 build of this model", None,
                    f"its MoE runs on Marlin kernels from compute capability 8.0: {_effect(int4)}", 3),
             Remedy(f"a {inp.model.dtype} build of this model", None, f"no FP8 kernel needed: {_effect(bf16)}", 4)]
+
+
+def _draft_path_remedies(inp: BudgetInput) -> list[Remedy]:
+    """No memory change helps an EAGLE3 launch without its draft: name the draft, or launch without speculation."""
+    plain = inp.flags.changed(speculative_algorithm=None)
+    b = _compute(replace(inp, flags=plain))
+    return [Remedy("--speculative-draft-model-path <an EAGLE3 draft trained for this model>", None,
+                   "the draft head EAGLE3 runs; `gpuops budget` sizes it from its config.json once given", 1),
+            Remedy(f"drop --speculative-algorithm {inp.flags.speculative_algorithm}", plain,
+                   f"no speculative decoding: {_effect(b)}", 2)]
 
 
 def _is_split_error(text: str | None) -> bool:

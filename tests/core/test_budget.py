@@ -1503,6 +1503,29 @@ def test_an_eagle3_draft_config_decides_its_size():
     assert "EAGLE3 draft config not read" in next(x.why for x in estimated.lines if x.label == "draft weights")
 
 
+def test_eagle3_without_a_draft_path_loads_the_target_again_and_fails_building_the_draft():
+    from bot.core.budget import EAGLE3_WITHOUT_DRAFT_TEXT
+
+    qwen = spec("Qwen__Qwen3-8B")  # no MTP layers: nothing in the checkpoint can be the EAGLE3 draft
+    b = run(qwen, ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4"], version="0.5.12",
+            count=1)
+    # SGLang takes the target checkpoint as the draft (sglang#36528): its weights a second time
+    assert b.verdict is VerdictKind.FAILS and b.error_text == EAGLE3_WITHOUT_DRAFT_TEXT
+    assert b.draft_weights_gib == pytest.approx(b.weights_gib)
+    # no memory change helps: name the draft, or launch without speculation (which fits)
+    assert [r.change for r in b.remedies] == ["--speculative-draft-model-path <an EAGLE3 draft trained for this "
+                                              "model>", "drop --speculative-algorithm EAGLE3"]
+    plain = b.remedies[1].flags
+    assert plain is not None and not plain.speculative
+    with_draft = run(qwen, ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/eagle3"],
+                     version="0.5.12", count=1)
+    assert with_draft.error_text is None and with_draft.draft_weights_gib < 1
+    # a checkpoint with its own draft layers (Qwen3.6's MTP) is the case SGLang's fallback is for
+    bundled = run(spec("Qwen__Qwen3.6-27B"), ["--tp", "2", "--speculative-algorithm", "EAGLE3",
+                                              "--disable-radix-cache"], version="0.5.12")
+    assert bundled.error_text != EAGLE3_WITHOUT_DRAFT_TEXT and bundled.draft_weights_gib < 1
+
+
 def test_a_standalone_draft_is_sized_as_the_whole_small_model():
     target = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
     small = json.loads((FIXTURES / "model-configs" / "meta-llama__Llama-3.2-1B-Instruct" / "config.json").read_text())
