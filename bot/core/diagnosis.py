@@ -327,7 +327,7 @@ RULES: tuple[Rule, ...] = (
     # a module missing or without a name SGLang imports (sgl_kernel's and transformers' own cases are named below
     # and above, more specifically)
     Rule("dependency_version_mismatch", (r"with minimum required version \S+ is not installed",
-                                         r"cannot import name '[^']+' from '[\w.]+'",
+                                         r"cannot import name '[^']+' from '[\w.]+",  # (the module may be cut)
                                          r"ModuleNotFoundError: No module named '[\w.]+'",
                                          r"requires .* but you have .* which is incompatible"),
          "import", "a Python dependency is missing, or has another version or API than this SGLang release expects",
@@ -388,7 +388,12 @@ RULES: tuple[Rule, ...] = (
                                       r"fp8e4nv data type is not supported on CUDA arch < 89",  # newer Triton
                                       r"The quantization method \S+ is not supported for the current GPU",
                                       # torch's FP8 GEMM refusing a pre-Ada GPU (an online --quantization fp8)
-                                      r"torch\._scaled_mm is only supported on CUDA devices with compute capability"),
+                                      r"torch\._scaled_mm is only supported on CUDA devices with compute capability",
+                                      # the same refusal in other loaders' words (transformers' FP8 quantizer,
+                                      # FP8 kernels, TransformerEngine): FP8 needs compute capability 8.9 or 9.0
+                                      r"(?i:fp8|f8e4m3\w*)\b[^.]{0,60}only supported on (?:GPUs with )?compute "
+                                      r"capability",
+                                      r"compute capability \d\.\d or higher required for FP8"),
          "startup", "the quantization format has no kernel on this GPU architecture (e.g. FP8 on Ampere)",
          "use a quantization this GPU supports (AWQ/GPTQ on Ampere)", 3),
     # no CUDA toolkit to build with: FlashInfer's (and other) JIT kernels need nvcc, which runtime images lack
@@ -606,7 +611,9 @@ class LaunchContext:
 
 # failures whose visible symptom is generic, but whose usual cause is the launch's feature
 _CONTEXT_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("speculative", re.compile(r"index out of bounds|must match the size of tensor"), "speculative_decoding_error"),
+    # shape mismatches between the draft's tensors and the target's (torch's two wordings), an index past the draft's
+    ("speculative", re.compile(r"index out of bounds|must match the size of tensor|Sizes of tensors must match"),
+     "speculative_decoding_error"),
     ("hybrid_linear", re.compile(r"TypeError: 'NoneType' object cannot be interpreted as an integer"),
      "mamba_cache_error"),
 )

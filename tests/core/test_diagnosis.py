@@ -505,6 +505,12 @@ def test_a_container_that_sees_no_usable_gpu_is_a_driver_problem_with_the_passth
         assert "/dev/nvidia*" in finding.next_step
 
 
+def test_a_name_its_dependency_lacks_is_named_even_with_the_module_cut():
+    text = (FIXTURES / "other-logs" / "import-name-cut.txt").read_text()
+    found = diagnose(text)
+    assert (found.label, found.phase, found.evidence[-1].line_no) == ("dependency_version_mismatch", "import", 2)
+
+
 def test_the_loaders_capability_gate_is_a_quantization_this_gpu_cannot_run():
     for line in (FIXTURES / "other-logs" / "quant-min-capability.txt").read_text().splitlines():
         assert diagnose(line).label == "quant_unsupported_on_gpu", line
@@ -611,6 +617,12 @@ def test_a_generic_symptom_read_without_its_launch_says_which_launch_decides_it(
     assert plain.label == "unknown" and plain.next_step == "read the lines above; run with --log-level debug for more"
     spec = diagnose(line, context=LaunchContext.from_argv(["--speculative-algorithm", "EAGLE"]))
     assert spec.label == "speculative_decoding_error"
+    # torch's other wording of a shape mismatch (a draft whose hidden size is not the target's): the same reading
+    frames = (FIXTURES / "other-logs" / "spec-hidden-size-mismatch.txt").read_text().splitlines()
+    assert "speculative_decoding_error" in diagnose(frames[-1]).next_step
+    standalone = diagnose(frames[-1], context=LaunchContext.from_argv(["--speculative-algorithm", "STANDALONE"]))
+    assert (standalone.label, standalone.confidence) == ("speculative_decoding_error", "high")
+    assert diagnose("\n".join(frames)).label == "speculative_decoding_error"  # its frames are the draft's path
 
 
 def test_a_traceback_cut_before_its_exception_is_unknown_with_the_frames_lead_as_a_test():
