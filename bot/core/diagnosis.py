@@ -359,6 +359,11 @@ RULES: tuple[Rule, ...] = (
          "use a build for this GPU (or another backend)", 2),
     # torch's own warning at import that its build has no kernels for this GPU (a Blackwell card under a pre-CUDA-12.8
     # wheel), and the attention kernel's check: the first cause of whatever CUDA error follows
+    # the compiler toolchain (Triton's LLVM) not knowing the GPU's architecture: kernels cannot be built for it
+    Rule("kernel_arch_unsupported", (r"'sm_\d+a?' is not a recognized processor for this target",),
+         "startup", "the kernel compiler (Triton's LLVM) does not know this GPU's architecture: its build is older "
+                    "than the GPU",
+         "install a torch/Triton build that supports this GPU (sm_120 needs CUDA 12.8+ builds)", 3),
     Rule("kernel_arch_unsupported", (TORCH_ARCH_WARNING,
                                      r"FATAL: kernel `\w+` is for sm\d+-sm\d+, but was built for sm"),
          "import", "the installed PyTorch was not built for this GPU's compute capability",
@@ -496,7 +501,10 @@ RULES: tuple[Rule, ...] = (
          "launch once without --speculative-algorithm to confirm, then check the draft model", 1),
     # the compiler's own exception names torch.compile; an exception it wraps (an OOM) still wins
     Rule("torch_compile_error", (r"torch\._dynamo\.exc\.[A-Z]\w+",  # BackendCompilerFailed, Unsupported, ...
-                                 r"torch\._inductor\.exc\.(?:InductorError|CppCompileError)"),
+                                 r"torch\._inductor\.exc\.(?:InductorError|CppCompileError)",
+                                 # inductor's runtime logging a kernel it generated (triton_poi/red/per_fused...)
+                                 # that Triton could not compile
+                                 r"triton_heuristics\.py:\d+\] Triton compilation failed: triton_"),
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 2),
     # traceback frames only: healthy compiles print UserWarnings from the same files
     Rule("torch_compile_error", (r'File "[^"]*torch/_dynamo/', r'File "[^"]*torch/_inductor/compile_fx\.py"',

@@ -511,6 +511,16 @@ def test_a_name_its_dependency_lacks_is_named_even_with_the_module_cut():
     assert (found.label, found.phase, found.evidence[-1].line_no) == ("dependency_version_mismatch", "import", 2)
 
 
+def test_a_compiler_that_does_not_know_the_gpu_comes_before_the_compile_failure_it_causes():
+    warning, _, failed = (FIXTURES / "other-logs" / "inductor-triton-sm120.txt").read_text().splitlines()
+    # inductor's own kernel failing to compile is torch.compile's failure...
+    assert diagnose(failed).label == "torch_compile_error"
+    # ...but a toolchain that does not know the GPU, logged first, is the cause
+    found = diagnose((FIXTURES / "other-logs" / "inductor-triton-sm120.txt").read_text())
+    assert (found.label, found.evidence[0].line_no) == ("kernel_arch_unsupported", 1)
+    assert "torch_compile_error" in found.also_seen and "Triton" in found.explanation
+
+
 def test_the_loaders_capability_gate_is_a_quantization_this_gpu_cannot_run():
     for line in (FIXTURES / "other-logs" / "quant-min-capability.txt").read_text().splitlines():
         assert diagnose(line).label == "quant_unsupported_on_gpu", line
