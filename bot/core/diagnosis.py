@@ -357,13 +357,13 @@ RULES: tuple[Rule, ...] = (
     Rule("kernel_arch_unsupported", (r"CUDA error: invalid device function",),
          "startup", "a kernel has no code for this GPU's architecture (usually built for another compute capability)",
          "use a build for this GPU (or another backend)", 2),
-    # torch's own warning at import that its build has no kernels for this GPU (a Blackwell card under a pre-CUDA-12.8
-    # wheel), and the attention kernel's check: the first cause of whatever CUDA error follows
     # the compiler toolchain (Triton's LLVM) not knowing the GPU's architecture: kernels cannot be built for it
     Rule("kernel_arch_unsupported", (r"'sm_\d+a?' is not a recognized processor for this target",),
          "startup", "the kernel compiler (Triton's LLVM) does not know this GPU's architecture: its build is older "
                     "than the GPU",
          "install a torch/Triton build that supports this GPU (sm_120 needs CUDA 12.8+ builds)", 3),
+    # torch's own warning at import that its build has no kernels for this GPU (a Blackwell card under a pre-CUDA-12.8
+    # wheel), and the attention kernel's check: the first cause of whatever CUDA error follows
     Rule("kernel_arch_unsupported", (TORCH_ARCH_WARNING,
                                      r"FATAL: kernel `\w+` is for sm\d+-sm\d+, but was built for sm"),
          "import", "the installed PyTorch was not built for this GPU's compute capability",
@@ -461,7 +461,7 @@ RULES: tuple[Rule, ...] = (
                                    r"AssertionError: \d+ is not divisible by \d+",
                                    # Kimi-Linear's KDA layers check their heads themselves (a ValueError)
                                    r"num_heads \(\d+\) must be divisible by global tp_size \(\d+\)",
-                                   # a config check before any layer is built (the vLLM config older releases used)
+                                   # the same constraint in vLLM's configuration check's words
                                    r"attention heads \(\d+\) must be divisible by tensor parallel size \(\d+\)",
                                    r"(?:in|out)put size is not aligned with the quantized weight shape",
                                    r"Weight (?:in|out)put_size_per_partition = \d+ is not divisible",
