@@ -512,6 +512,10 @@ RULES: tuple[Rule, ...] = (
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 1),
     Rule("cuda_graph_capture_error", (r"operation not permitted when stream is capturing",
                                       r"Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture",
+                                      # a capture that an earlier operation invalidated (CUDA error 901), and
+                                      # torch's check of the capture's status
+                                      r"operation failed due to a previous error during capture",
+                                      r"cudaStreamCaptureStatusInvalidated",
                                       CAPTURE_WRAPPER),
          "startup", "CUDA-graph capture failed for a reason other than memory",
          "launch with --disable-cuda-graph to confirm, then lower --cuda-graph-max-bs", 1),

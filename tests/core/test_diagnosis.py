@@ -521,6 +521,16 @@ def test_a_compiler_that_does_not_know_the_gpu_comes_before_the_compile_failure_
     assert "torch_compile_error" in found.also_seen and "Triton" in found.explanation
 
 
+def test_a_capture_invalidated_by_an_earlier_error_is_a_capture_failure_and_yields_to_that_error():
+    status, invalidated = (FIXTURES / "other-logs" / "capture-invalidated.txt").read_text().splitlines()
+    for line in (status, invalidated):
+        # the capture's own echo of an earlier failure: the capture family, with low confidence
+        assert (diagnose(line).label, diagnose(line).confidence) == ("cuda_graph_capture_error", "low"), line
+    # an earlier cause in the same text wins (here an NCCL failure inside the captured all-reduce)
+    earlier = diagnose("\n".join(["RuntimeError: NCCL error: unhandled system error", invalidated]))
+    assert earlier.label == "nccl_error"
+
+
 def test_the_loaders_capability_gate_is_a_quantization_this_gpu_cannot_run():
     for line in (FIXTURES / "other-logs" / "quant-min-capability.txt").read_text().splitlines():
         assert diagnose(line).label == "quant_unsupported_on_gpu", line
