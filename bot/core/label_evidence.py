@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bot.core.attempts import flag_pairs
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, NOT_A_CAUSE, Finding, TorchOom
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import GpuProcess, SmiSnapshot
@@ -194,12 +195,7 @@ def driver_evidence(node: str, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
 
 def base_gpu_id(flags: Sequence[str]) -> int:
     """--base-gpu-id as the launch gave it (SGLang's default 0; a value that is not a number counts as 0)."""
-    value = "0"
-    for i, token in enumerate(flags):
-        if token == "--base-gpu-id" and i + 1 < len(flags):
-            value = flags[i + 1]
-        elif token.startswith("--base-gpu-id="):
-            value = token.partition("=")[2]
+    value = flag_pairs(tuple(flags)).get("--base-gpu-id", "0")
     return int(value) if value.isdigit() else 0
 
 
