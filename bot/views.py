@@ -224,11 +224,17 @@ VERDICT_WORD = {"fits": "FITS", "fails": "WILL FAIL", "degraded": "STARTS, DEGRA
 VERDICT_ICON = {"fits": ":large_green_circle:", "fails": ":red_circle:", "degraded": ":large_yellow_circle:"}
 
 
+def _error_lead(budget: Budget) -> str:
+    """How the failure is introduced: SGLang's own line is quoted as such, gpuops' account of it never is."""
+    return "SGLang would print" if budget.error_verbatim else "SGLang would fail (gpuops' words, not its message)"
+
+
 def budget_text(budget: Budget, title: str, refused_flags: Sequence[str] | None = None) -> str:
     """``refused_flags``: what the container's SGLang would refuse of the command line (None: its flags were not
     read, so a pass-through flag a typo away from one the budget reads is noted instead)."""
     return render("budget.txt.j2", b=budget, title=title, verdict_word=VERDICT_WORD[budget.verdict.value],
-                  refused_flags=refused_flags or (), near_misses=_near_misses(budget, refused_flags))
+                  error_lead=_error_lead(budget), refused_flags=refused_flags or (),
+                  near_misses=_near_misses(budget, refused_flags))
 
 
 def _near_misses(budget: Budget, refused_flags: Sequence[str] | None) -> tuple[str, ...]:
@@ -253,7 +259,7 @@ def budget_messages(budget: Budget, title: str, refused_flags: Sequence[str] | N
     blocks += monospace_sections(table)
     verdict_lines = []
     if budget.error_text:
-        verdict_lines.append(f":x: SGLang would print: `{escape_mrkdwn(budget.error_text)}`")
+        verdict_lines.append(f":x: {_error_lead(budget)}: `{escape_mrkdwn(budget.error_text)}`")
     verdict_lines += [f":x: SGLang's parser would refuse the launch: {escape_mrkdwn(r)}" for r in refused_flags or ()]
     verdict_lines += [f":warning: {escape_mrkdwn(r)}" for r in budget.reasons]
     for part in _split_text("\n".join(verdict_lines)):

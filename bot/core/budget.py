@@ -295,6 +295,9 @@ class Budget:
     reason_kinds: tuple[str, ...] = ()  # one per reason: support, radix, admit, capped, swa, context, headroom
     # the format the estimate loads, as SGLang's `Load weight end` prints it: "quant=awq", "dtype=bfloat16"
     weights_format: str | None = None
+    # False when error_text is gpuops' own account of the failure (SGLang's message for it is not fixed, or not
+    # public): it is not shown as the line SGLang prints
+    error_verbatim: bool = True
 
     @property
     def fixable(self) -> frozenset[str]:
@@ -567,15 +570,17 @@ class _Work:
 
     lines: list[BudgetLine] = field(default_factory=list)
     error: str | None = None
+    error_verbatim: bool = True
     # (kind, text); kinds: support, radix, admit, capped, context, headroom
     degraded: list[tuple[str, str]] = field(default_factory=list)
 
     def line(self, label: str, gib: float | None, why: str, value: str | None = None) -> None:
         self.lines.append(BudgetLine(label, gib, why, value))
 
-    def fail(self, error: str) -> None:
+    def fail(self, error: str, verbatim: bool = True) -> None:
+        """``verbatim``: ``error`` is SGLang's own text (its numbers filled in), not a description of the failure."""
         if self.error is None:
-            self.error = error
+            self.error, self.error_verbatim = error, verbatim
 
     def degrade(self, kind: str, text: str) -> None:
         self.degraded.append((kind, text))
@@ -758,7 +763,7 @@ def _draft_model(inp: BudgetInput, quant: Quantization, attn_tp: int, era: str, 
         draft_layers = model.layers
         draft_weights = target_gib
         note = " (no --speculative-draft-model-path: SGLang loads the target checkpoint again as the draft)"
-        w.fail(EAGLE3_WITHOUT_DRAFT_TEXT)
+        w.fail(EAGLE3_WITHOUT_DRAFT_TEXT, verbatim=False)
     elif flags.speculative_algorithm == "STANDALONE" and (small := _standalone_draft(inp.draft_config)):
         draft_layers = small.layers
         draft_weights = weight_bytes_per_gpu(small, tp, small.quant) / GIB
@@ -906,7 +911,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     draft_counted = draft.weights_gib if era == "D" else 0.0  # from 0.5.14 the draft loads before the pools
     if weights + draft_counted >= pre:
         w.fail("torch.OutOfMemoryError: CUDA out of memory (while loading weights: "
-               f"{weights:.2f} GiB of weights per GPU, {pre:.2f} GiB free)")
+               f"{weights:.2f} GiB of weights per GPU, {pre:.2f} GiB free)", verbatim=False)
 
     # the static reserve, and what is left for the pools
     avail = pre - weights - draft_counted
@@ -980,6 +985,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
                           if inp.weights_bytes_total is None or "not counted in the weights" not in n),
         weights_source=weights_source,
         weights_format=f"quant={quant.method}" if quant.method != "none" else f"dtype={model.dtype}",
+        error_verbatim=w.error_verbatim,
     )
 
 
@@ -1000,7 +1006,7 @@ def _check_support(model: ModelSpec, version: SglangVersion, w: _Work) -> None:
     """Whether this SGLang loads the model type at all, and whether it runs it as well as a later one."""
     support = SUPPORT.get(model.model_type)
     if support and version.tuple < support.loads_from:
-        w.fail(f"model type {model.model_type} is not supported by SGLang {version} ({support.why})")
+        w.fail(f"model type {model.model_type} is not supported by SGLang {version} ({support.why})", verbatim=False)
     elif support and version.tuple < support.recommended:
         w.degrade("support", f"SGLang {version} is below {'.'.join(map(str, support.recommended))} for "
                              f"{model.model_type}: {support.why}")

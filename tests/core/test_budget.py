@@ -1511,6 +1511,7 @@ def test_eagle3_without_a_draft_path_loads_the_target_again_and_fails_building_t
             count=1)
     # SGLang takes the target checkpoint as the draft (sglang#36528): its weights a second time
     assert b.verdict is VerdictKind.FAILS and b.error_text == EAGLE3_WITHOUT_DRAFT_TEXT
+    assert not b.error_verbatim  # the AttributeError's own words are not public: the text is gpuops' account
     assert b.draft_weights_gib == pytest.approx(b.weights_gib)
     # no memory change helps: name the draft, or launch without speculation (which fits)
     assert [r.change for r in b.remedies] == ["--speculative-draft-model-path <an EAGLE3 draft trained for this "
@@ -1524,6 +1525,22 @@ def test_eagle3_without_a_draft_path_loads_the_target_again_and_fails_building_t
     bundled = run(spec("Qwen__Qwen3.6-27B"), ["--tp", "2", "--speculative-algorithm", "EAGLE3",
                                               "--disable-radix-cache"], version="0.5.12")
     assert bundled.error_text != EAGLE3_WITHOUT_DRAFT_TEXT and bundled.draft_weights_gib < 1
+
+
+def test_only_sglang_s_own_refusals_are_marked_verbatim():
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    # 14.96 GiB of weights on a 12 GiB card: torch's OOM text names an allocation gpuops cannot know, so the
+    # verdict is gpuops' account of the failure, not a line SGLang prints
+    too_big = run(llama, [], total_mib=12288, count=1, gpu="NVIDIA GeForce RTX 3060")
+    assert too_big.verdict is VerdictKind.FAILS and "while loading weights" in (too_big.error_text or "")
+    assert not too_big.error_verbatim
+    # the KV pool refusal is SGLang's own text with its numbers filled in
+    short = run(llama, ["--mem-fraction-static", "0.3"], count=1, version="0.5.9")
+    assert short.error_text == ("Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+                                "self.server_args.mem_fraction_static=0.3")
+    assert short.error_verbatim
+    # a launch that fits has no error, and nothing to mark
+    assert run(llama, [], count=1).error_text is None
 
 
 def test_a_standalone_draft_is_sized_as_the_whole_small_model():
