@@ -486,6 +486,17 @@ RULES: tuple[Rule, ...] = (
                                r"mamba extra_buffer is not supported for \w+"),
          "startup", "the hybrid (mamba/linear-attention) state pool refuses this configuration",
          "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
+    # the state pool's own failures while serving: no slot left to allocate (nothing evictable), its radix tree's
+    # self-check
+    Rule("mamba_cache_error", (r"AssertionError: Can not alloc mamba cache",
+                               r"Mamba Radix tree sanity check failed"),
+         "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
+         "try --disable-radix-cache or another --mamba-scheduler-strategy", 3),
+    # an assertion inside its bookkeeping: frames of the mamba radix cache (hierarchical too) and its helpers,
+    # context only (what they raise decides when it has a rule)
+    Rule("mamba_cache_error", (r"mamba_(?:radix_cache|component)\.py\W*line \d+", r"in _\w*mamba_radix_cache\w*"),
+         "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
+         "try --disable-radix-cache or another --mamba-scheduler-strategy", 1),
     Rule("mamba_cache_error", (r"MambaRadixCache", r"set_mamba_track_indices_from_reqs"),
          "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
          "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
@@ -574,7 +585,9 @@ _PHASE_MARKERS = (
     (re.compile(r"Initialization failed\. warmup error"), "startup"),
     (re.compile(rf"{READY_LINE}|(?:Decode|Prefill) batch[.,]|\bPOST /(?:v1/|generate)"), "runtime"),
     (re.compile(rf"{CAPTURE_LINE} (?:begin|failed)|{CAPTURE_BAR}|{COMPILE_BAR}"), "startup: CUDA graphs"),
-    (re.compile(rf"{_POOL_LINE}|{LOAD_END_LINE}"), "startup: KV pool"),
+    # the scheduler's constructor building its pools and cache (a traceback's frames)
+    (re.compile(rf"{_POOL_LINE}|{LOAD_END_LINE}|line \d+, in init_(?:cache_with_)?memory_pool\b"),
+     "startup: KV pool"),
     (re.compile(_WEIGHTS_LINE), "startup: weights"),
     (re.compile(rf"{_INIT_LINE}|server_args=ServerArgs"), "startup: init"),
 )

@@ -418,6 +418,27 @@ def test_a_token_pool_that_is_full_while_serving_is_runtime_oom():
     assert nccl.label == "nccl_error"
 
 
+def test_the_hybrid_state_pool_failing_in_its_own_words_or_under_its_frames_is_mamba_cache_error():
+    blocks = (FIXTURES / "other-logs" / "mamba-cache-lines.txt").read_text().strip().split("\n====\n")
+    init, no_slot, sanity, *asserted = blocks
+    # the scheduler's constructor building the mamba radix cache: start-up, while the pools are made
+    found = diagnose(init)
+    assert (found.label, found.phase) == ("mamba_cache_error", "startup: KV pool")
+    # its own messages: no slot left to allocate, the radix tree's self-check
+    for text in (no_slot, sanity):
+        assert (diagnose(text).label, diagnose(text).confidence) == ("mamba_cache_error", "high"), text
+    for text in asserted:
+        # a bare assertion inside the state pool's bookkeeping: named from the frames, so with low confidence
+        assert (diagnose(text).label, diagnose(text).confidence) == ("mamba_cache_error", "low"), text
+        # cut before the exception line: the frames lead, the cause is not claimed
+        cut = diagnose(text.rsplit("\n", 1)[0])
+        assert cut.label == "unknown" and "mamba_cache_error" in cut.explanation, text
+        # what the frames raise decides when it names a cause of its own
+        raised = "RuntimeError: CUDA error: an illegal memory access was encountered"
+        other = diagnose(text.rsplit("\n", 1)[0] + "\n" + raised)
+        assert other.label == "illegal_memory_access"
+
+
 def test_triton_refusing_a_kernel_config_is_named_even_when_the_text_stops_at_its_raise():
     frame, raise_line, error = (FIXTURES / "other-logs" / "triton-out-of-resources.txt").read_text().splitlines()
     for text in (error, "\n".join([frame, raise_line]), "\n".join([frame, raise_line, error])):
