@@ -503,6 +503,15 @@ RULES: tuple[Rule, ...] = (
     Rule("unsupported_feature_combination", (r"'HybridAttnBackend' object has no attribute",
                                              r"Unsupported io_backend"),
          "startup", "these flags are not implemented together for this model family", "drop one of the features", 3),
+    # the draft SGLang built cannot take the target's embeddings / lm_head (the draft worker shares them): a
+    # checkpoint that is no draft for this algorithm (EAGLE3 with no --speculative-draft-model-path takes the target
+    # itself, sglang#36528), or a model class of this SGLang without the sharing speculative decoding needs
+    Rule("speculative_decoding_error", (r"object has no attribute 'set_embed(?:_and_head)?'",),
+         "startup", "the speculative draft could not take the target's embeddings/lm_head: the draft checkpoint is "
+                    "not a draft for this algorithm, or this SGLang's class for the model lacks that sharing",
+         "pass --speculative-draft-model-path a draft trained for this target and algorithm (EAGLE3 needs an EAGLE3 "
+         "draft; without the flag SGLang takes the target itself as the draft); if the draft is right, launch "
+         "without --speculative-algorithm, or with an SGLang release that supports speculation for this model", 3),
     # frames of the draft worker being built (by class, or through the algorithm's factory in newer releases) and
     # of any module of SGLang's speculative package (eagle_worker_v2.py, eagle_info.py, multi_layer_eagle_worker.py)
     Rule("speculative_decoding_error", (DRAFT_WORKER_FRAME, r"eagle_worker\.py", r"sglang/srt/speculative/\w+\.py\"",

@@ -418,6 +418,17 @@ def test_a_token_pool_that_is_full_while_serving_is_runtime_oom():
     assert nccl.label == "nccl_error"
 
 
+def test_a_draft_that_cannot_take_the_target_s_embeddings_is_a_speculative_failure():
+    # an EAGLE draft (or the target itself) built where an EAGLE3 draft was expected; a model class without the
+    # embedding/lm_head sharing NEXTN needs
+    for line in (FIXTURES / "other-logs" / "spec-draft-embed-sharing.txt").read_text().splitlines():
+        found = diagnose(line)
+        assert (found.label, found.confidence, found.phase) == ("speculative_decoding_error", "high", "startup")
+        assert "--speculative-draft-model-path" in found.next_step
+    # the same attribute missing from something else is no speculative failure
+    assert diagnose("AttributeError: 'Qwen2ForCausalLM' object has no attribute 'set_embedder'").label == "unknown"
+
+
 def test_the_hybrid_state_pool_failing_in_its_own_words_or_under_its_frames_is_mamba_cache_error():
     blocks = (FIXTURES / "other-logs" / "mamba-cache-lines.txt").read_text().strip().split("\n====\n")
     init, no_slot, sanity, *asserted = blocks
