@@ -303,7 +303,11 @@ RULES: tuple[Rule, ...] = (
                                       r"not compatible with SGLang",
                                       r"The Transformers implementation of \S+ is not compatible with SGLang",
                                       # the model config's check of --quantization / the checkpoint's format
-                                      r"Unknown quantization method: \S+"),
+                                      r"Unknown quantization method: \S+",
+                                      # the fallback to Transformers for a class SGLang did not register, refused
+                                      # by Transformers too
+                                      r"Cannot find model module\. '\w+' is not a registered model in the "
+                                      r"Transformers library"),
          "startup", "this SGLang build has no implementation of the model class or format",
          "upgrade SGLang to a version that lists the architecture", 3),
     # transformers' config check before it knew rope types beyond linear/dynamic (llama3, yarn: 4.43)
@@ -584,6 +588,9 @@ _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process
 # SGLang's life-cycle lines (bot.core.startup_log), shared by the phase of a finding and the diagnosis of a
 # stalled log
 _BENIGN = re.compile(BENIGN_NOTICE)
+# that notice for a model module (older releases end its name with "." rather than ":")
+_SKIPPED_MODEL = re.compile(BENIGN_NOTICE + r"sglang\.srt\.models\.(?P<module>\w+)[.:] (?P<reason>.+)")
+_ARCHITECTURE = re.compile(r"\b(?P<name>[A-Z][A-Za-z0-9_]*?)_?(?:For[A-Z]\w*|Model)\b")
 _POOL_LINE = r"KV Cache is allocated|Memory pool end|Mamba Cache is allocated"
 _WEIGHTS_LINE = r"Load weight begin|Loading safetensors checkpoint shards"
 _INIT_LINE = r"Init torch distributed begin"
@@ -890,6 +897,18 @@ def _cause_finding(chosen: Hit, causes: list[Hit], hits: list[Hit], lines: list[
         built = next((m for i in order[chosen[0]:chosen[0] + 3] if (m := _TORCH_ARCHES.search(lines[i]))), None)
         explanation += f": the GPU is {gpu.group('sm')}" + (
             f", the build supports {built.group('arches').strip()}" if built else "")
+    if rule.label == "unsupported_architecture" and (skipped := _skipped_models(lines, order, chosen)):
+        index, module, reason = skipped[0]
+        reason = reason.strip() if len(reason.strip()) <= 160 else f"{reason.strip()[:100]} ... {reason.strip()[-50:]}"
+        more = f" (and {len(skipped) - 1} more like it)" if len(skipped) > 1 else ""
+        explanation += (f"; but SGLang's model registry skipped the model module {module}{more} because its import "
+                        f"failed ({reason}): a class SGLang implements is missing when its module fails to import, so "
+                        "that import error may be the cause")
+        next_step = ("fix the import error the registry's line names (a missing package, or a transformers, "
+                     "sgl_kernel or triton this SGLang does not match), then launch again; " + next_step
+                     + " only if the model's own module is not among those skipped")
+        if index + 1 not in {e.line_no for e in evidence}:
+            evidence = (*evidence, Evidence(index + 1, lines[index].strip()[:400]))
     if (oom := torch_oom(lines, order, chosen[0])) is not None:
         notes = (*notes, _torch_oom_note(oom))
     if rule.label == "torch_compile_error" and any(_OOM.search(lines[i]) for i in order[chosen[0]:]):
@@ -897,6 +916,24 @@ def _cause_finding(chosen: Hit, causes: list[Hit], hits: list[Hit], lines: list[
         next_step = ("lower --torch-compile-max-bs or --mem-fraction-static (compiling needs room outside the "
                      "static pool), or launch without --enable-torch-compile")
     return Finding(rule.label, phase, confidence, explanation, next_step, evidence, also, notes, oom)
+
+
+def _skipped_models(lines: list[str], order: list[int], chosen: Hit) -> list[tuple[int, str, str]]:
+    """(line index, module, reason) of the model modules SGLang's registry skipped before the cause (their import
+    failed) whose names begin like the refused architecture's (deepseek_v2 holds DeepseekV3ForCausalLM), closest
+    first. Healthy logs skip unrelated modules too (glm_ocr on an older transformers): those are not named."""
+    named = _ARCHITECTURE.search(lines[chosen[2]])
+    wanted = re.sub(r"[^a-z0-9]", "", named.group("name").lower()) if named else ""
+    found: dict[str, tuple[int, tuple[int, str, str]]] = {}
+    for index in order[:chosen[0]]:
+        if (m := _SKIPPED_MODEL.search(lines[index])) is None or m.group("module") in found:
+            continue
+        key = m.group("module").replace("_", "")
+        shared = next((n for n, (a, b) in enumerate(zip(key, wanted, strict=False)) if a != b),
+                      min(len(key), len(wanted)))
+        if shared >= 4:
+            found[m.group("module")] = (shared, (index, m.group("module"), m.group("reason")))
+    return [item for _, item in sorted(found.values(), key=lambda x: -x[0])]
 
 
 def _echo_finding(echoes: list[Hit], lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding:

@@ -418,6 +418,25 @@ def test_a_token_pool_that_is_full_while_serving_is_runtime_oom():
     assert nccl.label == "nccl_error"
 
 
+def test_an_architecture_refused_after_its_module_failed_to_import_points_at_the_import_error():
+    text = (FIXTURES / "other-logs" / "unregistered-architecture.txt").read_text()
+    skipped, fallback = text.strip().split("\n====\n")
+    # DeepseekV3ForCausalLM lives in deepseek_v2.py, which the registry skipped (a Triton helper failed to build)
+    found = diagnose(skipped)
+    assert (found.label, found.confidence) == ("unsupported_architecture", "high")
+    assert "skipped the model module deepseek_v2 because its import failed" in found.explanation
+    assert "returned non-zero exit status 1." in found.explanation  # the reason's end, kept when it is cut
+    assert [e.line_no for e in found.evidence] == [3, 1]
+    assert found.next_step.startswith("fix the import error")
+    # modules healthy logs skip (an older transformers lacks glm_ocr) are not blamed for another architecture
+    notices = (FIXTURES / "other-logs" / "healthy-startup-notices.txt").read_text().splitlines()
+    glm4 = diagnose("\n".join([*notices[:3], skipped.splitlines()[2].replace("DeepseekV3", "Glm4")]))
+    assert glm4.label == "unsupported_architecture" and "skipped" not in glm4.explanation
+    assert [e.line_no for e in glm4.evidence] == [4]
+    # Transformers' fallback refusing a class SGLang did not register either
+    assert (diagnose(fallback).label, diagnose(fallback).confidence) == ("unsupported_architecture", "high")
+
+
 def test_a_draft_that_cannot_take_the_target_s_embeddings_is_a_speculative_failure():
     # an EAGLE draft (or the target itself) built where an EAGLE3 draft was expected; a model class without the
     # embedding/lm_head sharing NEXTN needs
