@@ -198,6 +198,8 @@ RULES: tuple[Rule, ...] = (
          "interface the ranks use (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)", 2),
     Rule("dist_init_timeout", (r"waitForInput.*timed out after", r"\[c10d\].*timed out",
                                r"Timed out after \d+ seconds waiting for clients", r"DistStoreError: Socket Timeout",
+                               # a rank waiting for rank 0 to publish the NCCL id through the store
+                               r"store->get\('\d+'\) got error: Socket Timeout",
                                r"The client socket has timed out after \S+ while trying to connect to"),
          "startup", "ranks never met: rendezvous or a collective timed out",
          "check --dist-init-addr, firewalls and that every node started", 3),
@@ -345,6 +347,14 @@ RULES: tuple[Rule, ...] = (
          "install the NVIDIA pip package that ships it for this torch's CUDA (e.g. nvidia-cudnn-cu12), or put its "
          "lib directory on LD_LIBRARY_PATH", 2),
     # any other compiled extension (flash-attn, most often) built against another torch than the one installed
+    # an extension (a wheel, or a kernel FlashInfer compiled) built for a newer C library or C++ runtime than the one
+    # the loader found: an older distribution in the container, or a conda env's own older libstdc++ shadowing it
+    Rule("kernel_package_mismatch", (r"version `GLIBC(?:XX)?_[\d.]+' not found",),
+         "import", "a compiled extension needs a newer C library (glibc) or C++ runtime (libstdc++) than the one this "
+         "process loaded (the line names the library it found and the version it lacks)",
+         "for GLIBC: run SGLang in a container whose distribution has that version (Ubuntu 22.04 has glibc 2.35), or "
+         "install a build of the package made for this one; for GLIBCXX: load a newer libstdc++ (a conda env's own "
+         "older copy shadows the system's: update it, e.g. conda-forge libstdcxx-ng, or remove it)", 3),
     Rule("kernel_package_mismatch", (r"ImportError:\s+(?!\S*sgl_kernel)\S*\.so: undefined symbol: _Z\w+",),
          "import", "a compiled extension was built against another torch (or CUDA) than the one installed: its C++ "
          "symbols do not resolve",

@@ -437,6 +437,17 @@ def test_an_architecture_refused_after_its_module_failed_to_import_points_at_the
     assert (diagnose(fallback).label, diagnose(fallback).confidence) == ("unsupported_architecture", "high")
 
 
+def test_an_extension_built_for_a_newer_c_library_than_the_container_has_is_a_package_mismatch():
+    glibc, glibc_so, glibcxx = (FIXTURES / "other-logs" / "glibc-too-old.txt").read_text().splitlines()
+    for line in (glibc, glibc_so, glibcxx):
+        found = diagnose(line)
+        assert (found.label, found.confidence) == ("kernel_package_mismatch", "high"), line
+    assert "GLIBC:" in diagnose(glibc).next_step and "conda" in diagnose(glibcxx).next_step
+    # a library merely missing is another failure (the driver's own libraries are a driver problem)
+    assert diagnose("ImportError: libcuda.so.1: cannot open shared object file: No such file or "
+                    "directory").label == "cuda_driver_too_old"
+
+
 def test_a_draft_that_cannot_take_the_target_s_embeddings_is_a_speculative_failure():
     # an EAGLE draft (or the target itself) built where an EAGLE3 draft was expected; a model class without the
     # embedding/lm_head sharing NEXTN needs
