@@ -555,7 +555,8 @@ RULES: tuple[Rule, ...] = (
          "launch with --disable-cuda-graph to confirm, then lower --cuda-graph-max-bs", 1),
     # an exception's own text: it outranks the frames it was raised through (a draft worker's, a compiled graph's);
     # what was happening when it was raised decides between loading, capture and serving
-    Rule("weight_load_oom", (r"(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",), "startup",
+    Rule("weight_load_oom", (r"(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",
+                             r"Triton Error \[CUDA\]: out of memory"), "startup",
          "the GPU ran out of memory while building or loading the model weights",
          "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 2),
     # the parent's words for a child that died: the SIGQUIT handler, the launcher finding a scheduler dead before it
@@ -589,7 +590,8 @@ _COMPILED = [(r, r.compiled()) for r in RULES]
 Hit = tuple[int, Rule, int]  # (position in time order, the rule that matched, index of the line in the file)
 
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
-_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError")
+# torch's words, the CUDA runtime's, and Triton's when loading a kernel it compiled finds no memory left
+_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|Triton Error \[CUDA\]: out of memory")
 _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Loading safetensors|loading shards|"
                            r"Load weight begin|weight_utils")
 _CAPTURE_WRAPPER = re.compile(CAPTURE_WRAPPER)

@@ -437,6 +437,17 @@ def test_an_architecture_refused_after_its_module_failed_to_import_points_at_the
     assert (diagnose(fallback).label, diagnose(fallback).confidence) == ("unsupported_architecture", "high")
 
 
+def test_triton_finding_no_memory_to_load_a_kernel_is_an_out_of_memory_of_its_phase():
+    oom = (FIXTURES / "other-logs" / "triton-cuda-oom.txt").read_text().strip()
+    assert diagnose(oom).label == "weight_load_oom"  # alone: an OOM, placed where OOMs without context go
+    serving = (FIXTURES / "other-logs" / "token-pool-full-lines.txt").read_text().splitlines()[3]  # a decode batch
+    assert diagnose(f"{serving}\n{oom}").label == "runtime_oom"
+    startup = json.loads((FIXTURES / "sglang-startup" / "cases.jsonl").read_text().splitlines()[0])["log_excerpt"]
+    lines = startup if isinstance(startup, list) else startup.splitlines()
+    capture = next(line for line in lines if "Capture cuda graph begin" in line)
+    assert diagnose(f"{capture}\n{oom}").label == "cuda_graph_oom"
+
+
 def test_an_extension_built_for_a_newer_c_library_than_the_container_has_is_a_package_mismatch():
     glibc, glibc_so, glibcxx = (FIXTURES / "other-logs" / "glibc-too-old.txt").read_text().splitlines()
     for line in (glibc, glibc_so, glibcxx):
