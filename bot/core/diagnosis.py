@@ -64,6 +64,8 @@ NODE_DRIVER_LIBRARIES = ("install in the container the NVIDIA user-space librari
                          "version (the installer's --no-kernel-module)")
 OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
                 "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
+MAMBA_FAILED = "the hybrid (mamba/linear-attention) state pool or its radix cache failed"
+MAMBA_NEXT = "try --disable-radix-cache or another --mamba-scheduler-strategy"
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
                  "stops them by PID after a confirmation; then relaunch unchanged")
 
@@ -346,7 +348,6 @@ RULES: tuple[Rule, ...] = (
                    "installed torch or kernel wheel expects)",
          "install the NVIDIA pip package that ships it for this torch's CUDA (e.g. nvidia-cudnn-cu12), or put its "
          "lib directory on LD_LIBRARY_PATH", 2),
-    # any other compiled extension (flash-attn, most often) built against another torch than the one installed
     # an extension (a wheel, or a kernel FlashInfer compiled) built for a newer C library or C++ runtime than the one
     # the loader found: an older distribution in the container, or a conda env's own older libstdc++ shadowing it
     Rule("kernel_package_mismatch", (r"version `GLIBC(?:XX)?_[\d.]+' not found",),
@@ -355,6 +356,7 @@ RULES: tuple[Rule, ...] = (
          "for GLIBC: run SGLang in a container whose distribution has that version (Ubuntu 22.04 has glibc 2.35), or "
          "install a build of the package made for this one; for GLIBCXX: load a newer libstdc++ (a conda env's own "
          "older copy shadows the system's: update it, e.g. conda-forge libstdcxx-ng, or remove it)", 3),
+    # any other compiled extension (flash-attn, most often) built against another torch than the one installed
     Rule("kernel_package_mismatch", (r"ImportError:\s+(?!\S*sgl_kernel)\S*\.so: undefined symbol: _Z\w+",),
          "import", "a compiled extension was built against another torch (or CUDA) than the one installed: its C++ "
          "symbols do not resolve",
@@ -498,22 +500,17 @@ RULES: tuple[Rule, ...] = (
     Rule("mamba_cache_error", (r"Page size must be 1 for MambaRadixCache",
                                r"is not compatible with radix cache when using --mamba-scheduler-strategy",
                                r"mamba extra_buffer is not supported for \w+"),
-         "startup", "the hybrid (mamba/linear-attention) state pool refuses this configuration",
-         "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
+         "startup", "the hybrid (mamba/linear-attention) state pool refuses this configuration", MAMBA_NEXT, 2),
     # the state pool's own failures while serving: no slot left to allocate (nothing evictable), its radix tree's
     # self-check
     Rule("mamba_cache_error", (r"AssertionError: Can not alloc mamba cache",
-                               r"Mamba Radix tree sanity check failed"),
-         "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
-         "try --disable-radix-cache or another --mamba-scheduler-strategy", 3),
+                               r"Mamba Radix tree sanity check failed"), "runtime", MAMBA_FAILED, MAMBA_NEXT, 3),
     # an assertion inside its bookkeeping: frames of the mamba radix cache (hierarchical too) and its helpers,
     # context only (what they raise decides when it has a rule)
     Rule("mamba_cache_error", (r"mamba_(?:radix_cache|component)\.py\W*line \d+", r"in _\w*mamba_radix_cache\w*"),
-         "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
-         "try --disable-radix-cache or another --mamba-scheduler-strategy", 1),
+         "runtime", MAMBA_FAILED, MAMBA_NEXT, 1),
     Rule("mamba_cache_error", (r"MambaRadixCache", r"set_mamba_track_indices_from_reqs"),
-         "runtime", "the hybrid (mamba/linear-attention) state pool or its radix cache failed",
-         "try --disable-radix-cache or another --mamba-scheduler-strategy", 2),
+         "runtime", MAMBA_FAILED, MAMBA_NEXT, 2),
     Rule("unsupported_feature_combination", (r"'HybridAttnBackend' object has no attribute",
                                              r"Unsupported io_backend"),
          "startup", "these flags are not implemented together for this model family", "drop one of the features", 3),
@@ -911,7 +908,9 @@ def _cause_finding(chosen: Hit, causes: list[Hit], hits: list[Hit], lines: list[
             f", the build supports {built.group('arches').strip()}" if built else "")
     if rule.label == "unsupported_architecture" and (skipped := _skipped_models(lines, order, chosen)):
         index, module, reason = skipped[0]
-        reason = reason.strip() if len(reason.strip()) <= 160 else f"{reason.strip()[:100]} ... {reason.strip()[-50:]}"
+        reason = reason.strip()
+        if len(reason) > 160:  # a compiler's whole command line, say: its start and how it ended
+            reason = f"{reason[:100]} ... {reason[-50:]}"
         more = f" (and {len(skipped) - 1} more like it)" if len(skipped) > 1 else ""
         explanation += (f"; but SGLang's model registry skipped the model module {module}{more} because its import "
                         f"failed ({reason}): a class SGLang implements is missing when its module fails to import, so "
