@@ -462,6 +462,16 @@ RULES: tuple[Rule, ...] = (
                                  r"the provided PTX was compiled with an unsupported toolchain"),
          "startup", "the host driver is older than the CUDA runtime in this build",
          "update the host driver (Proxmox node) or use a build for an older CUDA", 3),
+    # torch's warning when cuInit fails with CUDA's "unknown error" (it then counts zero GPUs): in an LXC container
+    # most often no /dev/nvidia-uvm, whose node the node's kernel creates only once its nvidia-uvm module is loaded;
+    # else a GPU the driver lost. A warning: a later error that names another cause wins
+    Rule("cuda_driver_too_old", (r"CUDA initialization: CUDA unknown error",),
+         "startup", "CUDA could not initialise (cuInit's 'unknown error'), so torch saw no GPU: in a container most "
+                    "often /dev/nvidia-uvm is missing (the node creates it only once its nvidia-uvm module is loaded), "
+                    "or the driver lost a GPU (an Xid in the node's kernel log)",
+         "check `ls -l /dev/nvidia-uvm*` in the container; on the node load nvidia-uvm at boot (modules-load.d, or "
+         "`nvidia-modprobe -u -c=0`) and pass /dev/nvidia-uvm and /dev/nvidia-uvm-tools into the container; then "
+         "read the node's kernel log for Xid errors", 2),
     # the same family seen from inside a container: no device nodes, or user-space and kernel driver differ
     Rule("cuda_driver_too_old", (r"No accelerator \(CUDA, XPU, HPU\) is available", r"No CUDA GPUs are available",
                                  r"no CUDA-capable device is detected", r"Found no NVIDIA driver on your system",

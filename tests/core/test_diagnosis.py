@@ -437,6 +437,21 @@ def test_an_architecture_refused_after_its_module_failed_to_import_points_at_the
     assert (diagnose(fallback).label, diagnose(fallback).confidence) == ("unsupported_architecture", "high")
 
 
+def test_cuda_failing_to_initialise_in_a_container_points_at_the_uvm_device():
+    warning = (FIXTURES / "other-logs" / "cuda-init-unknown-error.txt").read_text()
+    found = diagnose(warning)
+    assert (found.label, found.confidence, found.phase) == ("cuda_driver_too_old", "medium", "startup")
+    assert "/dev/nvidia-uvm" in found.explanation and "nvidia-uvm-tools" in found.next_step
+    # torch then finds no GPU: the warning says why, so it leads
+    none = (FIXTURES / "other-logs" / "no-usable-gpu.txt").read_text().splitlines()[0]
+    both = diagnose(warning + none)
+    assert both.label == "cuda_driver_too_old" and [e.line_no for e in both.evidence] == [1, 3]
+    assert "/dev/nvidia-uvm" in both.explanation
+    # a warning: an error naming another cause outranks it
+    port = (FIXTURES / "other-logs" / "port-in-use-lines.txt").read_text().splitlines()[0]
+    assert diagnose(warning + port).label == "port_in_use"
+
+
 def test_triton_finding_no_memory_to_load_a_kernel_is_an_out_of_memory_of_its_phase():
     oom = (FIXTURES / "other-logs" / "triton-cuda-oom.txt").read_text().strip()
     assert diagnose(oom).label == "weight_load_oom"  # alone: an OOM, placed where OOMs without context go
