@@ -30,6 +30,7 @@ from bot.core.gpu_faults import (
     NodeFaults,
     OomKill,
     container_memory_mib,
+    launch_cuda_devices_health,
     launch_gpu_health,
     launch_memory_health,
     server_kill,
@@ -191,8 +192,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
-        memory_check, ct_memory_mib = await _container_memory_check(ct_config_task, target.vmid, faults)
-        checks.append(memory_check)
+        memory_check, ct_memory_mib, devices_check = await _container_checks(ct_config_task, target.vmid, faults)
+        checks += [memory_check, *([devices_check] if devices_check else [])]
         checks.append(_sglang_check(planned, python))
         checks.append(_transformers_check(planned))
         if p2p_task is not None:
@@ -256,17 +257,19 @@ async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Ch
                  f"127.0.0.1:{port} {'is already in use' if in_use else 'is free'}")
 
 
-async def _container_memory_check(ct_config_task: asyncio.Future[CommandResult], vmid: int,
-                                  faults: NodeFaults | None) -> tuple[Check, int | None]:
-    """The container's RAM limit (``pct config``), and whether the kernel's OOM killer met it lately: the weights
-    pass through host memory, so a container the OOM killer met at its limit meets it again."""
+async def _container_checks(ct_config_task: asyncio.Future[CommandResult], vmid: int,
+                            faults: NodeFaults | None) -> tuple[Check, int | None, Check | None]:
+    """What the container's ``pct config`` says: its RAM limit, and whether the kernel's OOM killer met it lately
+    (the weights pass through host memory, so a container the OOM killer met at its limit meets it again); and
+    whether it passes in the device node CUDA needs (None when it passes no NVIDIA node itself)."""
     try:
         ct_config: str | None = (await ct_config_task).stdout
     except RemoteError:
         ct_config = None
     ct_memory_mib = container_memory_mib(ct_config)[0] if ct_config is not None else None
-    check = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
-    return check, ct_memory_mib
+    memory = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
+    devices = launch_cuda_devices_health(vmid, ct_config)
+    return memory, ct_memory_mib, Check("CUDA devices", *devices) if devices else None
 
 
 def _sglang_check(planned: PlannedBudget, python: str) -> Check:

@@ -461,3 +461,30 @@ def launch_memory_health(vmid: int, pct_config: str | None, kills: Iterable[OomK
                     f"{where}" + (f" ({len(ours)} kills)" if len(ours) > 1 else "") +
                     (f": raise the limit (`pct set {vmid} -memory <MiB>`) unless it was raised since"
                      if not kill.node_ran_out else ": free RAM on the node before a 10-minute load"))
+
+
+# the NVIDIA device nodes a container's config passes in: Proxmox 8.1+ device entries (`dev0: /dev/nvidia0,gid=44`,
+# `path=` optional) and raw LXC binds (`lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file`)
+_PASSED_NODE = re.compile(r"^\s*(?:dev\d+:\s*(?:path=)?|lxc\.mount\.entry:\s*)(?P<path>/dev/nvidia[^\s,]*)", re.M)
+UVM_NODE = "/dev/nvidia-uvm"
+
+
+def nvidia_nodes_passed(pct_config: str) -> tuple[str, ...]:
+    """The /dev/nvidia* paths ``pct config <vmid>`` passes into the container, in order, each once."""
+    return tuple(dict.fromkeys(m.group("path") for m in _PASSED_NODE.finditer(pct_config)))
+
+
+def launch_cuda_devices_health(vmid: int, pct_config: str | None) -> tuple[str, str] | None:
+    """The pre-flight's word on the device nodes CUDA needs besides the GPUs': nvidia-smi answers in a container
+    given /dev/nvidiaN and /dev/nvidiactl alone, but CUDA cannot initialise there without /dev/nvidia-uvm (torch:
+    'CUDA unknown error', no GPUs). None when the config passes no NVIDIA node itself (a bind of all /dev, a hook):
+    nothing to judge from it."""
+    passed = nvidia_nodes_passed(pct_config or "")
+    if not passed:
+        return None
+    names = ", ".join(passed)
+    if UVM_NODE not in passed:
+        return "warn", (f"CT {vmid} passes {names} but not {UVM_NODE}: nvidia-smi works there, CUDA does not (torch "
+                        f"reports 'CUDA unknown error' and no GPUs); add `devN: {UVM_NODE}` and `{UVM_NODE}-tools` "
+                        "(Proxmox 8.1+) or their lxc.mount.entry binds, and restart the container")
+    return "ok", f"CT {vmid} passes {UVM_NODE} and {len(passed) - 1} other NVIDIA device node(s)"

@@ -39,6 +39,8 @@ def main(argv):
             sys.exit(255)
         print(f"arch: amd64\ncores: 16\nhostname: {ct.get('name', 'ct' + argv[1])}\n"
               f"memory: {ct.get('memory_mib', 65536)}\nswap: {ct.get('swap_mib', 512)}")
+        for i, path in enumerate(ct.get("devices", [])):
+            print(f"dev{i}: {path},gid=44")
         return
     if argv[0] != "exec" or len(argv) < 2:
         print(f"ERROR: unknown command 'pct {' '.join(argv[:1])}'", file=sys.stderr)

@@ -61,7 +61,10 @@ def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
         "processes": [],
         "containers": {str(vmid): {"status": "running", "name": "sglang-a6000", "gpus": [g["index"] for g in gpus],
                                    "sglang_version": "0.5.9", "transformers_version": "4.57.1",
-                                   "models": ["Qwen3.6-27B"]}},
+                                   "models": ["Qwen3.6-27B"],
+                                   # the device nodes its config passes in, as Proxmox 8.1+ `devN:` entries
+                                   "devices": [*(f"/dev/nvidia{g['index']}" for g in gpus), "/dev/nvidiactl",
+                                               "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]}},
     }
 
 

@@ -255,3 +255,26 @@ def test_the_kill_that_ended_a_launch_and_how_its_failure_says_so():
     assert note == ("killed by the kernel's OOM killer: the node ran out of RAM (PID 6154, python); the log's last "
                     "word: [06-09 13:32:34] Rank 0 scheduler is dead.")
     assert silent_death_note(server_kill(as_python, 703), None).endswith("; the log says nothing of it")
+
+
+def test_the_preflight_checks_the_container_passes_the_uvm_device_cuda_needs():
+    from bot.core.gpu_faults import launch_cuda_devices_health, nvidia_nodes_passed
+
+    configs = (FIXTURES / "proxmox" / "lxc-gpu-configs.txt").read_text().split("\n====\n")
+    for config in configs:  # device entries (with gid=, with other devices between) and raw LXC binds
+        passed = nvidia_nodes_passed(config)
+        assert passed[:2] == ("/dev/nvidia0", "/dev/nvidiactl") and "/dev/nvidia-uvm" in passed, config
+        assert launch_cuda_devices_health(129, config) == (
+            "ok", f"CT 129 passes /dev/nvidia-uvm and {len(passed) - 1} other NVIDIA device node(s)")
+    assert "/dev/dri/by-path/pci-0000:07:00.0-card" not in nvidia_nodes_passed(configs[1])
+    # the raw binds without their two uvm lines (the mistake the check is for): nvidia-smi works, CUDA does not
+    binds = "\n".join(line for line in configs[2].splitlines() if "nvidia-uvm" not in line)
+    status, detail = launch_cuda_devices_health(129, binds)
+    assert status == "warn" and detail.startswith("CT 129 passes /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-modeset")
+    assert "but not /dev/nvidia-uvm: nvidia-smi works there, CUDA does not" in detail
+    # commented out is not passed
+    commented = configs[1].replace("dev2: /dev/nvidia-uvm\n", "#dev2: /dev/nvidia-uvm\n")
+    assert launch_cuda_devices_health(129, commented)[0] == "warn"
+    # a config that passes no NVIDIA node itself (a hook, a bind of all /dev), or none read: nothing to judge
+    assert launch_cuda_devices_health(129, "arch: amd64\nmemory: 65536\nlxc.cgroup2.devices.allow: a\n") is None
+    assert launch_cuda_devices_health(129, None) is None

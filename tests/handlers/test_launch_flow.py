@@ -199,6 +199,24 @@ async def test_preflight_warns_when_the_launch_gpus_lack_peer_access(lab):
     assert "GPU peer access" not in text
 
 
+async def test_preflight_warns_when_the_container_lacks_the_uvm_device_cuda_needs(lab):
+    """The lab container's `pct config` passes its GPUs, nvidiactl and nvidia-uvm as Proxmox `devN:` entries: the
+    check is ok. Without /dev/nvidia-uvm nvidia-smi still answers there, but CUDA cannot start: the pre-flight says so
+    before a launch meets it."""
+    launch = f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85"  # refused: no SGLang starts
+    _, _, calls = await lab.slash("/sglang", launch)
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert ":white_check_mark: *CUDA devices*: CT 129 passes /dev/nvidia-uvm and 4 other NVIDIA device node(s)" in text
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["devices"].remove("/dev/nvidia-uvm")
+    lab.nodes["pve5"].write_state(state)
+    _, _, calls = await lab.slash("/sglang", launch)
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert "*CUDA devices*: CT 129 passes /dev/nvidia0, /dev/nvidia1, /dev/nvidiactl, /dev/nvidia-uvm-tools but not " \
+           "/dev/nvidia-uvm" in text
+    assert "add `devN: /dev/nvidia-uvm`" in text
+
+
 async def test_a_launch_with_an_api_key_is_probed_with_it_and_never_shows_it(lab):
     """The server's --api-key guards /v1 (as SGLang's middleware does): the health probe passes it, and
     no message, history line or audit record shows it."""
