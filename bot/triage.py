@@ -22,7 +22,7 @@ from bot.core.diagnosis import BUSY, OCCUPIED, OUT_OF_RANGE, Finding, LaunchCont
 from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import OomKill, gpus_by_bus, oom_kill_findings, xid_findings
+from bot.core.gpu_faults import OomKill, gpus_by_bus, launch_cuda_devices_health, oom_kill_findings, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import (
     busy_evidence,
@@ -198,7 +198,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
     if finding.label == BUSY:
         return busy_evidence(snapshot)
     if finding.label == "cuda_driver_too_old":
-        return driver_evidence(attempt.node, snapshot)
+        return driver_evidence(attempt.node, snapshot) + await _cuda_devices(transport, attempt)
     if finding.label == OUT_OF_RANGE:
         return ordinal_evidence(attempt.node, attempt.vmid, snapshot, user_flags(attempt.argv))
     if finding.oom is not None and finding.oom.holders:
@@ -208,6 +208,16 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
                                                                                     "transformers_version"))
         return (line,) if line else ()
     return ()
+
+
+async def _cuda_devices(transport: Transport, attempt: Attempt) -> tuple[str, ...]:
+    """Whether the container's config passes in /dev/nvidia-uvm, without which CUDA cannot start there."""
+    try:
+        config = await transport.run(attempt.node, remote.pct_config(attempt.vmid))
+    except RemoteError:
+        return ()
+    devices = launch_cuda_devices_health(attempt.vmid, config.stdout)
+    return (devices[1],) if devices else ()
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,

@@ -381,6 +381,26 @@ async def test_a_driver_mismatch_shows_the_driver_the_node_runs(lab):
     assert "pve5 runs NVIDIA driver 580.126.09, which runs CUDA up to 13.0" in text
 
 
+async def test_cuda_failing_to_initialise_shows_whether_the_container_passes_the_uvm_device(lab):
+    """torch's 'CUDA unknown error' warning in the launch's own log (real lines), in a container whose config lacks
+    /dev/nvidia-uvm: the triage reads the config and says which node is missing."""
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    attempt = await failed_launch(lab, "kv_pool_oom")
+    log_path = Path(attempt.log_path)
+    header = log_path.read_text().split("\n", 1)[0]
+    log_path.write_text(f"{header}\n{(FIXTURES / 'other-logs' / 'cuda-init-unknown-error.txt').read_text()}")
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["devices"].remove("/dev/nvidia-uvm")
+    lab.nodes["pve5"].write_state(state)
+    _, text = await triaged(lab, attempt)
+    assert "*cuda_driver_too_old*" in text and "pve5 runs NVIDIA driver 580.126.09" in text
+    assert "CT 129 passes /dev/nvidia0, /dev/nvidia1, /dev/nvidiactl, /dev/nvidia-uvm-tools but not /dev/nvidia-uvm" \
+        in text
+
+
 async def test_a_rank_asking_for_a_gpu_the_container_cannot_see_shows_the_indices_against_the_nodes_gpus(lab):
     """`invalid device ordinal` in the launch's own log (real lines): the triage names the GPUs the launch uses
     (tp 2 from index 1) against the node's two, and where the container's passthrough is configured."""
