@@ -198,9 +198,11 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
     if finding.label == BUSY:
         return busy_evidence(snapshot)
     if finding.label == "cuda_driver_too_old":
-        return driver_evidence(attempt.node, snapshot) + await _cuda_devices(transport, attempt)
+        devices = launch_cuda_devices_health(attempt.vmid, await _pct_config(transport, attempt))
+        return driver_evidence(attempt.node, snapshot) + ((devices[1],) if devices else ())
     if finding.label == OUT_OF_RANGE:
-        return ordinal_evidence(attempt.node, attempt.vmid, snapshot, user_flags(attempt.argv))
+        return ordinal_evidence(attempt.node, attempt.vmid, snapshot, user_flags(attempt.argv),
+                                await _pct_config(transport, attempt))
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "transformers_too_old":
@@ -210,14 +212,12 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
     return ()
 
 
-async def _cuda_devices(transport: Transport, attempt: Attempt) -> tuple[str, ...]:
-    """Whether the container's config passes in /dev/nvidia-uvm, without which CUDA cannot start there."""
+async def _pct_config(transport: Transport, attempt: Attempt) -> str | None:
+    """The container's configuration as `pct config` prints it now (the devices it gets), None when unreadable."""
     try:
-        config = await transport.run(attempt.node, remote.pct_config(attempt.vmid))
+        return (await transport.run(attempt.node, remote.pct_config(attempt.vmid))).stdout
     except RemoteError:
-        return ()
-    devices = launch_cuda_devices_health(attempt.vmid, config.stdout)
-    return (devices[1],) if devices else ()
+        return None
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,

@@ -15,7 +15,7 @@ from bot.core.attempts import flag_pairs
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, NOT_A_CAUSE, Finding, TorchOom
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import GpuProcess, SmiSnapshot
-from bot.core.gpu_faults import OomKill, server_kill
+from bot.core.gpu_faults import OomKill, nvidia_nodes_passed, server_kill
 from bot.core.status import DEFAULT_THRESHOLDS
 from bot.errors import UsageError
 
@@ -200,10 +200,11 @@ def base_gpu_id(flags: Sequence[str]) -> int:
 
 
 def ordinal_evidence(node: str, vmid: int | None, snapshot: SmiSnapshot | None,
-                     flags: Sequence[str]) -> tuple[str, ...]:
+                     flags: Sequence[str], pct_config: str | None = None) -> tuple[str, ...]:
     """For a rank that asked for a GPU index its process cannot see: the indices the launch's flags use against the
-    GPUs the node has. A container sees only the GPUs passed through to it (its /dev/nvidiaN entries), so fewer
-    than the node's count there is the usual cause."""
+    GPUs the node has, and the GPU devices the container's config (``pct config``, when read) passes in. A container
+    sees only the GPUs passed through to it (its /dev/nvidiaN entries), so fewer than the launch needs is the usual
+    cause."""
     lines = []
     try:
         needed: int | None = parse_sglang_flags(flags).gpus_needed
@@ -217,8 +218,11 @@ def ordinal_evidence(node: str, vmid: int | None, snapshot: SmiSnapshot | None,
     if snapshot is not None:
         lines.append(f"{node} has {len(snapshot.gpus)} GPU(s) (nvidia-smi on the node)")
     where = f"`pct config {vmid}` on {node}" if vmid is not None else "the container's configuration"
-    lines.append(f"{where} lists the /dev/nvidia* devices the container gets; `nvidia-smi -L` inside it shows the "
-                 "GPUs it sees (CUDA_VISIBLE_DEVICES narrows them further)")
+    gpus = [path for path in nvidia_nodes_passed(pct_config or "") if re.fullmatch(r"/dev/nvidia\d+", path)]
+    passed = f"passes {len(gpus)} GPU device(s) into the container ({', '.join(gpus)})" if gpus else \
+        "lists the /dev/nvidia* devices the container gets"
+    lines.append(f"{where} {passed}; `nvidia-smi -L` inside it shows the GPUs it sees (CUDA_VISIBLE_DEVICES narrows "
+                 "them further)")
     return tuple(lines)
 
 

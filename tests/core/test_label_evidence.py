@@ -154,6 +154,10 @@ def test_an_out_of_range_gpu_index_shows_the_indices_used_against_the_nodes_gpus
     # flags it could not read, a node it could not read: only where to look
     (only,) = ordinal_evidence("pve5", None, None, ("--tp", "two"))
     assert only.startswith("the container's configuration lists the /dev/nvidia* devices")
+    # the container's config read: the GPU devices it passes in (a real Proxmox config's entries, one GPU)
+    config = (FIXTURES / "proxmox" / "lxc-gpu-configs.txt").read_text().split("\n====\n")[1]
+    where = ordinal_evidence("pve5", 129, snap, ("--tp", "2"), config)[-1]
+    assert where.startswith("`pct config 129` on pve5 passes 1 GPU device(s) into the container (/dev/nvidia0); ")
 
 
 def test_the_oom_killer_killing_a_process_in_the_launchs_container_is_the_first_cause_of_a_silent_death():

@@ -416,7 +416,8 @@ async def test_a_rank_asking_for_a_gpu_the_container_cannot_see_shows_the_indice
     _, text = await triaged(lab, attempt)
     assert "*gpu_index_out_of_range*" in text
     assert "the launch uses 2 GPU(s) (tp x pp x dp), indices 1..2: the process must see at least 3" in text
-    assert "pve5 has 2 GPU(s) (nvidia-smi on the node)" in text and "`pct config 129` on pve5" in text
+    assert "pve5 has 2 GPU(s) (nvidia-smi on the node)" in text
+    assert "`pct config 129` on pve5 passes 2 GPU device(s) into the container (/dev/nvidia0, /dev/nvidia1)" in text
 
 
 async def test_a_launch_the_kernel_killed_is_named_from_the_nodes_kernel_log(lab):
