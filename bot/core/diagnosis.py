@@ -83,6 +83,9 @@ class Rule:
         return tuple(re.compile(p) for p in self.patterns)
 
 
+# a GPU out of memory in torch's words, the CUDA runtime's, and Triton's when loading a kernel it compiled
+OOM_TEXT = r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|Triton Error \[CUDA\]: out of memory"
+
 RULES: tuple[Rule, ...] = (
     # the same budget too small for a sliding-window model's window pool (SGLang's pool configurator, 2026)
     Rule("kv_pool_oom", (r"SWA pool \(\d+ tokens\) cannot hold even one request",),
@@ -104,7 +107,7 @@ RULES: tuple[Rule, ...] = (
                          r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests"),
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
-    Rule("cuda_graph_oom", (CAPTURE_WRAPPER + r".*(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",),
+    Rule("cuda_graph_oom", (CAPTURE_WRAPPER + rf".*(?:{OOM_TEXT})",),
          "startup: CUDA graphs", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
     # FlashInfer's bump allocator over its fixed workspace, in each release's words: "Failed to allocate memory for
@@ -562,8 +565,7 @@ RULES: tuple[Rule, ...] = (
          "launch with --disable-cuda-graph to confirm, then lower --cuda-graph-max-bs", 1),
     # an exception's own text: it outranks the frames it was raised through (a draft worker's, a compiled graph's);
     # what was happening when it was raised decides between loading, capture and serving
-    Rule("weight_load_oom", (r"(?:CUDA out of memory|CUDA error: out of memory|OutOfMemoryError)",
-                             r"Triton Error \[CUDA\]: out of memory"), "startup",
+    Rule("weight_load_oom", (OOM_TEXT,), "startup",
          "the GPU ran out of memory while building or loading the model weights",
          "free the GPUs, raise --tp-size, or use a smaller/quantized checkpoint", 2),
     # the parent's words for a child that died: the SIGQUIT handler, the launcher finding a scheduler dead before it
@@ -597,8 +599,7 @@ _COMPILED = [(r, r.compiled()) for r in RULES]
 Hit = tuple[int, Rule, int]  # (position in time order, the rule that matched, index of the line in the file)
 
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
-# torch's words, the CUDA runtime's, and Triton's when loading a kernel it compiled finds no memory left
-_OOM = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|Triton Error \[CUDA\]: out of memory")
+_OOM = re.compile(OOM_TEXT)
 _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Loading safetensors|loading shards|"
                            r"Load weight begin|weight_utils")
 _CAPTURE_WRAPPER = re.compile(CAPTURE_WRAPPER)
