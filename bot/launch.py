@@ -27,6 +27,7 @@ from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_
 from bot.core.flags import LaunchFlags, parse_sglang_flags, redacted, secret_value, with_flag
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
+    DeviceNode,
     NodeFaults,
     OomKill,
     container_memory_mib,
@@ -45,7 +46,7 @@ from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
 from bot.ssh import CommandResult
-from bot.status import SmiFailed, Transport, read_node, read_peer_access
+from bot.status import SmiFailed, Transport, read_device_nodes, read_node, read_peer_access
 from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     ct_config_task = asyncio.ensure_future(transport.run(target.node, remote.pct_config(target.vmid)))
+    nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
     # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
@@ -192,7 +194,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
-        memory_check, ct_memory_mib, devices_check = await _container_checks(ct_config_task, target.vmid, faults)
+        memory_check, ct_memory_mib, devices_check = await _container_checks(ct_config_task, nodes_task, target.vmid,
+                                                                             faults)
         checks += [memory_check, *([devices_check] if devices_check else [])]
         checks.append(_sglang_check(planned, python))
         checks.append(_transformers_check(planned))
@@ -202,7 +205,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         result = {"fits": "ok", "degraded": "warn" if budget.memory_degraded else "ok",
                   "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
-    await _drop_unread(ct_config_task, p2p_task)  # not read when the budget could not be planned
+    await _drop_unread(nodes_task, ct_config_task, p2p_task)  # not read when the budget could not be planned
     if installed_task is not None:
         installed = await installed_task
         problems = _flag_problems(installed, request.flags, settings)
@@ -257,18 +260,30 @@ async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Ch
                  f"127.0.0.1:{port} {'is already in use' if in_use else 'is free'}")
 
 
-async def _container_checks(ct_config_task: asyncio.Future[CommandResult], vmid: int,
+async def _device_nodes(transport: Transport, node: str, vmid: int,
+                        ct_config_task: asyncio.Future[CommandResult]) -> dict[str, DeviceNode] | None:
+    """The device nodes the container's config passes, as found inside it, read as soon as the config is."""
+    try:
+        ct_config = (await ct_config_task).stdout
+    except RemoteError:
+        return None
+    return await read_device_nodes(transport, node, vmid, ct_config)
+
+
+async def _container_checks(ct_config_task: asyncio.Future[CommandResult],
+                            nodes_task: asyncio.Future[dict[str, DeviceNode] | None], vmid: int,
                             faults: NodeFaults | None) -> tuple[Check, int | None, Check | None]:
     """What the container's ``pct config`` says: its RAM limit, and whether the kernel's OOM killer met it lately
     (the weights pass through host memory, so a container the OOM killer met at its limit meets it again); and
-    whether it passes in the device node CUDA needs (None when it passes no NVIDIA node itself)."""
+    whether it passes in the device nodes CUDA needs, and they are devices it may open in there (None when it
+    passes no NVIDIA node itself)."""
     try:
         ct_config: str | None = (await ct_config_task).stdout
     except RemoteError:
         ct_config = None
     ct_memory_mib = container_memory_mib(ct_config)[0] if ct_config is not None else None
     memory = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
-    devices = launch_cuda_devices_health(vmid, ct_config)
+    devices = launch_cuda_devices_health(vmid, ct_config, await nodes_task)
     return memory, ct_memory_mib, Check("CUDA devices", *devices) if devices else None
 
 

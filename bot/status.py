@@ -15,6 +15,7 @@ from typing import Protocol
 from bot.core import argv as remote
 from bot.core.attempts import ACTIVE, Attempt
 from bot.core.gpu import SmiSnapshot
+from bot.core.gpu_faults import DeviceNode, device_nodes_from_stat, nvidia_nodes_passed
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
 from bot.core.report import Launch, LaunchRef, launch_key
@@ -82,6 +83,24 @@ async def read_peer_access(transport: Transport, node: str, vmid: int, gpus: int
         return "warn", f"could not read the P2P matrix: {exc.user_message}"
     matrix = parse_p2p_matrix(out.stdout)
     return peer_access_check(matrix, len({a for a, _ in matrix}) if gpus is None else gpus)
+
+
+async def read_device_nodes(transport: Transport, node: str, vmid: int,
+                            pct_config: str | None) -> dict[str, DeviceNode] | None:
+    """The NVIDIA device nodes the container's config passes, as ``stat`` finds them inside it (one it cannot find
+    is absent); None when the config passes none or they could not be read."""
+    paths = nvidia_nodes_passed(pct_config or "")
+    if not paths:
+        return None
+    try:
+        out = await transport.run(node, remote.pct_exec(vmid, remote.stat_device_nodes(paths)), ok_exit=(0, 1))
+    except (RemoteError, ValueError) as exc:
+        log.info("reading the device nodes in CT %s failed: %s", vmid, exc)
+        return None
+    if out.exit_status == 1 and "No such file" not in out.stderr:  # stat refused to run; nothing was looked at
+        log.info("stat in CT %s: %s", vmid, out.stderr.strip()[:200])
+        return None
+    return device_nodes_from_stat(out.stdout)
 
 
 async def read_gpus(transport: Transport, node: str, vmid: int | None = None) -> SmiSnapshot:

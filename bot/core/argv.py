@@ -76,6 +76,15 @@ def pct_exec(vmid: int, argv: Argv) -> Argv:
     return ("pct", "exec", _check_int(vmid, "vmid", 100), "--keep-env", "0", "--", *argv)
 
 
+def stat_device_nodes(paths: Iterable[str]) -> Argv:
+    """Each path's file type and, for a device, its major and minor number in hex: one ``path|type|major|minor`` line
+    a path (symlinks followed); a path that does not exist gets no line, and stat exits 1."""
+    checked = [checked_path(path) for path in paths]
+    if not checked:
+        raise ValueError("no paths to stat")
+    return ("stat", "-L", "-c", "%n|%F|%t|%T", "--", *checked)
+
+
 def read_cgroups(pids: Iterable[int], proc_root: str = "/proc") -> Argv:
     """Print ``<proc_root>/<pid>/cgroup:<line>`` for each PID, and its ``status`` file's ``NSpgid:`` line (its
     process group in each PID namespace it is in, the container's last); missing PIDs are skipped."""

@@ -11,7 +11,7 @@ row-remapping guides.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -464,22 +464,100 @@ def launch_memory_health(vmid: int, pct_config: str | None, kills: Iterable[OomK
 
 
 # the NVIDIA device nodes a container's config passes in: Proxmox 8.1+ device entries (`dev0: /dev/nvidia0,gid=44`,
-# `path=` optional) and raw LXC binds (`lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file`)
-_PASSED_NODE = re.compile(r"^\s*(?:dev\d+:\s*(?:path=)?|lxc\.mount\.entry:\s*)(?P<path>/dev/nvidia[^\s,]*)", re.M)
+# `path=` optional), for which Proxmox also allows the device in the container's cgroup, and raw LXC binds
+# (`lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file`), which need an allow rule of their own
+_PASSED_NODE = re.compile(r"^\s*(?:(?P<entry>dev)\d+:\s*(?:path=)?|lxc\.mount\.entry:\s*)(?P<path>/dev/nvidia[^\s,]*)",
+                          re.M)
+# `lxc.cgroup2.devices.allow: c 195:* rwm` (cgroup v1's `lxc.cgroup.devices.allow` too; `a` allows every device)
+_CGROUP_ALLOW = re.compile(r"^\s*lxc\.cgroup2?\.devices\.allow\s*[:=]\s*(?P<type>[abc])"
+                           r"(?:\s+(?P<major>\d+|\*):(?P<minor>\d+|\*))?", re.M)
 UVM_NODE = "/dev/nvidia-uvm"
+# the nodes CUDA cannot start without (nvidia-uvm-tools, modeset and the caps serve profilers, displays and MIG)
+_CUDA_NEEDS = re.compile(r"/dev/nvidia(?:\d+|ctl|-uvm)")
+CHAR_DEVICE = "character special file"  # GNU stat's %F for a device node
+
+
+def _passed_nodes(pct_config: str) -> dict[str, bool]:
+    """The /dev/nvidia* paths ``pct config <vmid>`` passes into the container, in order, each once, with whether a
+    `devN:` entry passes it (Proxmox then allows the device itself)."""
+    passed: dict[str, bool] = {}
+    for match in _PASSED_NODE.finditer(pct_config):
+        passed[match.group("path")] = passed.get(match.group("path"), False) or bool(match.group("entry"))
+    return passed
 
 
 def nvidia_nodes_passed(pct_config: str) -> tuple[str, ...]:
-    """The /dev/nvidia* paths ``pct config <vmid>`` passes into the container, in order, each once."""
-    return tuple(dict.fromkeys(m.group("path") for m in _PASSED_NODE.finditer(pct_config)))
+    return tuple(_passed_nodes(pct_config))
 
 
-def launch_cuda_devices_health(vmid: int, pct_config: str | None) -> tuple[str, str] | None:
-    """The pre-flight's word on the device nodes CUDA needs besides the GPUs': nvidia-smi answers in a container
-    given /dev/nvidiaN and /dev/nvidiactl alone, but CUDA cannot initialise there without /dev/nvidia-uvm (torch:
-    'CUDA unknown error', no GPUs). None when the config passes no NVIDIA node itself (a bind of all /dev, a hook):
-    nothing to judge from it."""
-    passed = nvidia_nodes_passed(pct_config or "")
+@dataclass(frozen=True)
+class DeviceNode:
+    """A path as ``stat`` sees it inside the container: its file type in stat's words (%F) and, for a device, its
+    major and minor number."""
+
+    path: str
+    kind: str
+    major: int
+    minor: int
+
+    @property
+    def is_device(self) -> bool:
+        return self.kind == CHAR_DEVICE
+
+    def __str__(self) -> str:
+        return f"{self.path} (device {self.major}:{self.minor})" if self.is_device else f"{self.path} ({self.kind})"
+
+
+def device_nodes_from_stat(text: str) -> dict[str, DeviceNode]:
+    """``stat -c '%n|%F|%t|%T'`` lines (major and minor in hex) by path; a path stat could not find has no line."""
+    nodes = {}
+    for line in text.splitlines():
+        parts = line.rsplit("|", 3)
+        if len(parts) == 4:
+            path, kind, major, minor = parts
+            try:
+                nodes[path] = DeviceNode(path, kind, int(major, 16), int(minor, 16))
+            except ValueError:
+                continue
+    return nodes
+
+
+@dataclass(frozen=True)
+class DeviceRule:
+    """One cgroup allow rule; None for `*`."""
+
+    type: str  # a | b | c
+    major: int | None
+    minor: int | None
+
+    def allows(self, node: DeviceNode) -> bool:
+        return self.type == "a" or (self.type == "c" and self.major in (None, node.major)
+                                    and self.minor in (None, node.minor))
+
+    def __str__(self) -> str:
+        if self.type == "a":
+            return "a"
+        return f"{self.type} {'*' if self.major is None else self.major}:{'*' if self.minor is None else self.minor}"
+
+
+def cgroup_allow_rules(pct_config: str) -> tuple[DeviceRule, ...]:
+    def number(text: str | None) -> int | None:
+        return int(text) if text and text != "*" else None
+
+    return tuple(DeviceRule(m.group("type"), number(m.group("major")), number(m.group("minor")))
+                 for m in _CGROUP_ALLOW.finditer(pct_config))
+
+
+def launch_cuda_devices_health(vmid: int, pct_config: str | None,
+                               inside: Mapping[str, DeviceNode] | None = None) -> tuple[str, str] | None:
+    """The pre-flight's word on the device nodes CUDA needs: nvidia-smi answers in a container given /dev/nvidiaN and
+    /dev/nvidiactl alone, but CUDA cannot initialise there without /dev/nvidia-uvm (torch: 'CUDA unknown error', no
+    GPUs). ``inside`` is what ``stat`` finds in the container (None: not read): a bind the node had no device for
+    when the container started leaves nothing, or the empty file ``create=file`` made, and a device a raw bind
+    passes is refused unless a cgroup rule allows its major number, which for nvidia-uvm is given when the module
+    loads. None when the config passes no NVIDIA node itself (a bind of all /dev, a hook): nothing to judge."""
+    by_entry = _passed_nodes(pct_config or "")
+    passed = tuple(by_entry)
     if not passed:
         return None
     names = ", ".join(passed)
@@ -487,4 +565,33 @@ def launch_cuda_devices_health(vmid: int, pct_config: str | None) -> tuple[str, 
         return "warn", (f"CT {vmid} passes {names} but not {UVM_NODE}: nvidia-smi works there, CUDA does not (torch "
                         f"reports 'CUDA unknown error' and no GPUs); add `devN: {UVM_NODE}` and `{UVM_NODE}-tools` "
                         "(Proxmox 8.1+) or their lxc.mount.entry binds, and restart the container")
-    return "ok", f"CT {vmid} passes {UVM_NODE} and {len(passed) - 1} other NVIDIA device node(s)"
+    summary = f"CT {vmid} passes {UVM_NODE} and {len(passed) - 1} other NVIDIA device node(s)"
+    if inside is None:
+        return "ok", summary
+    seen = [inside.get(path, DeviceNode(path, "missing", 0, 0)) for path in passed]
+    absent = [node for node in seen if not node.is_device]
+    if absent:
+        needed = any(_CUDA_NEEDS.fullmatch(node.path) for node in absent)
+        return "fail" if needed else "warn", (
+            f"inside CT {vmid}, {', '.join(map(str, absent))}: not the device node(s) its config passes. Either the "
+            "node had no such device when the container last started (an optional bind is then skipped without a "
+            "word) or the config gained them since" +
+            ("; CUDA cannot initialise there (torch: 'CUDA unknown error')" if needed else "") +
+            f". Make sure the node has them (the driver makes {UVM_NODE} at the node's first CUDA call, or at boot "
+            "with `nvidia-modprobe -u -c=0`), then restart the container")
+    bound = [path for path, entry in by_entry.items() if not entry]
+    rules = cgroup_allow_rules(pct_config or "")
+    denied = [inside[path] for path in bound if not any(rule.allows(inside[path]) for rule in rules)]
+    if denied:
+        majors = sorted({node.major for node in denied})
+        allowed = ", ".join(map(str, rules)) or "none"
+        return "warn", (
+            f"inside CT {vmid}, {', '.join(map(str, denied))}, which its config binds, but no cgroup rule allows "
+            f"(allowed: {allowed}): opening them is refused" +
+            ("; CUDA cannot initialise there (cuInit error 999, torch: 'CUDA unknown error')"
+             if any(_CUDA_NEEDS.fullmatch(node.path) for node in denied) else "") +
+            f". {UVM_NODE}'s major number is given when its module loads and can change with a driver or kernel "
+            "update; add " + ", ".join(f"`lxc.cgroup2.devices.allow: c {major}:* rwm`" for major in majors) +
+            " (or pass the nodes as `devN:` entries, which Proxmox allows itself) and restart the container")
+    return "ok", summary + ", each a device inside the container" + (
+        ", allowed by its cgroup rules" if bound else "")

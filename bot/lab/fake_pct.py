@@ -1,7 +1,8 @@
 """Lab stand-in for Proxmox's ``pct`` (stdlib only; installed on the node's PATH).
 
 ``pct exec <vmid> [--keep-env 0|1] -- <argv...>`` execs argv verbatim, without a shell, as
-lxc-attach does, after checking the container exists and runs. Every call is appended to
+lxc-attach does, after checking the container exists and runs; the container's /dev is the stand-in's,
+so ``stat`` of a /dev path is answered from the container's state. Every call is appended to
 ``$FAKE_PVE_STATE/calls.log`` as a JSON argv, so tests can see exactly what arrived.
 """
 
@@ -41,6 +42,8 @@ def main(argv):
               f"memory: {ct.get('memory_mib', 65536)}\nswap: {ct.get('swap_mib', 512)}")
         for i, path in enumerate(ct.get("devices", [])):
             print(f"dev{i}: {path},gid=44")
+        for line in ct.get("config_lines", []):  # raw lxc.* keys, as `pct config` prints them
+            print(line)
         return
     if argv[0] != "exec" or len(argv) < 2:
         print(f"ERROR: unknown command 'pct {' '.join(argv[:1])}'", file=sys.stderr)
@@ -58,6 +61,8 @@ def main(argv):
     if ct.get("status", "running") != "running":
         print(f"CT {vmid} not running", file=sys.stderr)
         sys.exit(255)
+    if rest[1] == "stat" and any(arg.startswith("/dev/") for arg in rest[2:]):
+        sys.exit(stat_devices(ct.get("dev_nodes", {}), rest[2:]))
     env = dict(os.environ, FAKE_CT=vmid, **ct.get("env", {}))
     try:
         os.execvpe(rest[1], rest[1:], env)  # noqa: S606 - argv verbatim, like lxc-attach
@@ -65,6 +70,31 @@ def main(argv):
         print(f"lxc-attach: {vmid}: attach.c: No such file or directory - Failed to exec \"{rest[1]}\"",
               file=sys.stderr)
         sys.exit(2)
+
+
+def stat_devices(dev_nodes, args):
+    """GNU ``stat [-L] -c FORMAT [--] PATH...`` over the container's /dev, which the stand-in keeps in its state
+    (``dev_nodes``: path -> [file type, major, minor]); %n %F %t %T as stat prints them (major, minor in hex)."""
+    fmt, paths, rest = "%n", [], list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "-c":
+            fmt = rest.pop(0)
+        elif arg == "--":
+            paths += rest
+            break
+        elif not arg.startswith("-"):
+            paths.append(arg)
+    status = 0
+    for path in paths:
+        node = dev_nodes.get(path)
+        if node is None:
+            print(f"stat: cannot statx '{path}': No such file or directory", file=sys.stderr)
+            status = 1
+            continue
+        kind, major, minor = node
+        print(fmt.replace("%n", path).replace("%F", kind).replace("%t", f"{major:x}").replace("%T", f"{minor:x}"))
+    return status
 
 
 if __name__ == "__main__":

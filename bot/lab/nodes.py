@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,19 @@ def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
                                    "models": ["Qwen3.6-27B"],
                                    # the device nodes its config passes in, as Proxmox 8.1+ `devN:` entries
                                    "devices": [*(f"/dev/nvidia{g['index']}" for g in gpus), "/dev/nvidiactl",
-                                               "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]}},
+                                               "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"],
+                                   "dev_nodes": _device_nodes(gpu.index for gpu in table.gpus[:2])}},
     }
+
+
+def _device_nodes(gpu_indexes: Iterable[int]) -> dict[str, list[Any]]:
+    """The container's /dev/nvidia* as stat sees them: the numbers of public `ls -l /dev/nvidia*` listings (the
+    GPUs and nvidiactl are the driver's fixed major 195; nvidia-uvm's major is given at module load, 511 there)."""
+    char = "character special file"
+    nodes: dict[str, list[Any]] = {f"/dev/nvidia{i}": [char, 195, i] for i in gpu_indexes}
+    nodes.update({"/dev/nvidiactl": [char, 195, 255], "/dev/nvidia-uvm": [char, 511, 0],
+                  "/dev/nvidia-uvm-tools": [char, 511, 1]})
+    return nodes
 
 
 def provision_containers(state_dir: Path, state: dict[str, Any]) -> None:

@@ -1,10 +1,13 @@
 """ECC counters, retired pages, remapped rows and Xid events: parsed from real outputs."""
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from bot.core.gpu_faults import (
+    CHAR_DEVICE,
     MEMORY_ERROR_FIELDS,
+    DeviceNode,
     GpuMemoryErrors,
     NodeFaults,
     gpus_by_bus,
@@ -278,3 +281,82 @@ def test_the_preflight_checks_the_container_passes_the_uvm_device_cuda_needs():
     # a config that passes no NVIDIA node itself (a hook, a bind of all /dev), or none read: nothing to judge
     assert launch_cuda_devices_health(129, "arch: amd64\nmemory: 65536\nlxc.cgroup2.devices.allow: a\n") is None
     assert launch_cuda_devices_health(129, None) is None
+
+
+def _listed_nodes(listing: str) -> dict[str, DeviceNode]:
+    """`ls -l /dev/nvidia*` lines as the device nodes stat would report (crw-... major, minor ... path)."""
+    nodes = {}
+    for line in listing.splitlines():
+        match = re.match(r"c\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(/dev/\S+)$", line)
+        if match:
+            nodes[match[3]] = DeviceNode(match[3], CHAR_DEVICE, int(match[1]), int(match[2]))
+    return nodes
+
+
+def test_stat_inside_the_container_is_read_by_path_with_type_and_device_numbers():
+    from bot.core.gpu_faults import device_nodes_from_stat
+
+    nodes = device_nodes_from_stat((FIXTURES / "proxmox" / "stat-device-nodes.txt").read_text())
+    assert sorted(nodes) == ["/dev/null", "/dev/zero", "/tmp/ct129-dev/nvidia-uvm"]  # the missing path has no line
+    assert (nodes["/dev/null"].is_device, nodes["/dev/null"].major, nodes["/dev/null"].minor) == (True, 1, 3)
+    placeholder = nodes["/tmp/ct129-dev/nvidia-uvm"]
+    assert not placeholder.is_device and str(placeholder) == "/tmp/ct129-dev/nvidia-uvm (regular empty file)"
+    assert str(nodes["/dev/zero"]) == "/dev/zero (device 1:5)"
+    assert device_nodes_from_stat("/dev/nvidia-uvm|character special file|1ff|0\n")["/dev/nvidia-uvm"].major == 511
+
+
+def test_a_uvm_major_the_cgroup_rules_do_not_allow_is_named_with_the_rule_to_add():
+    """A public guide's node lists nvidia-uvm at major 511 and tells the reader to allow 508 (its number elsewhere):
+    the binds succeed, the cgroup refuses the open, and CUDA fails with error 999 while nvidia-smi works."""
+    from bot.core.gpu_faults import cgroup_allow_rules, launch_cuda_devices_health
+
+    listing, config = (FIXTURES / "proxmox" / "uvm-major-mismatch.txt").read_text().split("\n====\n")
+    inside = _listed_nodes(listing)
+    assert len(inside) == 5 and inside["/dev/nvidia-uvm"].major == 511
+    assert [str(r) for r in cgroup_allow_rules(config)] == ["c 195:*", "c 508:*"]
+    status, detail = launch_cuda_devices_health(129, config, inside)
+    assert status == "warn"
+    assert detail.startswith("inside CT 129, /dev/nvidia-uvm (device 511:0), /dev/nvidia-uvm-tools (device 511:1), "
+                             "which its config binds, but no cgroup rule allows (allowed: c 195:*, c 508:*)")
+    assert "CUDA cannot initialise there (cuInit error 999" in detail
+    assert "add `lxc.cgroup2.devices.allow: c 511:* rwm`" in detail and "508:* rwm" not in detail
+    # with the rule it names: every node is a device the container may open
+    fixed = config.replace("c 508:*", "c 511:*")
+    assert launch_cuda_devices_health(129, fixed, inside) == (
+        "ok", "CT 129 passes /dev/nvidia-uvm and 4 other NVIDIA device node(s), each a device inside the container, "
+              "allowed by its cgroup rules")
+    assert launch_cuda_devices_health(129, config + "\nlxc.cgroup2.devices.allow: a\n", inside)[0] == "ok"
+    # not read inside: the config alone is judged, as before
+    assert launch_cuda_devices_health(129, config, None)[0] == "ok"
+
+
+def test_a_bind_that_found_no_device_on_the_node_fails_the_check_when_cuda_needs_it():
+    """`create=file` leaves an empty file where an optional bind found nothing (stat: 'regular empty file'); a
+    config entry added without a restart leaves nothing at all. Proxmox `devN:` entries are allowed by Proxmox."""
+    from bot.core.gpu_faults import device_nodes_from_stat, launch_cuda_devices_health
+
+    listing, config = (FIXTURES / "proxmox" / "uvm-major-mismatch.txt").read_text().split("\n====\n")
+    config = config.replace("c 508:*", "c 511:*")
+    placeholder = device_nodes_from_stat((FIXTURES / "proxmox" / "stat-device-nodes.txt").read_text())
+    empty = next(node for node in placeholder.values() if not node.is_device)
+    inside = _listed_nodes(listing)
+    inside["/dev/nvidia-uvm"] = DeviceNode("/dev/nvidia-uvm", empty.kind, empty.major, empty.minor)
+    del inside["/dev/nvidia-uvm-tools"]
+    status, detail = launch_cuda_devices_health(129, config, inside)
+    assert status == "fail"
+    assert detail.startswith("inside CT 129, /dev/nvidia-uvm (regular empty file), /dev/nvidia-uvm-tools (missing): "
+                             "not the device node(s) its config passes")
+    assert "CUDA cannot initialise there" in detail and "`nvidia-modprobe -u -c=0`" in detail
+    # a node CUDA does not need (uvm-tools serves profilers) missing alone is a warning
+    inside = _listed_nodes(listing)
+    del inside["/dev/nvidia-uvm-tools"]
+    status, detail = launch_cuda_devices_health(129, config, inside)
+    assert status == "warn" and "CUDA cannot" not in detail
+    # Proxmox 8.1+ device entries need no cgroup rule of the config's own
+    entries = (FIXTURES / "proxmox" / "lxc-gpu-configs.txt").read_text().split("\n====\n")[0]
+    listed = _listed_nodes(listing)
+    inside = {path: listed.get(path, DeviceNode(path, CHAR_DEVICE, 236, 1)) for path in
+              ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+               "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2")}
+    assert launch_cuda_devices_health(129, entries, inside) == (
+        "ok", "CT 129 passes /dev/nvidia-uvm and 6 other NVIDIA device node(s), each a device inside the container")

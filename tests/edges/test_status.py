@@ -131,3 +131,36 @@ async def test_concurrent_status_requests_share_one_connection(tmp_path):
     finally:
         await _stop(nodes, transport)
     assert all(r.statuses[0].state is TargetState.OK for r in reports)
+
+
+async def test_device_nodes_are_read_with_real_stat_and_inside_the_container(tmp_path):
+    """The stat argv run by GNU stat over real SSH on the node (a device, an empty file, a missing path: exit 1), and
+    `read_device_nodes` through `pct exec`, whose stand-in answers from the container's /dev."""
+    from bot.core.argv import stat_device_nodes
+    from bot.core.gpu_faults import device_nodes_from_stat
+    from bot.status import read_device_nodes
+
+    placeholder = tmp_path / "nvidia-uvm"
+    placeholder.write_text("")
+    state = seed_node_state("pve5")
+    state["containers"]["129"]["dev_nodes"]["/dev/nvidia-uvm"] = ["regular empty file", 0, 0]
+    nodes, _, transport = await _nodes(tmp_path, {"pve5": state})
+    try:
+        out = await transport.run("pve5", stat_device_nodes(["/dev/null", str(placeholder), "/dev/nvidia-none"]),
+                                  ok_exit=(0, 1))
+        assert out.exit_status == 1 and "No such file or directory" in out.stderr
+        found = device_nodes_from_stat(out.stdout)
+        assert [str(node) for node in found.values()] == ["/dev/null (device 1:3)",
+                                                         f"{placeholder} (regular empty file)"]
+        config = (await transport.run("pve5", ("pct", "config", "129"))).stdout
+        inside = await read_device_nodes(transport, "pve5", 129, config)
+        assert inside is not None and str(inside["/dev/nvidia1"]) == "/dev/nvidia1 (device 195:1)"
+        assert str(inside["/dev/nvidia-uvm"]) == "/dev/nvidia-uvm (regular empty file)"
+        assert nodes[0].calls()[-1][:6] == ["pct", "exec", "129", "--keep-env", "0", "--"]
+        # a stopped container, or a config that passes no NVIDIA node: not read
+        assert await read_device_nodes(transport, "pve5", 129, "arch: amd64\n") is None
+        state["containers"]["129"]["status"] = "stopped"
+        nodes[0].write_state(state)
+        assert await read_device_nodes(transport, "pve5", 129, config) is None
+    finally:
+        await _stop(nodes, transport)

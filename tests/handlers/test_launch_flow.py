@@ -199,22 +199,59 @@ async def test_preflight_warns_when_the_launch_gpus_lack_peer_access(lab):
     assert "GPU peer access" not in text
 
 
+async def refusal_text(lab, fraction):
+    """The pre-flight's refusal of the seed launch at this --mem-fraction-static (too small: no SGLang starts). A test
+    asks with a new fraction each time: the same command again is ignored while the first is still being handled."""
+    launch = f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static {fraction}"
+    _, _, calls = await lab.slash("/sglang", launch)
+    return blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+
+
 async def test_preflight_warns_when_the_container_lacks_the_uvm_device_cuda_needs(lab):
     """The lab container's `pct config` passes its GPUs, nvidiactl and nvidia-uvm as Proxmox `devN:` entries: the
     check is ok. Without /dev/nvidia-uvm nvidia-smi still answers there, but CUDA cannot start: the pre-flight says so
     before a launch meets it."""
-    launch = f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85"  # refused: no SGLang starts
-    _, _, calls = await lab.slash("/sglang", launch)
-    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    text = await refusal_text(lab, 0.8)
     assert ":white_check_mark: *CUDA devices*: CT 129 passes /dev/nvidia-uvm and 4 other NVIDIA device node(s)" in text
     state = lab.nodes["pve5"].read_state()
     state["containers"]["129"]["devices"].remove("/dev/nvidia-uvm")
     lab.nodes["pve5"].write_state(state)
-    _, _, calls = await lab.slash("/sglang", launch)
-    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    text = await refusal_text(lab, 0.81)
     assert "*CUDA devices*: CT 129 passes /dev/nvidia0, /dev/nvidia1, /dev/nvidiactl, /dev/nvidia-uvm-tools but not " \
            "/dev/nvidia-uvm" in text
     assert "add `devN: /dev/nvidia-uvm`" in text
+
+
+async def test_preflight_looks_inside_the_container_for_the_device_nodes_its_config_passes(lab):
+    """The config passes nvidia-uvm, but inside the container stat finds the empty file an optional bind leaves when
+    the node had no device: the check fails before a 10-minute load. Passed by raw binds whose cgroup rule allows
+    another major (a public guide's 508 for a node's 511), it warns with the rule to add."""
+    from tests.conftest import FIXTURES
+
+    text = await refusal_text(lab, 0.8)
+    assert ":white_check_mark: *CUDA devices*: CT 129 passes /dev/nvidia-uvm and 4 other NVIDIA device node(s), " \
+           "each a device inside the container\n" in text
+    node = lab.nodes["pve5"]
+    state = node.read_state()
+    state["containers"]["129"]["dev_nodes"]["/dev/nvidia-uvm"] = ["regular empty file", 0, 0]
+    node.write_state(state)
+    text = await refusal_text(lab, 0.81)
+    assert ":x: *CUDA devices*: inside CT 129, /dev/nvidia-uvm (regular empty file): not the device node(s) its " \
+           "config passes" in text
+    assert "CUDA cannot initialise there" in text
+    # the guide's raw lines instead of device entries: binds and a cgroup rule for major 508
+    config = (FIXTURES / "proxmox" / "uvm-major-mismatch.txt").read_text().split("\n====\n")[1]
+    ct = state["containers"]["129"]
+    ct["dev_nodes"]["/dev/nvidia-uvm"] = ["character special file", 511, 0]
+    ct["devices"] = []  # the guide's container has one GPU; the lab's second is bound the same way
+    ct["config_lines"] = [*config.splitlines(),
+                          "lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file"]
+    ct["dev_nodes"]["/dev/nvidia-modeset"] = ["character special file", 195, 254]
+    node.write_state(state)
+    text = await refusal_text(lab, 0.82)
+    assert "[!] *CUDA devices*: inside CT 129, /dev/nvidia-uvm (device 511:0), /dev/nvidia-uvm-tools (device " \
+           "511:1), which its config binds, but no cgroup rule allows (allowed: c 195:*, c 508:*)" in text
+    assert "add `lxc.cgroup2.devices.allow: c 511:* rwm`" in text
 
 
 async def test_a_launch_with_an_api_key_is_probed_with_it_and_never_shows_it(lab):

@@ -401,6 +401,25 @@ async def test_cuda_failing_to_initialise_shows_whether_the_container_passes_the
         in text
 
 
+async def test_cuda_failing_to_initialise_shows_what_the_container_has_in_place_of_the_uvm_device(lab):
+    """The config passes /dev/nvidia-uvm, but the bind found no device on the node when the container started: the
+    triage looks inside the container and names the empty file there."""
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    attempt = await failed_launch(lab, "kv_pool_oom")
+    log_path = Path(attempt.log_path)
+    header = log_path.read_text().split("\n", 1)[0]
+    log_path.write_text(f"{header}\n{(FIXTURES / 'other-logs' / 'cuda-init-unknown-error.txt').read_text()}")
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["dev_nodes"]["/dev/nvidia-uvm"] = ["regular empty file", 0, 0]
+    lab.nodes["pve5"].write_state(state)
+    _, text = await triaged(lab, attempt)
+    assert "*cuda_driver_too_old*" in text
+    assert "inside CT 129, /dev/nvidia-uvm (regular empty file): not the device node(s) its config passes" in text
+
+
 async def test_a_rank_asking_for_a_gpu_the_container_cannot_see_shows_the_indices_against_the_nodes_gpus(lab):
     """`invalid device ordinal` in the launch's own log (real lines): the triage names the GPUs the launch uses
     (tp 2 from index 1) against the node's two, and where the container's passthrough is configured."""
