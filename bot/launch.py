@@ -31,7 +31,7 @@ from bot.core.gpu_faults import (
     NodeFaults,
     OomKill,
     container_memory_mib,
-    launch_cuda_devices_health,
+    cuda_devices_health,
     launch_gpu_health,
     launch_memory_health,
     server_kill,
@@ -283,7 +283,7 @@ async def _container_checks(ct_config_task: asyncio.Future[CommandResult],
         ct_config = None
     ct_memory_mib = container_memory_mib(ct_config)[0] if ct_config is not None else None
     memory = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
-    devices = launch_cuda_devices_health(vmid, ct_config, await nodes_task)
+    devices = cuda_devices_health(vmid, ct_config, await nodes_task)
     return memory, ct_memory_mib, Check("CUDA devices", *devices) if devices else None
 
 

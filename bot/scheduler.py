@@ -31,7 +31,7 @@ from bot.faults import read_faults
 from bot.incidents import container_changed
 from bot.launch import container_of, exit_report, exited_servers, health_probe
 from bot.slack import post_messages, upload_png
-from bot.status import read_status
+from bot.status import read_cuda_devices, read_status
 from bot.store import HealthStore
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,9 @@ class Scheduler:
                                   limits=self.services.limits, deadline_s=self.services.settings.status_deadline_s)
         samples, down = samples_from(fresh.statuses, now)
         await self.health.add_samples(samples, down, now)
-        faults = await self.faults({s.target for s in samples} - {u.target for u in down}, targets, now)
+        answered = {s.target for s in samples} - {u.target for u in down}
+        faults, devices = await asyncio.gather(self.faults(answered, targets, now),
+                                               self.container_devices(answered, targets))
         recorded, unreachable = await self.health.samples_since(now - 24 * 3600)
         labels = {t.label for t in targets}
         recorded = [s for s in recorded if s.target in labels]
@@ -129,7 +131,7 @@ class Scheduler:
         previous = await self.health.last_report(name)
         servers = await self.servers()
         return build_report(recorded, unreachable, now, previous, hot_c=self.services.settings.hot_c, servers=servers,
-                            faults=faults)
+                            faults=faults, containers=devices)
 
     async def faults(self, answered: set[str], targets: list[Target], now: float) -> tuple[NodeFaults, ...]:
         """ECC counters and Xid events of each node that answered (read on the node itself)."""
@@ -148,6 +150,31 @@ class Scheduler:
                               xid_problem=f"kernel log not readable: {why}")
 
         return tuple(await asyncio.gather(*(one(n) for n in nodes)))
+
+    async def container_devices(self, answered: set[str], targets: list[Target]) -> tuple[str, ...]:
+        """The CUDA devices check of each listed container on a target that answered, where it is not ok: a node
+        rebooted without nvidia-uvm leaves containers whose nvidia-smi works and whose CUDA does not."""
+        inventory = self.services.inventory
+        nodes = {t.node for t in targets if t.kind == "node" and t.label in answered}
+        wanted = sorted({(c.node, c.vmid, name) for name, c in inventory.containers.items() if c.node in nodes} |
+                        {(t.node, t.vmid, t.name) for t in targets if t.kind == "container" and t.vmid is not None
+                         and t.label in answered}, key=lambda c: (c[0], c[1]))
+        deadline = self.services.settings.status_deadline_s * 2
+
+        async def one(node: str, vmid: int, name: str | None) -> str | None:
+            try:
+                check = await asyncio.wait_for(read_cuda_devices(self.services.transport, node, vmid), deadline)
+            except TimeoutError:
+                return None
+            except Exception:  # a device read must never cost the post itself
+                log.exception("reading the device nodes of %s:%s failed", node, vmid)
+                return None
+            if check is None or check[0] == "ok":
+                return None
+            return f"{Target('container', node, vmid, name).label}: CUDA devices: {check[1]}"
+
+        found = await asyncio.gather(*(one(*container) for container in wanted))
+        return tuple(line for line in found if line)
 
     async def probe(self, attempt: Attempt) -> tuple[dict[str, Any] | None, str]:
         """The server's health probe: (its answer, or None when it could not be run, and why)."""

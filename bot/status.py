@@ -15,7 +15,7 @@ from typing import Protocol
 from bot.core import argv as remote
 from bot.core.attempts import ACTIVE, Attempt
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import DeviceNode, device_nodes_from_stat, nvidia_nodes_passed
+from bot.core.gpu_faults import DeviceNode, cuda_devices_health, device_nodes_from_stat, nvidia_nodes_passed
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
 from bot.core.report import Launch, LaunchRef, launch_key
@@ -101,6 +101,17 @@ async def read_device_nodes(transport: Transport, node: str, vmid: int,
         log.info("stat in CT %s: %s", vmid, out.stderr.strip()[:200])
         return None
     return device_nodes_from_stat(out.stdout)
+
+
+async def read_cuda_devices(transport: Transport, node: str, vmid: int) -> tuple[str, str] | None:
+    """The CUDA devices check of a container ("ok" | "warn" | "fail", detail): the NVIDIA nodes its config passes,
+    and what they are inside it. None when its config could not be read or passes no NVIDIA node."""
+    try:
+        pct_config = (await transport.run(node, remote.pct_config(vmid))).stdout
+    except RemoteError as exc:
+        log.info("pct config %s on %s: %s", vmid, node, exc)
+        return None
+    return cuda_devices_health(vmid, pct_config, await read_device_nodes(transport, node, vmid, pct_config))
 
 
 async def read_gpus(transport: Transport, node: str, vmid: int | None = None) -> SmiSnapshot:

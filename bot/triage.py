@@ -22,7 +22,7 @@ from bot.core.diagnosis import BUSY, OCCUPIED, OUT_OF_RANGE, Finding, LaunchCont
 from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import OomKill, gpus_by_bus, launch_cuda_devices_health, oom_kill_findings, xid_findings
+from bot.core.gpu_faults import OomKill, gpus_by_bus, oom_kill_findings, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import (
     busy_evidence,
@@ -39,7 +39,7 @@ from bot.core.label_evidence import (
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events
 from bot.launch import container_of
-from bot.status import SmiFailed, Transport, read_device_nodes, read_node, read_peer_access
+from bot.status import SmiFailed, Transport, read_cuda_devices, read_node, read_peer_access
 
 if TYPE_CHECKING:
     from bot.store import AttemptStore, Store
@@ -198,9 +198,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
     if finding.label == BUSY:
         return busy_evidence(snapshot)
     if finding.label == "cuda_driver_too_old":
-        config = await _pct_config(transport, attempt)
-        devices = launch_cuda_devices_health(attempt.vmid, config,
-                                             await read_device_nodes(transport, attempt.node, attempt.vmid, config))
+        devices = await read_cuda_devices(transport, attempt.node, attempt.vmid)
         return driver_evidence(attempt.node, snapshot) + ((devices[1],) if devices else ())
     if finding.label == OUT_OF_RANGE:
         return ordinal_evidence(attempt.node, attempt.vmid, snapshot, user_flags(attempt.argv),

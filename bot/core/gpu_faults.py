@@ -548,7 +548,7 @@ def cgroup_allow_rules(pct_config: str) -> tuple[DeviceRule, ...]:
                  for m in _CGROUP_ALLOW.finditer(pct_config))
 
 
-def launch_cuda_devices_health(vmid: int, pct_config: str | None,
+def cuda_devices_health(vmid: int, pct_config: str | None,
                                inside: Mapping[str, DeviceNode] | None = None) -> tuple[str, str] | None:
     """The pre-flight's word on the device nodes CUDA needs: nvidia-smi answers in a container given /dev/nvidiaN and
     /dev/nvidiactl alone, but CUDA cannot initialise there without /dev/nvidia-uvm (torch: 'CUDA unknown error', no

@@ -102,7 +102,10 @@ OVER_CAP = 1.05  # power.draw readings a few % over the cap are sampling noise a
 
 def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, previous: dict[str, Any] | None,
                  *, window_h: float = 24.0, hot_c: int = 85, idle_hours: float = 2.0,
-                 servers: tuple[str, ...] = (), faults: tuple[NodeFaults, ...] = ()) -> HealthReport:
+                 servers: tuple[str, ...] = (), faults: tuple[NodeFaults, ...] = (),
+                 containers: tuple[str, ...] = ()) -> HealthReport:
+    """The report of the window's samples; ``servers`` and ``containers`` are lines read now (SGLang servers' answers,
+    containers whose CUDA devices are not in order)."""
     start = now - window_h * 3600
     recent = sorted((s for s in samples if s.at >= start), key=lambda s: s.at)
     by_gpu: dict[tuple[str, int], list[GpuSample]] = {}
@@ -167,6 +170,7 @@ def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, 
             changes.append(f"reachable again: {gone.split(':')[0]}")
     hardware = summarise_faults(faults, (previous or {}).get("fault_counts"), window_h)
     findings += hardware.findings
+    findings += containers
     findings += [f"SGLang: {s}" for s in servers]
     return HealthReport(now, window_h, tuple(days), tuple(findings), unreachable, versions, tuple(changes),
                         hardware.coverage, hardware.counts)

@@ -261,26 +261,26 @@ def test_the_kill_that_ended_a_launch_and_how_its_failure_says_so():
 
 
 def test_the_preflight_checks_the_container_passes_the_uvm_device_cuda_needs():
-    from bot.core.gpu_faults import launch_cuda_devices_health, nvidia_nodes_passed
+    from bot.core.gpu_faults import cuda_devices_health, nvidia_nodes_passed
 
     configs = (FIXTURES / "proxmox" / "lxc-gpu-configs.txt").read_text().split("\n====\n")
     for config in configs:  # device entries (with gid=, with other devices between) and raw LXC binds
         passed = nvidia_nodes_passed(config)
         assert passed[:2] == ("/dev/nvidia0", "/dev/nvidiactl") and "/dev/nvidia-uvm" in passed, config
-        assert launch_cuda_devices_health(129, config) == (
+        assert cuda_devices_health(129, config) == (
             "ok", f"CT 129 passes /dev/nvidia-uvm and {len(passed) - 1} other NVIDIA device node(s)")
     assert "/dev/dri/by-path/pci-0000:07:00.0-card" not in nvidia_nodes_passed(configs[1])
     # the raw binds without their two uvm lines (the mistake the check is for): nvidia-smi works, CUDA does not
     binds = "\n".join(line for line in configs[2].splitlines() if "nvidia-uvm" not in line)
-    status, detail = launch_cuda_devices_health(129, binds)
+    status, detail = cuda_devices_health(129, binds)
     assert status == "warn" and detail.startswith("CT 129 passes /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-modeset")
     assert "but not /dev/nvidia-uvm: nvidia-smi works there, CUDA does not" in detail
     # commented out is not passed
     commented = configs[1].replace("dev2: /dev/nvidia-uvm\n", "#dev2: /dev/nvidia-uvm\n")
-    assert launch_cuda_devices_health(129, commented)[0] == "warn"
+    assert cuda_devices_health(129, commented)[0] == "warn"
     # a config that passes no NVIDIA node itself (a hook, a bind of all /dev), or none read: nothing to judge
-    assert launch_cuda_devices_health(129, "arch: amd64\nmemory: 65536\nlxc.cgroup2.devices.allow: a\n") is None
-    assert launch_cuda_devices_health(129, None) is None
+    assert cuda_devices_health(129, "arch: amd64\nmemory: 65536\nlxc.cgroup2.devices.allow: a\n") is None
+    assert cuda_devices_health(129, None) is None
 
 
 def _listed_nodes(listing: str) -> dict[str, DeviceNode]:
@@ -308,13 +308,13 @@ def test_stat_inside_the_container_is_read_by_path_with_type_and_device_numbers(
 def test_a_uvm_major_the_cgroup_rules_do_not_allow_is_named_with_the_rule_to_add():
     """A public guide's node lists nvidia-uvm at major 511 and tells the reader to allow 508 (its number elsewhere):
     the binds succeed, the cgroup refuses the open, and CUDA fails with error 999 while nvidia-smi works."""
-    from bot.core.gpu_faults import cgroup_allow_rules, launch_cuda_devices_health
+    from bot.core.gpu_faults import cgroup_allow_rules, cuda_devices_health
 
     listing, config = (FIXTURES / "proxmox" / "uvm-major-mismatch.txt").read_text().split("\n====\n")
     inside = _listed_nodes(listing)
     assert len(inside) == 5 and inside["/dev/nvidia-uvm"].major == 511
     assert [str(r) for r in cgroup_allow_rules(config)] == ["c 195:*", "c 508:*"]
-    status, detail = launch_cuda_devices_health(129, config, inside)
+    status, detail = cuda_devices_health(129, config, inside)
     assert status == "warn"
     assert detail.startswith("inside CT 129, /dev/nvidia-uvm (device 511:0), /dev/nvidia-uvm-tools (device 511:1), "
                              "which its config binds, but no cgroup rule allows (allowed: c 195:*, c 508:*)")
@@ -322,18 +322,18 @@ def test_a_uvm_major_the_cgroup_rules_do_not_allow_is_named_with_the_rule_to_add
     assert "add `lxc.cgroup2.devices.allow: c 511:* rwm`" in detail and "508:* rwm" not in detail
     # with the rule it names: every node is a device the container may open
     fixed = config.replace("c 508:*", "c 511:*")
-    assert launch_cuda_devices_health(129, fixed, inside) == (
+    assert cuda_devices_health(129, fixed, inside) == (
         "ok", "CT 129 passes /dev/nvidia-uvm and 4 other NVIDIA device node(s), each a device inside the container, "
               "allowed by its cgroup rules")
-    assert launch_cuda_devices_health(129, config + "\nlxc.cgroup2.devices.allow: a\n", inside)[0] == "ok"
+    assert cuda_devices_health(129, config + "\nlxc.cgroup2.devices.allow: a\n", inside)[0] == "ok"
     # not read inside: the config alone is judged, as before
-    assert launch_cuda_devices_health(129, config, None)[0] == "ok"
+    assert cuda_devices_health(129, config, None)[0] == "ok"
 
 
 def test_a_bind_that_found_no_device_on_the_node_fails_the_check_when_cuda_needs_it():
     """`create=file` leaves an empty file where an optional bind found nothing (stat: 'regular empty file'); a
     config entry added without a restart leaves nothing at all. Proxmox `devN:` entries are allowed by Proxmox."""
-    from bot.core.gpu_faults import device_nodes_from_stat, launch_cuda_devices_health
+    from bot.core.gpu_faults import cuda_devices_health, device_nodes_from_stat
 
     listing, config = (FIXTURES / "proxmox" / "uvm-major-mismatch.txt").read_text().split("\n====\n")
     config = config.replace("c 508:*", "c 511:*")
@@ -342,7 +342,7 @@ def test_a_bind_that_found_no_device_on_the_node_fails_the_check_when_cuda_needs
     inside = _listed_nodes(listing)
     inside["/dev/nvidia-uvm"] = DeviceNode("/dev/nvidia-uvm", empty.kind, empty.major, empty.minor)
     del inside["/dev/nvidia-uvm-tools"]
-    status, detail = launch_cuda_devices_health(129, config, inside)
+    status, detail = cuda_devices_health(129, config, inside)
     assert status == "fail"
     assert detail.startswith("inside CT 129, /dev/nvidia-uvm (regular empty file), /dev/nvidia-uvm-tools (missing): "
                              "not the device node(s) its config passes")
@@ -350,7 +350,7 @@ def test_a_bind_that_found_no_device_on_the_node_fails_the_check_when_cuda_needs
     # a node CUDA does not need (uvm-tools serves profilers) missing alone is a warning
     inside = _listed_nodes(listing)
     del inside["/dev/nvidia-uvm-tools"]
-    status, detail = launch_cuda_devices_health(129, config, inside)
+    status, detail = cuda_devices_health(129, config, inside)
     assert status == "warn" and "CUDA cannot" not in detail
     # Proxmox 8.1+ device entries need no cgroup rule of the config's own
     entries = (FIXTURES / "proxmox" / "lxc-gpu-configs.txt").read_text().split("\n====\n")[0]
@@ -358,5 +358,5 @@ def test_a_bind_that_found_no_device_on_the_node_fails_the_check_when_cuda_needs
     inside = {path: listed.get(path, DeviceNode(path, CHAR_DEVICE, 236, 1)) for path in
               ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2")}
-    assert launch_cuda_devices_health(129, entries, inside) == (
+    assert cuda_devices_health(129, entries, inside) == (
         "ok", "CT 129 passes /dev/nvidia-uvm and 6 other NVIDIA device node(s), each a device inside the container")

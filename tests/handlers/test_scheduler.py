@@ -269,3 +269,22 @@ async def test_a_ready_server_that_answers_slowly_is_announced_once(replicas):
     line = next(f for f in report.findings if attempt.id in f)
     assert "answers, but SLOWLY: 8 tokens took" in line and "(over 0.5 s)" in line
     assert (await lab.services.attempts.get(attempt.id)).status.value == "ready"  # slow is not failed
+
+
+async def test_the_report_names_a_container_whose_cuda_devices_are_not_in_order(replicas):
+    """A node rebooted without nvidia-uvm: the container's optional bind left the empty file create=file made, and
+    its nvidia-smi still answers. The daily report reads every listed container on the nodes that answered and says
+    so before anyone launches there; a container in order adds nothing."""
+    lab, one, _, clock = replicas
+    clean = await one.report("all", "test", clock.now)
+    assert not [f for f in clean.findings if "CUDA devices" in f]
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["dev_nodes"]["/dev/nvidia-uvm"] = ["regular empty file", 0, 0]
+    lab.nodes["pve5"].write_state(state)
+    for spec in ("all", "pve5", "sglang-a6000"):
+        report = await one.report(spec, "test", clock.now)
+        found = [f for f in report.findings if "CUDA devices" in f]
+        assert len(found) == 1 and found[0].startswith(
+            "pve5:129 (sglang-a6000): CUDA devices: inside CT 129, /dev/nvidia-uvm (regular empty file): not the "
+            "device node(s) its config passes"), (spec, found)
+    assert not [f for f in (await one.report("pve6", "test", clock.now)).findings if "CUDA devices" in f]
