@@ -307,7 +307,10 @@ def kill_group(pgid: int, signal: str) -> Argv:
 def kill_pids(pids: Iterable[int], signal: str) -> Argv:
     if signal not in ("TERM", "KILL"):
         raise ValueError(f"signal {signal!r} not allowed")
-    return ("kill", f"-{signal}", "--", *(_check_int(p, "pid", 2) for p in sorted(set(pids))))
+    checked = sorted({int(_check_int(pid, "pid", 2)) for pid in pids})
+    if not checked:
+        raise ValueError("no PIDs to signal")
+    return ("kill", f"-{signal}", "--", *map(str, checked))
 
 
 def process_alive(pid: int) -> Argv:

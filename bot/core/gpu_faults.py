@@ -586,8 +586,8 @@ def cuda_devices_health(vmid: int, pct_config: str | None,
         majors = sorted({node.major for node in denied})
         allowed = ", ".join(map(str, rules)) or "none"
         return "warn", (
-            f"inside CT {vmid}, {', '.join(map(str, denied))}, which its config binds, but no cgroup rule allows "
-            f"(allowed: {allowed}): opening them is refused" +
+            f"inside CT {vmid}, {', '.join(map(str, denied))}, which its config binds but none of its cgroup rules "
+            f"allows (allowed: {allowed}): opening them is refused" +
             ("; CUDA cannot initialise there (cuInit error 999, torch: 'CUDA unknown error')"
              if any(_CUDA_NEEDS.fullmatch(node.path) for node in denied) else "") +
             f". {UVM_NODE}'s major number is given when its module loads and can change with a driver or kernel "

@@ -224,3 +224,74 @@ def test_bar():
     assert bar(100, 100) == "█" * 10
     assert bar(44, 100) == "████░░░░░░"
     assert bar(None, 100) == "?" * 10
+
+
+def test_stop_and_probe_commands_take_only_real_pids_and_the_allowed_signals():
+    """The destructive builders: a PID or process group of 0 or 1 (every process, init) or below, a non-integer, and
+    any signal but the few a stop uses are refused before anything is sent."""
+    from bot.core.argv import kill_group, kill_pids, process_alive
+
+    assert kill_group(4242, "TERM") == ("kill", "-TERM", "--", "-4242")
+    assert kill_pids([7, 3, 7], "KILL") == ("kill", "-KILL", "--", "3", "7")
+    assert process_alive(4242) == ("kill", "-0", "4242")
+    with pytest.raises(ValueError, match="no PIDs"):
+        kill_pids([], "TERM")
+    for bad in (1, 0, -1, -4242, True, "4242", 4242.0):
+        for build in (lambda v: kill_group(v, "TERM"), lambda v: kill_pids([3, v], "TERM"), process_alive):
+            with pytest.raises(ValueError):
+                build(bad)
+    for signal in ("HUP", "STOP", "9", "-KILL", "TERM; reboot"):
+        with pytest.raises(ValueError, match="not allowed"):
+            kill_group(4242, signal)
+        with pytest.raises(ValueError, match="not allowed"):
+            kill_pids([4242], signal)
+    with pytest.raises(ValueError, match="not allowed"):
+        kill_pids([4242], "INT")  # a process group may be interrupted; single PIDs are stopped or killed
+
+
+def test_the_launch_script_starts_a_session_of_its_own_in_a_new_log_and_never_reuses_one(tmp_path):
+    """LAUNCH_SCRIPT run by bash as the node would: the server starts detached as the leader of a new session (its
+    PID is its process group, which a stop signals), its output goes to a log whose first line names the attempt,
+    user flags arrive as arguments untouched by any shell, and an existing log is refused (an attempt reads only what
+    it wrote)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from bot.core.argv import sglang_launch
+
+    fake = tmp_path / "site" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "launch_server.py").write_text(
+        "import json, os, sys, time\n"
+        f"go = {str(tmp_path / 'go')!r}\n"
+        "deadline = time.time() + 20\n"
+        "while not os.path.exists(go) and time.time() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print(json.dumps(sys.argv[1:]))\n")
+    log = tmp_path / "logs" / "a1.log"
+    flags = ["--served-model-name", "$(touch pwned); x", "--api-key", "it's \"quoted\" `cmd`"]
+    argv = sglang_launch(sys.executable, str(log), "a1", flags)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    started = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    pid = int(started.stdout.strip())
+    try:
+        deadline = time.monotonic() + 20  # bash prints the PID as it forks; setsid runs in the child just after
+        while os.getsid(pid) != pid and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.getpgid(pid) == pid and os.getsid(pid) == pid
+        first = log.read_text().splitlines()[0]
+        assert first.startswith("gpuops attempt a1 started 20") and first.endswith("Z")
+        again = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert again.returncode == 4 and "refusing to reuse existing log" in again.stderr
+    finally:
+        (tmp_path / "go").write_text("")
+    deadline = time.monotonic() + 20
+    while len(log.read_text().splitlines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    lines = log.read_text().splitlines()
+    assert lines[0] == first and json.loads(lines[1]) == flags  # one start line: the refused run wrote nothing
+    assert not (tmp_path / "pwned").exists()

@@ -317,7 +317,7 @@ def test_a_uvm_major_the_cgroup_rules_do_not_allow_is_named_with_the_rule_to_add
     status, detail = cuda_devices_health(129, config, inside)
     assert status == "warn"
     assert detail.startswith("inside CT 129, /dev/nvidia-uvm (device 511:0), /dev/nvidia-uvm-tools (device 511:1), "
-                             "which its config binds, but no cgroup rule allows (allowed: c 195:*, c 508:*)")
+                             "which its config binds but none of its cgroup rules allows (allowed: c 195:*, c 508:*)")
     assert "CUDA cannot initialise there (cuInit error 999" in detail
     assert "add `lxc.cgroup2.devices.allow: c 511:* rwm`" in detail and "508:* rwm" not in detail
     # with the rule it names: every node is a device the container may open

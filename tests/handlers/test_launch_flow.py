@@ -250,7 +250,7 @@ async def test_preflight_looks_inside_the_container_for_the_device_nodes_its_con
     node.write_state(state)
     text = await refusal_text(lab, 0.82)
     assert "[!] *CUDA devices*: inside CT 129, /dev/nvidia-uvm (device 511:0), /dev/nvidia-uvm-tools (device " \
-           "511:1), which its config binds, but no cgroup rule allows (allowed: c 195:*, c 508:*)" in text
+           "511:1), which its config binds but none of its cgroup rules allows (allowed: c 195:*, c 508:*)" in text
     assert "add `lxc.cgroup2.devices.allow: c 511:* rwm`" in text
 
 
