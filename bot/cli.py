@@ -14,7 +14,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -375,7 +375,7 @@ def _print_budget(args: argparse.Namespace, budget: Any, title: str, totals_gib:
     from bot.views import budget_text
 
     if args.json:
-        print(json.dumps({**_budget_json(budget), "flags_refused": refused_flags}, indent=2))
+        print(json.dumps({**_budget_json(budget, _flag_args(args)), "flags_refused": refused_flags}, indent=2))
     else:
         print(budget_text(budget, title, refused_flags))
     if args.chart:
@@ -473,20 +473,22 @@ def _checkpoint(directory: Path, model: ModelSpec) -> CheckpointIndex:
     return CheckpointIndex(sum(sizes) or None, index.mtp_tensors)
 
 
-def _budget_json(budget: Any) -> dict[str, Any]:
+def _budget_json(budget: Any, flags: Sequence[str]) -> dict[str, Any]:
     data = {k: v for k, v in asdict(budget).items() if k not in ("lines", "remedies", "version")}
     data["version"] = str(budget.version)
     data["verdict"] = budget.verdict.value
     data["lines"] = [asdict(line) for line in budget.lines]
-    data["remedies"] = _remedies_json(budget.remedies)
+    data["remedies"] = _remedies_json(budget.remedies, flags)
     return data
 
 
-def _remedies_json(remedies: Any) -> list[dict[str, Any]]:
-    """Each remedy with the flags it launches (secret values redacted)."""
+def _remedies_json(remedies: Any, flags: Sequence[str]) -> list[dict[str, Any]]:
+    """Each remedy with the flags it launches: the launch's own ``flags`` with its change, as the Slack answer's
+    button launches them (secret values redacted); null for a remedy that is not a flag change."""
     from bot.core.flags import redacted
 
-    return [{"change": r.change, "effect": r.effect, "argv": list(redacted(r.flags.to_argv())) if r.flags else None}
+    return [{"change": r.change, "effect": r.effect,
+             "argv": list(redacted(changed)) if (changed := r.launch_flags(flags)) is not None else None}
             for r in remedies]
 
 
@@ -512,7 +514,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"passed": not pre.blocked, "command": command,
                               "checks": [asdict(c) for c in pre.checks],
-                              "remedies": _remedies_json(budget.remedies if budget and pre.blocked else ()),
+                              "remedies": _remedies_json(budget.remedies if budget and pre.blocked else (),
+                                                         request.flags),
                               "next": commands if pre.blocked else []}, indent=2))
         else:
             message = preflight_message(launch_title(request), pre.checks, budget, pre.blocked, False,
@@ -601,17 +604,21 @@ def _relaunch_commands(report: Any) -> list[str]:
     """Each remedy and experiment as the /sglang launch that runs it (through the pre-flight)."""
     import shlex
 
+    from bot.core.attempts import user_flags
     from bot.core.flags import redacted
+    from bot.launch import remedy_launches
 
     a = report.attempt
     where = a.container or f"{a.node}:{a.vmid}"
-    flag_sets = [tuple(redacted(r.flags.to_argv())) for r in (report.planned.budget.remedies if report.planned else ())
-                 if r.flags]
+    flag_sets = [tuple(redacted(flags)) for _, flags in remedy_launches(report.planned.budget if report.planned
+                                                                          else None, user_flags(a.argv))]
     flag_sets += [tuple(redacted(e.argv)) for e in report.experiments]
     return [f"/sglang launch {shlex.join((where, a.model_path, *flags))}" for flags in flag_sets]
 
 
 def _triage_report_json(report: Any) -> dict[str, Any]:
+    from bot.core.attempts import user_flags
+
     a = report.attempt
     remedies = report.planned.budget.remedies if report.planned is not None else ()
     return {
@@ -620,7 +627,7 @@ def _triage_report_json(report: Any) -> dict[str, Any]:
         "gpus": report.gpus, "versions": report.versions, "disk": report.disk, "xid": list(report.xid),
         "oom_kills": list(report.oom_kills), "peer_access": report.peer_access,
         "label_evidence": list(report.label_evidence),
-        "remedies": _remedies_json(remedies),
+        "remedies": _remedies_json(remedies, user_flags(a.argv)),
         "experiments": [asdict(e) for e in report.experiments],
     }
 

@@ -24,7 +24,7 @@ from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
-from bot.core.flags import LaunchFlags, parse_sglang_flags, redacted, secret_value, with_flag
+from bot.core.flags import LaunchFlags, parse_sglang_flags, redacted, secret_value
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
     DeviceNode,
@@ -92,8 +92,8 @@ class Holder:
 
 def remedy_launches(budget: Budget | None, flags: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """Each computed remedy that is a flag change, as (the change, the launch's flags with it)."""
-    return tuple((r.change, with_flag(flags, *r.flag_change)) for r in (budget.remedies if budget else ())
-                 if r.flag_change is not None)
+    return tuple((r.change, changed) for r in (budget.remedies if budget else ())
+                 if (changed := r.launch_flags(flags)) is not None)
 
 
 def next_launches(pre: Preflight) -> tuple[tuple[str, tuple[str, ...]], ...]:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from bot.core.flags import LaunchFlags, redacted
+from bot.core.flags import LaunchFlags, redacted, with_flag, without_flags
 from bot.core.gpus import gpu_compute_capability
 from bot.core.model import (
     DTYPE_BYTES,
@@ -254,11 +255,20 @@ class Remedy:
 
     @property
     def flag_change(self) -> tuple[str, str | None] | None:
-        """(flag, value) when the remedy is one launch flag; None for anything else (free GPUs, more GPUs)."""
-        match = re.fullmatch(r"(--[a-z0-9-]+)(?: (\S+))?(?: \(.*\))?", self.change)
+        """(flag, value) when the remedy is one launch flag; None for anything else (free GPUs, more GPUs, a flag
+        that also needs an environment variable, which a launch from gpuops does not set)."""
+        match = re.fullmatch(r"(--[a-z0-9-]+)(?: (\S+))?(?: \((?!env ).*\))?", self.change)
         if self.flags is None or not match:
             return None
         return match.group(1), match.group(2)
+
+    def launch_flags(self, argv: Sequence[str]) -> tuple[str, ...] | None:
+        """The launch's own flags ``argv`` with this remedy's change (one flag set, or one dropped) and nothing else
+        changed; None when the remedy is not a flag change."""
+        if self.flag_change is not None:
+            return with_flag(argv, *self.flag_change)
+        dropped = re.fullmatch(r"drop (--[a-z0-9-]+)(?: \S+)?", self.change)
+        return without_flags(argv, dropped.group(1)) if dropped and self.flags is not None else None
 
 
 @dataclass(frozen=True)

@@ -201,24 +201,6 @@ class LaunchFlags:
     def changed(self, **values: Any) -> LaunchFlags:
         return replace(self, **values)
 
-    def to_argv(self) -> list[str]:
-        """The modelled flags that differ from defaults, then the passthrough ones."""
-        argv: list[str] = []
-        defaults = LaunchFlags()
-        reverse = {f: name for name, (f, _) in MODELLED.items()}
-        for item in fields(self):
-            if item.name in ("passthrough", "unknown"):
-                continue
-            value = getattr(self, item.name)
-            if value == getattr(defaults, item.name):
-                continue
-            flag = reverse[item.name]
-            if value is True:
-                argv.append(flag)
-            elif value is not False and value is not None:
-                argv += [flag, str(value)]
-        return argv + list(self.passthrough) + list(self.unknown)
-
 
 def _resolve(name: str) -> str | None:
     name = ALIASES.get(name, name)

@@ -946,6 +946,29 @@ def test_remedies_change_one_flag_of_the_original_argv():
                                                  "--tp-size", "4")
 
 
+def test_a_remedy_relaunches_the_launchs_own_flags_with_its_one_change():
+    """What a remedy button (and the terminal's relaunch command) launches: the flags as typed, in their order and
+    spelling (NEXTN stays NEXTN, though SGLang reads it as EAGLE), with one flag set or dropped; nothing for a remedy
+    that is no flag change, or one that also needs an environment variable a launch from gpuops does not set."""
+    from bot.core.budget import Remedy
+
+    b = seed("0.5.9", "0.85", 65536)
+    argv = ("--tp", "2", "--speculative-algorithm", "NEXTN", "--mem-fraction-static=0.85", "--enable-torch-compile")
+    ssm = next(r for r in b.remedies if r.change == "--mamba-ssm-dtype bfloat16")
+    assert ssm.launch_flags(argv) == (*argv, "--mamba-ssm-dtype", "bfloat16")
+    flags = b.remedies[0].flags
+    drop = Remedy("drop --speculative-algorithm NEXTN", flags, "no speculative decoding", 2)
+    assert drop.launch_flags(argv) == ("--tp", "2", "--mem-fraction-static=0.85", "--enable-torch-compile")
+    switch = Remedy("--disable-radix-cache", flags, "", 1)
+    assert switch.launch_flags(argv) == (*argv, "--disable-radix-cache")
+    needs_env = Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)", flags, "", 0)
+    noted = Remedy("--context-length 156672 (the KV pool's size)", flags, "", 1)
+    assert needs_env.launch_flags(argv) is None and noted.launch_flags(argv)[-2:] == ("--context-length", "156672")
+    for other in ("free the GPUs first (/gpu status shows who holds them)", "tp 4 (needs 4 GPUs; 2 available)",
+                  "an AWQ/GPTQ int4 build of this model"):
+        assert Remedy(other, None, "", 5).launch_flags(argv) is None
+
+
 # --------------------------------------------------------------------------- what every rank holds whole
 
 def test_gemma_embedding_table_is_whole_on_every_rank_other_models_split_it():

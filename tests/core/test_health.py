@@ -54,3 +54,33 @@ def test_power_over_the_enforced_cap_is_a_finding_at_the_cap_is_not():
     report = build_report(samples, [], now, None)
     assert [f for f in report.findings if "cap" in f] == ["pve5 GPU 0: drew 355 W over its 300 W cap in 2 of 4 samples"]
 
+
+
+def test_samples_from_a_status_sum_each_containers_memory_and_keep_unread_targets_as_down():
+    """One sample per GPU row, with the memory each holder uses summed (a container's processes together, host
+    processes as `host`); a target that gave no rows is recorded as down with its problem; one whose
+    nvidia-smi answered with an error banner and no GPUs is down with that banner's meaning."""
+    from bot.core.gpu import GpuProcess, ProcessListing, SmiSnapshot
+    from bot.core.health import samples_from
+    from bot.core.inventory import Target
+    from bot.core.smi import find_error
+    from bot.core.status import TargetState, assess_node, unreachable
+    from tests.conftest import FIXTURES
+    from tests.core.test_argv_and_status import gpu, node_snapshot
+
+    procs = [GpuProcess(4242, "python3", 30000, gpu_uuid="GPU-0", vmid=129),
+             GpuProcess(4243, "python3", 2000, gpu_uuid="GPU-0", vmid=129),
+             GpuProcess(777, "Xorg", 5, gpu_uuid="GPU-0"),
+             GpuProcess(5100, "python3", 9000, gpu_uuid="GPU-1", vmid=131)]
+    node = assess_node(Target("node", "pve5"), node_snapshot([gpu(0, used=32005), gpu(1, used=9000)], procs,
+                                                             ProcessListing.LISTED))
+    down = unreachable(Target("node", "pve7"), "connection refused")
+    error = find_error((FIXTURES / "nvidia-smi" / "error" / "nvml-mismatch-with-lib-version-550.txt").read_text())
+    mismatch = assess_node(Target("node", "pve6"), SmiSnapshot("error", (), error=error))
+    at = ts("2026-12-03 08:30")
+    samples, gone = samples_from((node, down, mismatch), at)
+    assert [(s.target, s.gpu, s.memory_used_mib, s.holders) for s in samples] == [
+        ("pve5", 0, 32005, {"CT 129": 32000, "host": 5}), ("pve5", 1, 9000, {"CT 131": 9000})]
+    assert {s.driver for s in samples} == {"580.126.09"} and {s.at for s in samples} == {at}
+    assert [(u.target, u.problem) for u in gone] == [("pve7", "connection refused"), ("pve6", error.meaning)]
+    assert mismatch.state is TargetState.SMI_ERROR

@@ -109,7 +109,10 @@ def test_budget_in_a_terminal_with_json_and_chart(tmp_path):
     data = json.loads(out.stdout)
     assert data["verdict"] == "fails" and data["error_text"].startswith("Not enough memory.")
     assert data["mamba_slots"] == 48 and data["not_modelled"] == ["--frobnicate"]
-    assert any(r["argv"] and "--mamba-ssm-dtype" in r["argv"] for r in data["remedies"])
+    # each remedy launches the flags as given with its one change, as the Slack answer's button does
+    given = [*SEED_FLAGS, "--mem-fraction-static", "0.85", "--model-path", "/models/q", "--frobnicate"]
+    ssm = next(r for r in data["remedies"] if r["change"] == "--mamba-ssm-dtype bfloat16")
+    assert ssm["argv"] == [*given, "--mamba-ssm-dtype", "bfloat16"]
     assert chart.read_bytes().startswith(b"\x89PNG")
 
 

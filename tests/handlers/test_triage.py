@@ -217,6 +217,7 @@ async def test_gpuops_triage_in_a_terminal_gives_the_slack_answer_for_an_attempt
     assert "`--mamba-ssm-dtype bfloat16` — " in by_id.stdout  # the budget engine's remedies, as in Slack
     relaunch = next(x for x in by_id.stdout.splitlines() if x.strip().startswith("/sglang launch sglang-a6000 "))
     assert relaunch.endswith("--mamba-ssm-dtype bfloat16") and "--force" not in relaunch  # what its button launches
+    assert f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16" in relaunch  # the flags as typed
     saved = await lab.services.attempts.get(attempt.id)
     assert saved.observed["triage"] == "kv_pool_oom"
     audit = (await lab.services.store.audit_entries(5))[0]
