@@ -549,49 +549,56 @@ def cgroup_allow_rules(pct_config: str) -> tuple[DeviceRule, ...]:
 
 
 def cuda_devices_health(vmid: int, pct_config: str | None,
-                               inside: Mapping[str, DeviceNode] | None = None) -> tuple[str, str] | None:
-    """The pre-flight's word on the device nodes CUDA needs: nvidia-smi answers in a container given /dev/nvidiaN and
-    /dev/nvidiactl alone, but CUDA cannot initialise there without /dev/nvidia-uvm (torch: 'CUDA unknown error', no
-    GPUs). ``inside`` is what ``stat`` finds in the container (None: not read): a bind the node had no device for
-    when the container started leaves nothing, or the empty file ``create=file`` made, and a device a raw bind
-    passes is refused unless a cgroup rule allows its major number, which for nvidia-uvm is given when the module
-    loads. None when the config passes no NVIDIA node itself (a bind of all /dev, a hook): nothing to judge."""
+                        inside: Mapping[str, DeviceNode] | None = None) -> tuple[str, str] | None:
+    """The word on the device nodes CUDA needs (the pre-flight's check, the triage's and the daily report's):
+    nvidia-smi answers in a container given /dev/nvidiaN and /dev/nvidiactl alone, but CUDA cannot initialise there
+    without /dev/nvidia-uvm (torch: 'CUDA unknown error', no GPUs). ``inside`` is what ``stat`` finds in the
+    container (None: not read): a bind the node had no device for when the container started leaves nothing, or the
+    empty file ``create=file`` made, and a device a raw bind passes is refused unless a cgroup rule allows its major
+    number, which for nvidia-uvm is given when the module loads. None when the config passes no NVIDIA node itself
+    (a bind of all /dev, a hook): nothing to judge."""
     by_entry = _passed_nodes(pct_config or "")
     passed = tuple(by_entry)
     if not passed:
         return None
-    names = ", ".join(passed)
     if UVM_NODE not in passed:
-        return "warn", (f"CT {vmid} passes {names} but not {UVM_NODE}: nvidia-smi works there, CUDA does not (torch "
-                        f"reports 'CUDA unknown error' and no GPUs); add `devN: {UVM_NODE}` and `{UVM_NODE}-tools` "
-                        "(Proxmox 8.1+) or their lxc.mount.entry binds, and restart the container")
+        return "warn", (f"CT {vmid} passes {', '.join(passed)} but not {UVM_NODE}: nvidia-smi works there, CUDA does "
+                        f"not (torch reports 'CUDA unknown error' and no GPUs); add `devN: {UVM_NODE}` and "
+                        f"`{UVM_NODE}-tools` (Proxmox 8.1+) or their lxc.mount.entry binds, and restart the container")
     summary = f"CT {vmid} passes {UVM_NODE} and {len(passed) - 1} other NVIDIA device node(s)"
     if inside is None:
         return "ok", summary
-    seen = [inside.get(path, DeviceNode(path, "missing", 0, 0)) for path in passed]
-    absent = [node for node in seen if not node.is_device]
+    absent = [node for path in passed if not (node := inside.get(path, DeviceNode(path, "missing", 0, 0))).is_device]
     if absent:
-        needed = any(_CUDA_NEEDS.fullmatch(node.path) for node in absent)
-        return "fail" if needed else "warn", (
-            f"inside CT {vmid}, {', '.join(map(str, absent))}: not the device node(s) its config passes. Either the "
-            "node had no such device when the container last started (an optional bind is then skipped without a "
-            "word) or the config gained them since" +
-            ("; CUDA cannot initialise there (torch: 'CUDA unknown error')" if needed else "") +
-            f". Make sure the node has them (the driver makes {UVM_NODE} at the node's first CUDA call, or at boot "
-            "with `nvidia-modprobe -u -c=0`), then restart the container")
+        return "fail" if _cuda_needs(absent) else "warn", _absent_nodes(vmid, absent)
     bound = [path for path, entry in by_entry.items() if not entry]
     rules = cgroup_allow_rules(pct_config or "")
     denied = [inside[path] for path in bound if not any(rule.allows(inside[path]) for rule in rules)]
     if denied:
-        majors = sorted({node.major for node in denied})
-        allowed = ", ".join(map(str, rules)) or "none"
-        return "warn", (
-            f"inside CT {vmid}, {', '.join(map(str, denied))}, which its config binds but none of its cgroup rules "
-            f"allows (allowed: {allowed}): opening them is refused" +
+        return "warn", _denied_nodes(vmid, denied, rules)
+    return "ok", summary + ", each a device inside the container" + (
+        ", allowed by its cgroup rules" if bound else "")
+
+
+def _cuda_needs(nodes: Iterable[DeviceNode]) -> bool:
+    return any(_CUDA_NEEDS.fullmatch(node.path) for node in nodes)
+
+
+def _absent_nodes(vmid: int, absent: list[DeviceNode]) -> str:
+    return (f"inside CT {vmid}, {', '.join(map(str, absent))}: not the device node(s) its config passes. Either the "
+            "node had no such device when the container last started (an optional bind is then skipped without a "
+            "word) or the config gained them since" +
+            ("; CUDA cannot initialise there (torch: 'CUDA unknown error')" if _cuda_needs(absent) else "") +
+            f". Make sure the node has them (the driver makes {UVM_NODE} at the node's first CUDA call, or at boot "
+            "with `nvidia-modprobe -u -c=0`), then restart the container")
+
+
+def _denied_nodes(vmid: int, denied: list[DeviceNode], rules: tuple[DeviceRule, ...]) -> str:
+    majors = sorted({node.major for node in denied})
+    return (f"inside CT {vmid}, {', '.join(map(str, denied))}, which its config binds but none of its cgroup rules "
+            f"allows (allowed: {', '.join(map(str, rules)) or 'none'}): opening them is refused" +
             ("; CUDA cannot initialise there (cuInit error 999, torch: 'CUDA unknown error')"
-             if any(_CUDA_NEEDS.fullmatch(node.path) for node in denied) else "") +
+             if _cuda_needs(denied) else "") +
             f". {UVM_NODE}'s major number is given when its module loads and can change with a driver or kernel "
             "update; add " + ", ".join(f"`lxc.cgroup2.devices.allow: c {major}:* rwm`" for major in majors) +
             " (or pass the nodes as `devN:` entries, which Proxmox allows itself) and restart the container")
-    return "ok", summary + ", each a device inside the container" + (
-        ", allowed by its cgroup rules" if bound else "")
