@@ -24,7 +24,7 @@ from bot.core import argv as remote
 from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
-from bot.core.flags import LaunchFlags, parse_sglang_flags, redacted, secret_value
+from bot.core.flags import LaunchFlags, env_words, parse_sglang_flags, redacted, secret_value
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
     DeviceNode,
@@ -124,16 +124,20 @@ def launch_command(inventory: Inventory, pre: Preflight) -> str:
     """The server's command line as the container would run it, secrets redacted: what the pre-flight shows, so
     everyone sees the flags as they were read."""
     python = container_of(inventory, pre.request.target).python
-    return shlex.join((python, "-m", "sglang.launch_server", *redacted(launch_argv(pre.request, pre.port))))
+    argv = redacted(launch_argv(pre.request, pre.port))
+    env = env_words(argv)
+    return shlex.join((*argv[:env], python, "-m", "sglang.launch_server", *argv[env:]))
 
 
 def launch_argv(request: LaunchRequest, port: int) -> tuple[str, ...]:
-    flags = list(request.flags)
+    """The launch's words as recorded: its environment words first, then the flags with the model path and port."""
+    env = env_words(request.flags)
+    flags = list(request.flags[env:])
     if "--model-path" not in flags and "--model" not in flags:
         flags = ["--model-path", request.model_path, *flags]
     if not any(f == "--port" or f.startswith("--port=") for f in flags):
         flags += ["--port", str(port)]
-    return tuple(flags)
+    return (*request.flags[:env], *flags)
 
 
 # --------------------------------------------------------------------------- pre-flight

@@ -11,6 +11,8 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bot.core.flags import launch_env
+
 Argv = tuple[str, ...]
 
 GPU_QUERY_FIELDS: tuple[str, ...] = (
@@ -293,9 +295,12 @@ LAUNCH_SCRIPT = (
 
 
 def sglang_launch(python: str, log_path: str, attempt_id: str, flags: Sequence[str]) -> Argv:
-    """argv that starts ``python -m sglang.launch_server <flags>`` detached and prints its PID."""
-    return ("bash", "-c", LAUNCH_SCRIPT, "gpuops-launch", checked_path(log_path), attempt_id, python, "-m",
-            "sglang.launch_server", *flags)
+    """argv that starts ``python -m sglang.launch_server <flags>`` detached and prints its PID; the NAME=VALUE words
+    that open ``flags`` (checked again here) become its environment through ``env``."""
+    env = launch_env(flags)
+    head = ("env", "--", *env) if env else ()
+    return ("bash", "-c", LAUNCH_SCRIPT, "gpuops-launch", checked_path(log_path), attempt_id, *head, python, "-m",
+            "sglang.launch_server", *flags[len(env):])
 
 
 def kill_group(pgid: int, signal: str) -> Argv:

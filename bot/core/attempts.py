@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from bot.core.budget import MeasuredLoad
-from bot.core.flags import parse_sglang_flags, redacted
+from bot.core.flags import env_words, parse_sglang_flags, redacted
 from bot.errors import UsageError
 
 
@@ -130,7 +130,7 @@ class Attempt:
 
 def flag_pairs(argv: tuple[str, ...]) -> dict[str, str]:
     """``--flag value`` / ``--flag=value`` / switches -> {flag: value}; order-insensitive comparison."""
-    pairs: dict[str, str] = {}
+    pairs: dict[str, str] = dict(word.split("=", 1) for word in argv[:env_words(argv)])  # NAME=VALUE words
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -158,12 +158,17 @@ def changes_between(previous: tuple[str, ...] | None, current: tuple[str, ...]) 
     lines = []
     for name in sorted(set(before) | set(after)):
         if name not in before:
-            lines.append(f"+ {name} {after[name]}".rstrip())
+            lines.append(f"+ {_pair(name, after[name])}")
         elif name not in after:
-            lines.append(f"- {name} {before[name]}".rstrip())
+            lines.append(f"- {_pair(name, before[name])}")
         elif before[name] != after[name]:
-            lines.append(f"{name} {before[name]} -> {after[name]}")
+            lines.append(f"{_pair(name, before[name])} -> {after[name]}")
     return tuple(lines) or (SAME_FLAGS,)
+
+
+def _pair(name: str, value: str) -> str:
+    """A flag as `--flag value`, an environment word as `NAME=value`."""
+    return f"{name} {value}".rstrip() if name.startswith("--") else f"{name}={value}"
 
 
 # a change of the container's RAM limit (`pct set -memory`) between two attempts: not a flag, but a change all the same

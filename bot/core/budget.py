@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from bot.core.flags import LaunchFlags, redacted, with_flag, without_flags
+from bot.core.flags import LaunchFlags, redacted, with_env, with_flag, without_flags
 from bot.core.gpus import gpu_compute_capability
 from bot.core.model import (
     DTYPE_BYTES,
@@ -256,19 +256,23 @@ class Remedy:
     @property
     def flag_change(self) -> tuple[str, str | None] | None:
         """(flag, value) when the remedy is one launch flag; None for anything else (free GPUs, more GPUs, a flag
-        that also needs an environment variable, which a launch from gpuops does not set)."""
+        that also needs an environment variable)."""
         match = re.fullmatch(r"(--[a-z0-9-]+)(?: (\S+))?(?: \((?!env ).*\))?", self.change)
         if self.flags is None or not match:
             return None
         return match.group(1), match.group(2)
 
     def launch_flags(self, argv: Sequence[str]) -> tuple[str, ...] | None:
-        """The launch's own flags ``argv`` with this remedy's change (one flag set, or one dropped) and nothing else
-        changed; None when the remedy is not a flag change."""
+        """The launch's own flags ``argv`` with this remedy's change (one flag set, with the environment word it
+        needs, or one dropped) and nothing else changed; None when the remedy is not a flag change."""
         if self.flag_change is not None:
             return with_flag(argv, *self.flag_change)
+        if self.flags is None:
+            return None
+        if env := re.fullmatch(r"(--[a-z0-9-]+) (\S+) \(env ([A-Z][A-Z0-9_]*=\S+)\)", self.change):
+            return with_env(with_flag(argv, env.group(1), env.group(2)), env.group(3))
         dropped = re.fullmatch(r"drop (--[a-z0-9-]+)(?: \S+)?", self.change)
-        return without_flags(argv, dropped.group(1)) if dropped and self.flags is not None else None
+        return without_flags(argv, dropped.group(1)) if dropped else None
 
 
 @dataclass(frozen=True)
@@ -635,6 +639,9 @@ def _compute(inp: BudgetInput) -> Budget:
 
 DTYPE_FLAG = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
               "float32": "float32"}  # --dtype; "auto" keeps the checkpoint's, except a float32 one (below)
+
+
+LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 
 
 def context_over_derived_text(context_length: int, derived: int) -> str:
@@ -1067,13 +1074,18 @@ def _refuse_before_load(inp: BudgetInput, quant: Quantization, attn_tp: int, w: 
     model, flags, tp = inp.model, inp.flags, inp.flags.tp
     # a --json-model-override-args may change the config's context keys: then the limit is not known here
     overridden = any(x.startswith("--json-model-override-args") for x in (*flags.unknown, *flags.passthrough))
-    if (flags.context_length and model.max_context and flags.context_length > model.max_context and not overridden
-            and w.error is None):
+    context, derived = flags.context_length or 0, model.max_context or 0
+    longer = bool(context and derived and context > derived and not overridden and w.error is None)
+    if longer and flags.env_set(LONGER_CONTEXT_ENV):
+        w.degrade("context", f"--context-length {context:,} is longer than the {derived:,} the config allows, let "
+                  f"through by {LONGER_CONTEXT_ENV}=1: SGLang warns it \"may lead to incorrect model outputs or CUDA "
+                  "errors\"")
+    elif longer:
         # ModelConfig refuses it before anything loads, unless the server's environment allows it
-        w.fail(context_over_derived_text(flags.context_length, model.max_context))
-        w.line("context length", None, f"--context-length {flags.context_length:,} is longer than the "
-               f"{model.max_context:,} the config allows; SGLang refuses it unless the server runs with "
-               "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (\"may lead to incorrect model outputs or CUDA errors\")")
+        w.fail(context_over_derived_text(context, derived))
+        w.line("context length", None, f"--context-length {context:,} is longer than the {derived:,} the config "
+               f"allows; SGLang refuses it unless the server runs with {LONGER_CONTEXT_ENV}=1 (\"may lead to "
+               "incorrect model outputs or CUDA errors\")")
     if w.error is not None:
         return
     if (heads := tp_misfit(model, tp, attn_tp, flags.moe_tp)) is not None:

@@ -103,7 +103,8 @@ def parse_gpu_command(text: str) -> GpuRequest:
 
 SGLANG_USAGE = (
     "usage: `/sglang budget <container> <model path or org/name> [flags]`, "
-    "`/sglang launch <container> <model path or org/name> [flags] [--force]` or `/sglang launch <profile>`, "
+    "`/sglang launch <container> <model path or org/name> [NAME=value ...] [flags] [--force]` or "
+    "`/sglang launch <profile>`, "
     "`/sglang stop <container|attempt>`, `/sglang triage [container|attempt]`, "
     "`/sglang log [container|attempt] [lines]`, `/sglang history [container]`, `/sglang help`"
 )

@@ -160,6 +160,7 @@ class LaunchFlags:
     enable_ep_moe: bool = False
     passthrough: tuple[str, ...] = ()  # known flags the budget does not model, as given
     unknown: tuple[str, ...] = ()  # flags SGLang's known set does not have
+    env: tuple[str, ...] = ()  # the launch's NAME=VALUE environment words, checked
 
     @property
     def page(self) -> int:
@@ -200,6 +201,11 @@ class LaunchFlags:
 
     def changed(self, **values: Any) -> LaunchFlags:
         return replace(self, **values)
+
+    def env_set(self, name: str) -> bool:
+        """Whether the launch's environment turns ``name`` on, as SGLang's get_bool_env_var reads it ("1", "true")."""
+        values = [word.partition("=")[2] for word in self.env if word.partition("=")[0] == name]
+        return bool(values) and values[-1].lower() in ("1", "true")
 
 
 def _resolve(name: str) -> str | None:
@@ -244,11 +250,59 @@ def _takes_value(name: str) -> bool | None:
     return None if resolved is None else _parser(resolved) is not SWITCH
 
 
+# A launch's environment: NAME=VALUE words before its first flag, as `env` takes them (`/sglang launch ct /m
+# SGLANG_ENABLE_SPEC_V2=1 NCCL_P2P_DISABLE=1 --tp 2`). Only the families that configure SGLang and the libraries under
+# it: a loader's or interpreter's variable (LD_PRELOAD, PYTHONPATH, PATH) would run other code as root there.
+ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "FLASHINFER_",
+                "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_", "NVIDIA_")
+ENV_NAMES = frozenset({"no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                       "ALL_PROXY"})
+# the pre-flight checks the GPUs the flags name (--base-gpu-id, tp x pp x dp): renumbering them under it would check
+# other GPUs than the launch uses
+ENV_REFUSED = {"CUDA_VISIBLE_DEVICES": "choose the GPUs with --base-gpu-id, which the pre-flight checks"}
+_ENV_WORD = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^\n\0]{0,4096})")
+_SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD", re.I)
+
+
+def env_words(argv: Sequence[str]) -> int:
+    """How many NAME=VALUE words open ``argv`` (the launch's environment; a flag's value never comes first)."""
+    count = 0
+    for token in argv:
+        if token.startswith("-") or not _ENV_WORD.fullmatch(token):
+            break
+        count += 1
+    return count
+
+
+def with_env(argv: Sequence[str], word: str) -> tuple[str, ...]:
+    """``argv`` with the environment word NAME=VALUE set (replacing that name's), other words and flags kept."""
+    count, name = env_words(argv), word.partition("=")[0]
+    kept = [w for w in argv[:count] if w.partition("=")[0] != name]
+    return (*kept, word, *argv[count:])
+
+
+def launch_env(argv: Sequence[str]) -> tuple[str, ...]:
+    """The NAME=VALUE words that open ``argv``, checked; raises :class:`UsageError` for a variable a launch may not
+    set, naming the ones it may."""
+    words = tuple(argv[:env_words(argv)])
+    for word in words:
+        name = word.partition("=")[0]
+        if name in ENV_REFUSED:
+            raise UsageError(f"`{name}` is not set by a launch: {ENV_REFUSED[name]}")
+        if not (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
+            raise UsageError(f"`{name}` is not a variable a launch may set: only " +
+                             ", ".join(f"{prefix}*" for prefix in ENV_PREFIXES) + " and the proxy variables "
+                             "(a loader's or interpreter's variable would run other code as root in the container)")
+    return words
+
+
 def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
     """Typed flags from an argv; raises :class:`UsageError` on a bad value, naming the flag."""
     values: dict[str, Any] = {}
     passthrough: list[str] = []
     unknown: list[str] = []
+    env = launch_env(argv)
+    argv = argv[len(env):]
     for start, end in flag_spans(argv, _takes_value):
         token = argv[start]
         if not token.startswith("--"):
@@ -281,7 +335,7 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
             passthrough += [name, str(text)]
     if values.get("speculative_algorithm") in ("NEXTN", "MTP"):
         values["speculative_algorithm"] = "EAGLE"  # SGLang rewrites NEXTN to EAGLE
-    return LaunchFlags(**values, passthrough=tuple(passthrough), unknown=tuple(unknown))
+    return LaunchFlags(**values, passthrough=tuple(passthrough), unknown=tuple(unknown), env=env)
 
 
 def command_flags(tokens: Sequence[str]) -> tuple[str, ...]:
@@ -338,7 +392,8 @@ def scrub_secrets(text: str) -> str:
 def _secret_positions(argv: Sequence[str]) -> list[tuple[int, bool, str]]:
     """(index, inline, flag) of each secret value in ``argv``: ``--api-key=v`` is inline, ``--api-key v``
     is not; ``flag`` is the canonical name of any spelling."""
-    found = []
+    found = [(i, True, argv[i].partition("=")[0]) for i in range(env_words(argv))
+             if _SECRET_ENV.search(argv[i].partition("=")[0])]  # HF_TOKEN=...
     for i, token in enumerate(argv):
         name, eq, _ = token.partition("=")
         flag = _resolve(name) or name
@@ -366,7 +421,7 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
     return values[-1] if values else None
 
 
-MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown"}
+MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown", "env"}
 __all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "command_flags",
            "field", "flag_spans", "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "with_flag",
            "without_flags"]

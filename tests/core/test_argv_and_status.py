@@ -252,8 +252,8 @@ def test_stop_and_probe_commands_take_only_real_pids_and_the_allowed_signals():
 def test_the_launch_script_starts_a_session_of_its_own_in_a_new_log_and_never_reuses_one(tmp_path):
     """LAUNCH_SCRIPT run by bash as the node would: the server starts detached as the leader of a new session (its
     PID is its process group, which a stop signals), its output goes to a log whose first line names the attempt,
-    user flags arrive as arguments untouched by any shell, and an existing log is refused (an attempt reads only what
-    it wrote)."""
+    user flags and environment words arrive untouched by any shell, and an existing log is refused (an attempt reads
+    only what it wrote)."""
     import json
     import os
     import subprocess
@@ -271,10 +271,11 @@ def test_the_launch_script_starts_a_session_of_its_own_in_a_new_log_and_never_re
         "deadline = time.time() + 20\n"
         "while not os.path.exists(go) and time.time() < deadline:\n"
         "    time.sleep(0.02)\n"
-        "print(json.dumps(sys.argv[1:]))\n")
+        "print(json.dumps([sys.argv[1:], os.environ.get('SGLANG_LAB_WORD')]))\n")
     log = tmp_path / "logs" / "a1.log"
     flags = ["--served-model-name", "$(touch pwned); x", "--api-key", "it's \"quoted\" `cmd`"]
-    argv = sglang_launch(sys.executable, str(log), "a1", flags)
+    word = "it's $(touch pwned) a b"
+    argv = sglang_launch(sys.executable, str(log), "a1", (f"SGLANG_LAB_WORD={word}", *flags))
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
     started = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
     pid = int(started.stdout.strip())
@@ -293,5 +294,6 @@ def test_the_launch_script_starts_a_session_of_its_own_in_a_new_log_and_never_re
     while len(log.read_text().splitlines()) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     lines = log.read_text().splitlines()
-    assert lines[0] == first and json.loads(lines[1]) == flags  # one start line: the refused run wrote nothing
+    # one start line (the refused run wrote nothing); the environment word is the server's environment, not a flag
+    assert lines[0] == first and json.loads(lines[1]) == [flags, word]
     assert not (tmp_path / "pwned").exists()

@@ -948,8 +948,8 @@ def test_remedies_change_one_flag_of_the_original_argv():
 
 def test_a_remedy_relaunches_the_launchs_own_flags_with_its_one_change():
     """What a remedy button (and the terminal's relaunch command) launches: the flags as typed, in their order and
-    spelling (NEXTN stays NEXTN, though SGLang reads it as EAGLE), with one flag set or dropped; nothing for a remedy
-    that is no flag change, or one that also needs an environment variable a launch from gpuops does not set."""
+    spelling (NEXTN stays NEXTN, though SGLang reads it as EAGLE), with one flag set (and the environment word it
+    needs) or dropped; nothing for a remedy that is no flag change."""
     from bot.core.budget import Remedy
 
     b = seed("0.5.9", "0.85", 65536)
@@ -962,8 +962,10 @@ def test_a_remedy_relaunches_the_launchs_own_flags_with_its_one_change():
     switch = Remedy("--disable-radix-cache", flags, "", 1)
     assert switch.launch_flags(argv) == (*argv, "--disable-radix-cache")
     needs_env = Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)", flags, "", 0)
+    assert needs_env.launch_flags(("NCCL_P2P_DISABLE=1", *argv)) == (
+        "NCCL_P2P_DISABLE=1", "SGLANG_ENABLE_SPEC_V2=1", *argv, "--mamba-scheduler-strategy", "extra_buffer")
     noted = Remedy("--context-length 156672 (the KV pool's size)", flags, "", 1)
-    assert needs_env.launch_flags(argv) is None and noted.launch_flags(argv)[-2:] == ("--context-length", "156672")
+    assert noted.launch_flags(argv)[-2:] == ("--context-length", "156672")
     for other in ("free the GPUs first (/gpu status shows who holds them)", "tp 4 (needs 4 GPUs; 2 available)",
                   "an AWQ/GPTQ int4 build of this model"):
         assert Remedy(other, None, "", 5).launch_flags(argv) is None
@@ -1698,3 +1700,19 @@ def test_memory_held_on_one_launch_gpu_fails_sglangs_balance_check_before_anythi
     assert free.effect.startswith("5.0 GiB of the fullest GPU is in use before the launch")  # 49140 - 44000 MiB
     # 44500 MiB -> 42.36 GiB: within 90 % of the other, SGLang starts (and the launch fits)
     assert on((49139, 44500)).error_text is None
+
+
+def test_the_environment_lets_a_context_beyond_the_configs_through_as_sglang_does():
+    """SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in the launch's environment: no refusal, a warning instead."""
+    gpus = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139))
+    base = [*SEED, "--mem-fraction-static", "0.88", "--mamba-ssm-dtype", "bfloat16", "--context-length", "524288"]
+    refused = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), parse_sglang_flags(base), gpus,
+                                         parse_version("0.5.9")))
+    assert refused.verdict is VerdictKind.FAILS and "is greater than the derived context_length" in refused.error_text
+    for word, allowed in (("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", True),
+                          ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=true", True),
+                          ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=0", False)):
+        b = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), parse_sglang_flags([word, *base]), gpus,
+                                       parse_version("0.5.9")))
+        assert (b.error_text is None or "derived context_length" not in b.error_text) is allowed, word
+        assert any("let through by SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in r for r in b.reasons) is allowed

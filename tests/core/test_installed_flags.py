@@ -167,3 +167,34 @@ def test_the_flag_script_reads_sglangs_own_parser_with_no_gpu_visible(tmp_path):
     installed = parse_installed_flags(out.stdout)
     assert installed.options == {"-h": False, "--help": False, "--tp-size": True, "--tp": True,
                                  "--enable-torch-compile": False}
+
+
+def test_environment_words_open_a_launch_and_only_the_families_that_configure_sglang_may_be_set():
+    """NAME=VALUE words before the first flag are the launch's environment (a value after a flag is its value);
+    loader and interpreter variables, and CUDA_VISIBLE_DEVICES (the pre-flight checks the GPUs the flags name), are
+    refused; a secret one is redacted wherever the words are shown."""
+    import pytest
+
+    from bot.core.attempts import changes_between
+    from bot.core.flags import env_words, launch_env, parse_sglang_flags, redacted, with_env
+    from bot.errors import UsageError
+
+    argv = ("SGLANG_ENABLE_SPEC_V2=1", "NCCL_P2P_DISABLE=1", "HF_TOKEN=hf_x", "no_proxy=127.0.0.1,localhost",
+            "--tp", "2", "--json-model-override-args", "A=1")
+    assert env_words(argv) == 4 and launch_env(argv) == argv[:4]
+    flags = parse_sglang_flags(argv)
+    assert flags.env == argv[:4] and flags.tp == 2 and flags.env_set("SGLANG_ENABLE_SPEC_V2")
+    assert not flags.env_set("NCCL_SHM_DISABLE")
+    assert redacted(argv)[2] == "HF_TOKEN=<redacted>" and redacted(argv)[:2] == argv[:2]
+    assert with_env(argv, "NCCL_P2P_DISABLE=0")[:4] == ("SGLANG_ENABLE_SPEC_V2=1", "HF_TOKEN=hf_x",
+                                                        "no_proxy=127.0.0.1,localhost", "NCCL_P2P_DISABLE=0")
+    for word in ("LD_PRELOAD=/tmp/x.so", "PYTHONPATH=/tmp", "PATH=/tmp", "BASH_ENV=/tmp/x", "CUDA_VISIBLE_DEVICES=1"):
+        with pytest.raises(UsageError, match=word.split("=")[0]):
+            parse_sglang_flags((word, "--tp", "2"))
+    with pytest.raises(UsageError, match="--base-gpu-id"):
+        launch_env(("CUDA_VISIBLE_DEVICES=2,3",))
+    with pytest.raises(UsageError, match="unexpected argument"):
+        parse_sglang_flags(("--tp", "2", "x"))  # not a word of the head
+    assert changes_between(("NCCL_P2P_DISABLE=1", "HF_TOKEN=a", "--tp", "2"),
+                           ("NCCL_P2P_DISABLE=0", "SGLANG_ENABLE_SPEC_V2=1", "HF_TOKEN=b", "--tp", "2")) == (
+        "NCCL_P2P_DISABLE=1 -> 0", "+ SGLANG_ENABLE_SPEC_V2=1")

@@ -275,6 +275,41 @@ async def test_a_launch_with_an_api_key_is_probed_with_it_and_never_shows_it(lab
     assert secret in attempt.argv  # kept to pass on (a relaunch, the probe), never shown
 
 
+async def test_a_launch_sets_the_environment_words_before_its_flags_and_refuses_a_loaders(lab):
+    """NAME=VALUE words before the flags become the server's environment (read back from the running process's
+    /proc/PID/environ); a secret one (HF_TOKEN) is never shown; a loader's variable is refused before anything
+    runs; the pre-flight shows the words before the command."""
+    import os
+    from pathlib import Path
+
+    secret = "hf_lab" + os.urandom(6).hex()
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} SGLANG_ENABLE_SPEC_V2=1 NCCL_P2P_DISABLE=1 "
+                               f"HF_TOKEN={secret} {SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16 "
+                               "--force", user_id="U0ADMIN")
+    await wait_text(lab, "*ready*")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert attempt.argv[:4] == ("SGLANG_ENABLE_SPEC_V2=1", "NCCL_P2P_DISABLE=1", f"HF_TOKEN={secret}",
+                                "--model-path")
+    environ = Path(f"/proc/{attempt.pid}/environ").read_bytes().split(b"\0")
+    assert {b"SGLANG_ENABLE_SPEC_V2=1", b"NCCL_P2P_DISABLE=1", f"HF_TOKEN={secret}".encode()} <= set(environ)
+    cmdline = Path(f"/proc/{attempt.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"--tp" in cmdline and not any(b"NCCL_P2P_DISABLE" in word for word in cmdline)  # not a flag
+    everything = " ".join(str(c.params) + str(c.blocks) for c in lab.standin.calls)
+    assert secret not in everything and secret not in str(await lab.services.store.audit_entries())
+    # a loader's variable: refused with what may be set, nothing started
+    _, ack, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} LD_PRELOAD=/tmp/x.so {SEED}")
+    said = ack + " ".join(str(c.params.get("text")) + blocks_to_text(c.blocks) for c in calls)
+    assert "`LD_PRELOAD` is not a variable a launch may set: only SGLANG_*" in said
+    assert len(await lab.services.attempts.recent("pve5", 129, 5)) == 1
+    # the pre-flight's command line (refused: the server above holds the GPUs): the words first, the secret redacted
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} NCCL_P2P_DISABLE=1 HF_TOKEN={secret} "
+                                             f"{SEED} --mem-fraction-static 0.8")
+    text = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert f"`NCCL_P2P_DISABLE=1 'HF_TOKEN=<redacted>' {lab.services.inventory.containers['sglang-a6000'].python} -m " \
+           "sglang.launch_server --model-path" in text and secret not in text
+
+
 async def test_free_leaves_a_recorded_launch_to_sglang_stop_and_lists_the_rest(lab):
     """A recorded launch's GPU processes (its process group in the container) are named, not offered for
     killing: /sglang stop ends the whole group and records it."""
