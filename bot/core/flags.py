@@ -261,7 +261,7 @@ ENV_NAMES = frozenset({"no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY", "http
 # other GPUs than the launch uses
 ENV_REFUSED = {"CUDA_VISIBLE_DEVICES": "choose the GPUs with --base-gpu-id, which the pre-flight checks"}
 _ENV_WORD = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^\n\0]{0,4096})")
-_SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD", re.I)
+_SECRET_ENV = re.compile(r"(?:^|_)(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD)(?:_|$)", re.I)  # HF_TOKEN, not TOKENIZERS_
 
 
 def env_words(argv: Sequence[str]) -> int:

@@ -186,6 +186,8 @@ def test_environment_words_open_a_launch_and_only_the_families_that_configure_sg
     assert flags.env == argv[:4] and flags.tp == 2 and flags.env_set("SGLANG_ENABLE_SPEC_V2")
     assert not flags.env_set("NCCL_SHM_DISABLE")
     assert redacted(argv)[2] == "HF_TOKEN=<redacted>" and redacted(argv)[:2] == argv[:2]
+    assert redacted(("TOKENIZERS_PARALLELISM=false", "HF_HUB_TOKEN=x", "--tp", "2")) == (
+        "TOKENIZERS_PARALLELISM=false", "HF_HUB_TOKEN=<redacted>", "--tp", "2")
     assert with_env(argv, "NCCL_P2P_DISABLE=0")[:4] == ("SGLANG_ENABLE_SPEC_V2=1", "HF_TOKEN=hf_x",
                                                         "no_proxy=127.0.0.1,localhost", "NCCL_P2P_DISABLE=0")
     for word in ("LD_PRELOAD=/tmp/x.so", "PYTHONPATH=/tmp", "PATH=/tmp", "BASH_ENV=/tmp/x", "CUDA_VISIBLE_DEVICES=1"):
