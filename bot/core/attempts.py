@@ -129,7 +129,8 @@ class Attempt:
 
 
 def flag_pairs(argv: tuple[str, ...]) -> dict[str, str]:
-    """``--flag value`` / ``--flag=value`` / switches -> {flag: value}; order-insensitive comparison."""
+    """``--flag value`` / ``--flag=value`` / switches, and the NAME=VALUE environment words that open ``argv`` ->
+    {flag or name: value}; order-insensitive comparison."""
     pairs: dict[str, str] = dict(word.split("=", 1) for word in argv[:env_words(argv)])  # NAME=VALUE words
     i = 0
     while i < len(argv):
