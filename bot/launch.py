@@ -46,7 +46,7 @@ from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
 from bot.ssh import CommandResult
-from bot.status import SmiFailed, Transport, read_device_nodes, read_node, read_peer_access
+from bot.status import SmiFailed, Transport, read_device_nodes, read_node, read_pct_config, read_peer_access
 from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
                                                     history))
     host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
-    ct_config_task = asyncio.ensure_future(transport.run(target.node, remote.pct_config(target.vmid)))
+    ct_config_task = asyncio.ensure_future(read_pct_config(transport, target.node, target.vmid))
     nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
@@ -265,26 +265,19 @@ async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Ch
 
 
 async def _device_nodes(transport: Transport, node: str, vmid: int,
-                        ct_config_task: asyncio.Future[CommandResult]) -> dict[str, DeviceNode] | None:
+                        ct_config_task: asyncio.Future[str | None]) -> dict[str, DeviceNode] | None:
     """The device nodes the container's config passes, as found inside it, read as soon as the config is."""
-    try:
-        ct_config = (await ct_config_task).stdout
-    except RemoteError:
-        return None
-    return await read_device_nodes(transport, node, vmid, ct_config)
+    return await read_device_nodes(transport, node, vmid, await ct_config_task)
 
 
-async def _container_checks(ct_config_task: asyncio.Future[CommandResult],
+async def _container_checks(ct_config_task: asyncio.Future[str | None],
                             nodes_task: asyncio.Future[dict[str, DeviceNode] | None], vmid: int,
                             faults: NodeFaults | None) -> tuple[Check, int | None, Check | None]:
     """What the container's ``pct config`` says: its RAM limit, and whether the kernel's OOM killer met it lately
     (the weights pass through host memory, so a container the OOM killer met at its limit meets it again); and
     whether it passes in the device nodes CUDA needs, and they are devices it may open in there (None when it
     passes no NVIDIA node itself)."""
-    try:
-        ct_config: str | None = (await ct_config_task).stdout
-    except RemoteError:
-        ct_config = None
+    ct_config = await ct_config_task
     ct_memory_mib = container_memory_mib(ct_config)[0] if ct_config is not None else None
     memory = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
     devices = cuda_devices_health(vmid, ct_config, await nodes_task)

@@ -103,13 +103,21 @@ async def read_device_nodes(transport: Transport, node: str, vmid: int,
     return device_nodes_from_stat(out.stdout)
 
 
+async def read_pct_config(transport: Transport, node: str, vmid: int) -> str | None:
+    """Container ``vmid``'s configuration as ``pct config`` prints it now (its RAM limit, the devices it gets); None
+    when it could not be read."""
+    try:
+        return (await transport.run(node, remote.pct_config(vmid))).stdout
+    except RemoteError as exc:
+        log.info("pct config %s on %s: %s", vmid, node, exc)
+        return None
+
+
 async def read_cuda_devices(transport: Transport, node: str, vmid: int) -> tuple[str, str] | None:
     """The CUDA devices check of a container ("ok" | "warn" | "fail", detail): the NVIDIA nodes its config passes,
     and what they are inside it. None when its config could not be read or passes no NVIDIA node."""
-    try:
-        pct_config = (await transport.run(node, remote.pct_config(vmid))).stdout
-    except RemoteError as exc:
-        log.info("pct config %s on %s: %s", vmid, node, exc)
+    pct_config = await read_pct_config(transport, node, vmid)
+    if pct_config is None:
         return None
     return cuda_devices_health(vmid, pct_config, await read_device_nodes(transport, node, vmid, pct_config))
 

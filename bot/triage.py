@@ -39,7 +39,7 @@ from bot.core.label_evidence import (
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events
 from bot.launch import container_of
-from bot.status import SmiFailed, Transport, read_cuda_devices, read_node, read_peer_access
+from bot.status import SmiFailed, Transport, read_cuda_devices, read_node, read_pct_config, read_peer_access
 
 if TYPE_CHECKING:
     from bot.store import AttemptStore, Store
@@ -202,7 +202,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
         return driver_evidence(attempt.node, snapshot) + ((devices[1],) if devices else ())
     if finding.label == OUT_OF_RANGE:
         return ordinal_evidence(attempt.node, attempt.vmid, snapshot, user_flags(attempt.argv),
-                                await _pct_config(transport, attempt))
+                                await read_pct_config(transport, attempt.node, attempt.vmid))
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "transformers_too_old":
@@ -210,14 +210,6 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
                                                                                     "transformers_version"))
         return (line,) if line else ()
     return ()
-
-
-async def _pct_config(transport: Transport, attempt: Attempt) -> str | None:
-    """The container's configuration as `pct config` prints it now (the devices it gets), None when unreadable."""
-    try:
-        return (await transport.run(attempt.node, remote.pct_config(attempt.vmid))).stdout
-    except RemoteError:
-        return None
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,
