@@ -31,9 +31,11 @@ from bot.core.label_evidence import (
     occupied_evidence,
     oom_holders_evidence,
     ordinal_evidence,
+    parse_df,
     parse_port_holders,
     port_evidence,
     ports_named,
+    shm_evidence,
     transformers_evidence,
 )
 from bot.errors import GpuopsError, RemoteError, UsageError
@@ -205,6 +207,10 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
                                 await read_pct_config(transport, attempt.node, attempt.vmid))
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
+    if finding.label == "nccl_error":
+        shm = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, ("df", "-Pk", "/dev/shm")),
+                                  ok_exit=(0, 1))
+        return (shm_evidence(shm.stdout if shm.exit_status == 0 else None, text.splitlines()),)
     if finding.label == "transformers_too_old":
         line = transformers_evidence(read.versions.get("transformers"), _config_field(read.config,
                                                                                     "transformers_version"))
@@ -266,11 +272,10 @@ def _stale(attempt: Attempt, stat: str | None, text: str) -> str | None:
 
 
 def _disk(df: str) -> str:
-    rows = [r.split() for r in df.strip().splitlines()[1:]]
-    if not rows or len(rows[-1]) < 6:
+    row = parse_df(df)
+    if row is None:
         return "free disk: unknown"
-    row = rows[-1]
-    return f"free disk on {row[5]}: {int(row[3]) / 1024 / 1024:.1f} GiB of {int(row[1]) / 1024 / 1024:.1f} GiB"
+    return f"free disk on {row.mounted_on}: {row.free_kib / 2**20:.1f} GiB of {row.size_kib / 2**20:.1f} GiB"
 
 
 async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt

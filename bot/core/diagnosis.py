@@ -177,6 +177,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl_error", (r"NCCL error: unhandled system error", r"ncclSystemError", r"NCCL error:",
                         r"Error while creating shared memory segment", r"ncclCommInitRank failed",
                         r"NCCL WARN Call to posix_fallocate failed",  # /dev/shm too small for a segment
+                        r"NCCL WARN Error: failed to extend /dev/shm/",  # the same, in NCCL's shmutils wording
                         r"NCCL error in: \S+\.(?:cpp|hpp|h|cu):\d+",  # torch's form, any torch version
                         r"\bnccl(?:UnhandledCuda|Internal|Remote|InvalidUsage)Error\b"),
          "startup", "NCCL could not set up or use its transport (shared memory, sockets, P2P)",

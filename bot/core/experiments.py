@@ -1,9 +1,10 @@
 """The next experiment for a triage finding that is not about memory, as a change to the launch flags.
 
 Memory findings get the budget engine's computed remedies; the others get the experiment their
-label names, when it is one flag change: turn off the feature the failure is in (to confirm it),
-or add the switch that avoids it. Each one is offered as a button that relaunches through the
-pre-flight; a label with no flag-shaped experiment gets none (its next step stays advice).
+label names, when it is one change to the launch: turn off the feature the failure is in (to
+confirm it), add the switch that avoids it, or set the library variable that turns a transport
+off (NCCL_P2P_DISABLE=1). Each one is offered as a button that relaunches through the pre-flight;
+a label with no such experiment gets none (its next step stays advice).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from bot.core.attempts import CT_MEMORY_CHANGE
 from bot.core.diagnosis import ARGUMENT_ERROR, CONTEXT_OVER_MODEL, HOST_OOM_KILL, Finding
-from bot.core.flags import flag_spans, parse_sglang_flags, with_flag, without_flags
+from bot.core.flags import env_words, flag_spans, parse_sglang_flags, with_env, with_flag, without_flags
 from bot.core.installed_flags import GPUOPS_TABLE, corrected_argv, flag_problems
 from bot.errors import UsageError
 
@@ -31,7 +32,8 @@ class Experiment:
 
 @dataclass(frozen=True)
 class _Move:
-    """One label's experiment: add a switch, or drop a flag (with the flags that only go with it)."""
+    """One label's experiment: add a switch or an environment word (NAME=value), or drop a flag (with the flags that
+    only go with it)."""
 
     add: bool
     flags: tuple[str, ...]  # the first is the one the change is named after
@@ -39,6 +41,11 @@ class _Move:
     shown: str | None = None  # how a drop is named when not after its flag
     shows_value: bool = False  # a drop named with the flag's value ("drop --quantization fp8")
     only_value: str = ""  # a drop made only when the flag's value starts so ("fp8": an FP8 KV cache)
+    unless: str = ""  # not offered when the finding's evidence matches this pattern (it points elsewhere)
+
+    @property
+    def env(self) -> bool:
+        return "=" in self.flags[0]
 
 
 # a label's experiments, each offered when the failed launch's flags allow it (a drop needs the flag given)
@@ -66,6 +73,14 @@ MOVES: dict[str, tuple[_Move, ...]] = {
         _Move(False, ("--kv-cache-dtype",), "keep the KV cache in the model's dtype: FP8 needs an Ada or newer GPU",
               shows_value=True, only_value="fp8")),
 }
+# NCCL's transports between GPUs of one node: peer to peer (PCIe/NVLink), else shared memory in /dev/shm, else sockets.
+# Turning one off shows which failed; a shared-memory error already names its transport, so P2P is not tried then.
+_SHM_EVIDENCE = r"shared memory|/dev/shm|posix_fallocate|\bSHM\b"
+MOVES["nccl_error"] = (
+    _Move(True, ("NCCL_P2P_DISABLE=1",), "NCCL without its peer-to-peer transport: if it starts, GPU-to-GPU access "
+          "on this node is the cause (IOMMU/ACS on the host, or what the container passes)", unless=_SHM_EVIDENCE),
+    _Move(True, ("NCCL_SHM_DISABLE=1",), "NCCL without its /dev/shm transport: if it starts, the container's "
+          "/dev/shm is the cause; give it room rather than keep this (the fallback is slower)"))
 MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
 MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
 # findings the budget engine sizes the next experiment for: memory, a model that does not split over tp, and a context
@@ -81,15 +96,21 @@ BUDGET_FLAGS = frozenset({"--mem-fraction-static", "--mamba-ssm-dtype", "--max-r
                           "--enable-dp-attention"})
 
 
-def label_experiments(label: str, argv: Sequence[str]) -> tuple[Experiment, ...]:
-    """The flag experiment for a finding's label, given the failed launch's flags (none when the flags
-    already make the change, or the label's next step is not a flag)."""
+def label_experiments(label: str, argv: Sequence[str], evidence: str = "") -> tuple[Experiment, ...]:
+    """The flag experiment for a finding's label, given the failed launch's flags and the finding's evidence lines
+    (none when the flags already make the change, or the label's next step is not a flag)."""
     try:
         flags = parse_sglang_flags(argv)
     except UsageError:
         return ()
     found = []
     for move in MOVES.get(label, ()):
+        if move.unless and re.search(move.unless, evidence):
+            continue
+        if move.env:
+            if move.flags[0] not in argv[:env_words(argv)]:
+                found.append(Experiment(move.flags[0], with_env(argv, move.flags[0]), move.why))
+            continue
         given = without_flags(argv, move.flags[0]) != tuple(argv)
         value = str(getattr(flags, move.flags[0].removeprefix("--").replace("-", "_"), ""))
         if move.add and not given:
@@ -104,7 +125,7 @@ def finding_experiments(finding: Finding, argv: Sequence[str]) -> tuple[Experime
     """A finding's flag experiments: for SGLang's argparse refusal, from the flags it quotes; else its label's."""
     if finding.label == ARGUMENT_ERROR and finding.evidence:
         return argument_experiments(finding.evidence[0].text, argv)
-    return label_experiments(finding.label, argv)
+    return label_experiments(finding.label, argv, "\n".join(e.text for e in finding.evidence))
 
 
 _UNRECOGNIZED = re.compile(r": error: unrecognized arguments: (?P<tokens>.+?)\s*$")
@@ -139,8 +160,10 @@ def argument_experiments(error_line: str, argv: Sequence[str]) -> tuple[Experime
 def made_experiment(label: str, changes: Sequence[str]) -> str | None:
     """The change among an attempt's ``changes`` (bot.core.attempts.changes_between) that made ``label``'s
     experiment, or None."""
-    wanted = {("+" if move.add else "-", move.flags[0]) for move in MOVES.get(label, ())}
-    return next((c for c in changes if _changed_flag(c) in wanted), None)
+    moves = MOVES.get(label, ())
+    wanted = {("+" if move.add else "-", move.flags[0]) for move in moves if not move.env}
+    words = {move.flags[0] for move in moves if move.env}
+    return next((c for c in changes if _changed_flag(c) in wanted or _env_set(c) in words), None)
 
 
 def made_budget_change(label: str, changes: Sequence[str]) -> str | None:
@@ -153,6 +176,15 @@ def made_budget_change(label: str, changes: Sequence[str]) -> str | None:
     if label not in BUDGETED_LABELS:
         return None
     return next((c for c in changes if _changed_flag(c)[1] in BUDGET_FLAGS), None)
+
+
+def _env_set(change: str) -> str | None:
+    """The NAME=value a line of bot.core.attempts.changes_between leaves set: "+ NAME=value", "NAME=old -> value"."""
+    added = re.fullmatch(r"\+ ([A-Za-z_]\w*=\S*)", change)
+    if added:
+        return added.group(1)
+    moved = re.fullmatch(r"([A-Za-z_]\w*)=\S* -> (\S*)", change)
+    return f"{moved.group(1)}={moved.group(2)}" if moved else None
 
 
 def _changed_flag(change: str) -> tuple[str, str]:

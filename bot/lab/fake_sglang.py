@@ -8,7 +8,8 @@ live on without answering (a hung server); SIGUSR2 makes each generation slow (a
 
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
-``p2p_unsupported``, ``port_in_use``, ``hang``, ``gpu_memory_occupied``);
+``p2p_unsupported``, ``port_in_use``, ``hang``, ``gpu_memory_occupied``, ``nccl_shm_error``: NCCL's /dev/shm
+transport fails, unless the launch's environment turned it off with NCCL_SHM_DISABLE=1);
 an empty queue means ``auto``: SGLang's tensor-parallel memory-balance check first (some launch GPUs with far less
 free memory than another: ``gpu_memory_occupied``), then gpuops' own budget engine decides from the flags and free
 memory.
@@ -237,6 +238,8 @@ def main(argv: list[str]) -> int:
     state = json.loads((state_dir / "node.json").read_text())
     gpus = state["containers"].get(vmid, {}).get("gpus", [0])[: args.tp]
     outcome, delay = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
+    if outcome == "nccl_shm_error" and os.environ.get("NCCL_SHM_DISABLE") == "1":
+        outcome = "auto"  # NCCL goes on without the transport that failed
     hold_mib = 40000
     refusal: str | None = None
     free = free_mib(state, gpus)
@@ -252,10 +255,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGUSR1, lambda signum, frame: UNHEALTHY.set())
     signal.signal(signal.SIGUSR2, lambda signum, frame: SLOW.set())
-    log_name = {"ready": "ready.log", "kv_pool_oom": "kv_pool_oom.log", "sigquit_after_oom": "sigquit_after_oom.log",
-                "torch_compile_error": "torch_compile_error.log", "p2p_unsupported": "p2p_unsupported.log",
-                "port_in_use": "port_in_use.log", "hang": "ready.log", "gpu_memory_occupied": "ready.log",
-                "host_oom_kill": "ready.log", "refused_before_load": "ready.log"}[outcome]
+    # each failure replays its own log; the other outcomes cut or end ready.log (an unknown outcome is a KeyError)
+    log_name = {**dict.fromkeys(("ready", "hang", "gpu_memory_occupied", "host_oom_kill", "refused_before_load"),
+                                "ready.log"),
+                **{name: f"{name}.log" for name in ("kv_pool_oom", "sigquit_after_oom", "torch_compile_error",
+                                                    "p2p_unsupported", "port_in_use", "nccl_shm_error")}}[outcome]
     lines = (LOGS / log_name).read_text().splitlines()
     if refusal is not None:  # ModelConfig raises while the server starts, before any rank or weight
         lines = ["Traceback (most recent call last):", refusal]

@@ -3,7 +3,8 @@
 import json
 import shlex
 
-from bot.core.experiments import label_experiments
+from bot.core.diagnosis import diagnose
+from bot.core.experiments import finding_experiments, label_experiments
 from bot.core.flags import command_flags, parse_sglang_flags, with_flag, without_flags
 from tests.conftest import FIXTURES
 
@@ -61,7 +62,7 @@ def test_turning_features_off_to_confirm_them():
     assert spec_off.argv == ("--tp", "2", "--enable-torch-compile", "--mem-fraction-static", "0.85")
     (graphs_off,) = label_experiments("cuda_graph_capture_error", seed)
     assert graphs_off.argv[-1] == "--disable-cuda-graph"
-    assert label_experiments("nccl_error", seed) == ()  # its next step is the container's /dev/shm, not a flag
+    assert label_experiments("gpu_p2p_unsupported", ("--disable-custom-all-reduce",)) == ()  # already made
 
 
 def test_setting_a_flag_never_eats_the_next_one_after_a_switch_sglang_does_not_model():
@@ -148,3 +149,24 @@ def test_the_flags_of_a_launch_command_start_after_sglangs_entry_point():
                                                                                              "--tp", "2")
     assert command_flags(["--tp", "2"]) == ("--tp", "2")
     assert command_flags(shlex.split("python -m sglang.launch_server --port 30000")) == ("--port", "30000")
+
+
+def test_an_nccl_failure_gets_a_launch_with_one_transport_off_and_a_shared_memory_error_only_that_transport():
+    case = CASES["sgl-docs-5"]  # "Error while creating shared memory segment /dev/shm/nccl-..." on --tp 2
+    argv = launch_flags("sgl-docs-5")
+    finding = diagnose(case["log_excerpt"])
+    assert finding.label == "nccl_error"
+    (shm_off,) = finding_experiments(finding, argv)
+    assert shm_off.change == "NCCL_SHM_DISABLE=1" and shm_off.argv == ("NCCL_SHM_DISABLE=1", *argv)
+    assert parse_sglang_flags(shm_off.argv).env == ("NCCL_SHM_DISABLE=1",)
+    # "unhandled system error" from ncclCommInitRank names no transport: peer to peer first, then shared memory
+    generic = diagnose(CASES["sglang-4289"]["log_excerpt"])
+    assert generic.label == "nccl_error"
+    changes = [e.change for e in finding_experiments(generic, argv)]
+    assert changes == ["NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"]
+    # a launch that already turned P2P off is offered only what it has not tried; an earlier word stays first
+    tried = finding_experiments(generic, ("NCCL_P2P_DISABLE=1", "NCCL_DEBUG=INFO", *argv))
+    assert [e.argv[:3] for e in tried] == [("NCCL_P2P_DISABLE=1", "NCCL_DEBUG=INFO", "NCCL_SHM_DISABLE=1")]
+    # a word set to another value is replaced, not doubled
+    (p2p, _) = finding_experiments(generic, ("NCCL_P2P_DISABLE=0", *argv))
+    assert p2p.argv == ("NCCL_P2P_DISABLE=1", *argv)

@@ -158,6 +158,23 @@ def test_either_experiment_of_a_label_decides_its_triage_hypothesis():
     assert incident.hypotheses[0].status == "confirmed" and "--kv-cache-dtype" in incident.hypotheses[0].why
 
 
+def test_an_nccl_finding_is_decided_by_the_relaunch_that_turned_a_transport_off():
+    argv = ("--tp", "2")
+    p2p_off = changes_between(argv, ("NCCL_P2P_DISABLE=1", *argv))
+    assert p2p_off == ("+ NCCL_P2P_DISABLE=1",)
+    incident = triage_proposed("nccl_error")
+    assert incident.observe(attempt_result(20.0, "a2", "ready", ("+ NCCL_DEBUG=INFO",))).hypotheses[0].status == "open"
+    started = incident.observe(attempt_result(20.0, "a2", "ready", p2p_off)).hypotheses[0]
+    assert started.status == "confirmed" and "`+ NCCL_P2P_DISABLE=1` started" in started.why
+    # a variable moved to the experiment's value makes it too; moved away from it does not
+    moved = changes_between(("NCCL_SHM_DISABLE=0", *argv), ("NCCL_SHM_DISABLE=1", *argv))
+    assert moved == ("NCCL_SHM_DISABLE=0 -> 1",)
+    same = incident.observe(attempt_result(20.0, "a2", "failed", moved, "nccl_error")).hypotheses[0]
+    assert same.status == "refuted" and "NCCL_SHM_DISABLE=0 -> 1" in same.why
+    back = changes_between(("NCCL_SHM_DISABLE=1", *argv), ("NCCL_SHM_DISABLE=0", *argv))
+    assert incident.observe(attempt_result(20.0, "a2", "ready", back)).hypotheses[0].status == "open"
+
+
 def test_a_launch_the_oom_killer_ended_is_confirmed_by_a_relaunch_with_the_containers_limit_raised():
     from bot.core.attempts import ct_memory_change
 

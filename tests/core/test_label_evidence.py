@@ -4,10 +4,13 @@ import json
 
 from bot.core.diagnosis import diagnose
 from bot.core.label_evidence import (
+    DfRow,
     PortHolder,
+    parse_df,
     parse_port_holders,
     port_evidence,
     ports_named,
+    shm_evidence,
     transformers_evidence,
 )
 from tests.conftest import FIXTURES
@@ -210,3 +213,26 @@ def test_a_kernel_log_without_a_known_container_names_a_killed_python_process():
     assert killed.next_step.startswith("free RAM on the node")
     pulse = oom_kills("\n".join(lines[:6]))  # a monitoring service's kills, not a server's
     assert killed_by_the_oom_killer(echo, pulse, None) == echo
+
+
+def test_nccls_shared_memory_failure_shows_the_room_in_dev_shm_against_the_segment_it_could_not_make():
+    docker_default, roomy, not_mounted = (FIXTURES / "proxmox" / "df-dev-shm.txt").read_text().split("====\n")
+    assert parse_df(docker_default) == DfRow(65536, 4096, "/dev/shm")
+    assert parse_df(not_mounted) == DfRow(12334792, 12334792, "/dev")
+    assert parse_df("") is None and parse_df("df: /dev/shm: No such file or directory\n") is None
+    extend = (FIXTURES / "other-logs" / "nccl-shm-extend.txt").read_text().splitlines()
+    finding = diagnose("\n".join(extend))
+    assert (finding.label, finding.evidence[0].line_no) == ("nccl_error", 1)  # "failed to extend" is the first line
+    # the larger of the two sizes the log gives (9637892 bytes: the segment and its header)
+    assert shm_evidence(docker_default, extend) == ("/dev/shm in the container: 4.0 MiB free of 64.0 MiB; NCCL could "
+                                                    "not make a 9.2 MiB segment there, more than is free")
+    assert shm_evidence(roomy, extend).startswith("/dev/shm in the container: 23.5 GiB free of 23.5 GiB; NCCL could "
+                                                  "not make a 9.2 MiB segment there")
+    assert "more than is free" not in shm_evidence(roomy, extend)
+    # NCCL's other wording of it (posix_fallocate, then a segment with no /dev/shm prefix)
+    no_space = (FIXTURES / "other-logs" / "nccl-shm-no-space.txt").read_text().splitlines()
+    assert shm_evidence(docker_default, no_space).endswith("NCCL could not make a 9.2 MiB segment there, more than "
+                                                           "is free")
+    assert shm_evidence(not_mounted, ["NCCL error: unhandled system error"]) == (
+        "/dev/shm in the container: 11.8 GiB free of 11.8 GiB (not its own mount: it is on /dev)")
+    assert shm_evidence(None, extend) == "/dev/shm in the container: not readable"

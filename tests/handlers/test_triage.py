@@ -121,6 +121,32 @@ async def test_a_peer_access_failure_shows_the_p2p_matrix_and_offers_the_switch(
     assert latest.changes == ("+ --disable-custom-all-reduce (on)",)
 
 
+async def test_an_nccl_shared_memory_failure_shows_dev_shm_and_relaunches_with_that_transport_off(lab):
+    """NCCL could not make its segment in /dev/shm. `@gpuops triage` in the attempt's thread reads the room there in
+    the container and offers only the launch without that transport (not P2P: the log names its transport). The click
+    relaunches with NCCL_SHM_DISABLE=1 in the server's environment, where the stand-in's NCCL then goes on, and that
+    start confirms the triage's hypothesis in the thread's summary."""
+    import shutil
+
+    attempt = await failed_launch(lab, "nccl_shm_error", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+    await lab.mention("triage", attempt.thread_ts)
+    report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert "*nccl_error*" in text
+    free = shutil.disk_usage("/dev/shm").free / 2**30  # the lab container's /dev/shm is this machine's
+    assert f"/dev/shm in the container: {free:.1f} GiB free of " in text
+    assert "NCCL could not make a 9.2 MiB segment there" in text
+    offered = [b["text"]["text"] for b in buttons(report)]
+    assert "launch with NCCL_SHM_DISABLE=1" in offered and not any("NCCL_P2P_DISABLE" in b for b in offered)
+    latest = await relaunched_by(lab, report, "launch with NCCL_SHM_DISABLE=1", scenario="nccl_shm_error")
+    assert latest.changes == ("+ NCCL_SHM_DISABLE=1",) and latest.argv[0] == "NCCL_SHM_DISABLE=1"
+    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
+    summary = blocks_to_text([c for c in calls if c.method == "chat.update"
+                              and "Incident summary" in blocks_to_text(c.blocks)][-1].blocks)
+    assert "the first cause is nccl_error" in summary
+    assert f"{latest.id} with `+ NCCL_SHM_DISABLE=1` started: the failure went with it" in summary
+
+
 async def test_a_port_conflict_names_the_process_holding_the_port_by_pid(lab):
     """The real line of a TCPStore that could not listen on port 42173: the triage reads, in the container,
     who listens there now (here: this test process, holding a socket on it) and says whose port it is."""
