@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from bot.core.attempts import Attempt
 from bot.core.gpu_faults import NodeFaults
 from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
 from bot.core.inventory import Target, resolve_targets
+from bot.core.status import TargetStatus
 from bot.errors import GpuopsError
 from bot.faults import read_faults
 from bot.incidents import container_changed
@@ -123,7 +124,7 @@ class Scheduler:
         await self.health.add_samples(samples, down, now)
         answered = {s.target for s in samples} - {u.target for u in down}
         faults, devices = await asyncio.gather(self.faults(answered, targets, now),
-                                               self.container_devices(answered, targets))
+                                               self.container_devices(answered, fresh.statuses))
         recorded, unreachable = await self.health.samples_since(now - 24 * 3600)
         labels = {t.label for t in targets}
         recorded = [s for s in recorded if s.target in labels]
@@ -151,10 +152,14 @@ class Scheduler:
 
         return tuple(await asyncio.gather(*(one(n) for n in nodes)))
 
-    async def container_devices(self, answered: set[str], targets: list[Target]) -> tuple[str, ...]:
+    async def container_devices(self, answered: set[str], statuses: Sequence[TargetStatus]) -> tuple[str, ...]:
         """The CUDA devices check of each listed container on a target that answered, where it is not ok: a node
-        rebooted without nvidia-uvm leaves containers whose nvidia-smi works and whose CUDA does not."""
+        rebooted without nvidia-uvm leaves containers whose nvidia-smi works and whose CUDA does not. A container
+        the status read itself already has its check from that read."""
         inventory = self.services.inventory
+        targets = [s.target for s in statuses]
+        read = {(s.target.node, s.target.vmid): s.devices for s in statuses
+                if s.target.kind == "container" and s.target.label in answered}
         nodes = {t.node for t in targets if t.kind == "node" and t.label in answered}
         wanted = sorted({(c.node, c.vmid, name) for name, c in inventory.containers.items() if c.node in nodes} |
                         {(t.node, t.vmid, t.name) for t in targets if t.kind == "container" and t.vmid is not None
@@ -163,7 +168,8 @@ class Scheduler:
 
         async def one(node: str, vmid: int, name: str | None) -> str | None:
             try:
-                check = await asyncio.wait_for(read_cuda_devices(self.services.transport, node, vmid), deadline)
+                check = read[(node, vmid)] if (node, vmid) in read else await asyncio.wait_for(
+                    read_cuda_devices(self.services.transport, node, vmid), deadline)
             except TimeoutError:
                 return None
             except Exception:  # a device read must never cost the post itself

@@ -159,6 +159,24 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
 
 
 async def read_target(transport: Transport, inventory: Inventory, target: Target, limits: Thresholds) -> TargetStatus:
+    """A target's GPUs; for a container also its CUDA devices check, read alongside (a container whose nvidia-smi
+    cannot run is where a device missing inside it shows)."""
+    if target.kind != "container":
+        return await _read_gpus_of(transport, inventory, target, limits)
+    assert target.vmid is not None
+    status, devices = await asyncio.gather(_read_gpus_of(transport, inventory, target, limits),
+                                           read_cuda_devices(transport, target.node, target.vmid),
+                                           return_exceptions=True)
+    if isinstance(status, BaseException):
+        raise status
+    if isinstance(devices, BaseException):
+        log.info("the CUDA devices check of %s failed: %s", target.label, devices)
+        devices = None
+    return replace(status, devices=devices)
+
+
+async def _read_gpus_of(transport: Transport, inventory: Inventory, target: Target,
+                        limits: Thresholds) -> TargetStatus:
     if target.kind == "local":
         return assess_node(target, await asyncio.to_thread(read_local), limits)
     node = inventory.node(target.node)

@@ -117,16 +117,19 @@ def target_view(status: TargetStatus, launches: Mapping[Launch, LaunchRef] | Non
     target = status.target
     title = target.label
     snap = status.snapshot
+    # a container whose GPUs could not be read: its CUDA devices check says whether the nodes are there at all
+    devices: tuple[str, ...] = (f"CUDA devices: {status.devices[1]}",) if status.devices else ()
     if status.state is TargetState.UNREACHABLE:
-        return TargetView(title, "unreachable", f"unreachable: {status.problem}", (), (), "", (), ())
+        return TargetView(title, "unreachable", f"unreachable: {status.problem}", (), (), "", (), devices)
     if status.state is TargetState.UNREADABLE:
-        return TargetView(title, "unreadable", f"output not understood: {status.problem}", (), (), "", (), ())
+        return TargetView(title, "unreadable", f"output not understood: {status.problem}", (), (), "", (), devices)
     detail: tuple[str, ...] = ()
     if snap is not None and snap.error is not None:
         detail = snap.error.lines
     if status.state is TargetState.SMI_ERROR and not status.rows:
         kind = snap.error.kind.value if snap and snap.error else "error"
-        return TargetView(title, "smi-error", f"nvidia-smi error ({kind}): {status.problem}", (), (), "", (), detail)
+        return TargetView(title, "smi-error", f"nvidia-smi error ({kind}): {status.problem}", (), (), "", (),
+                          (*detail, *devices))
     versions = []
     if snap is not None and snap.driver_version:
         versions.append(f"driver {snap.driver_version}")
@@ -141,6 +144,8 @@ def target_view(status: TargetStatus, launches: Mapping[Launch, LaunchRef] | Non
             flags.append(f"GPU {row.gpu.index}: {mib} MiB held by {owner}")
     if status.state is TargetState.SMI_ERROR:
         flags.insert(0, f"nvidia-smi reported: {status.problem}")
+    if status.devices and status.devices[0] != "ok":  # GPUs that answer, in a container where CUDA may not
+        flags += devices
     procs = process_lines(status.rows, target.node, launches)
     state = "attention" if flags or status.state is TargetState.SMI_ERROR else "ok"
     return TargetView(
@@ -171,6 +176,7 @@ def status_data(statuses: tuple[TargetStatus, ...], launches: Mapping[Launch, La
             "cuda_version": snap.cuda_version if snap else None,
             "processes_read": status.process_view.value, "flags": list(view.flag_lines),
             "error_lines": list(view.detail_lines),
+            "cuda_devices": {"state": status.devices[0], "detail": status.devices[1]} if status.devices else None,
             "gpus": [{
                 "index": r.gpu.index, "name": r.gpu.name, "memory_used_mib": r.gpu.memory_used_mib,
                 "memory_total_mib": r.gpu.memory_total_mib, "memory_free_mib": r.gpu.memory_free_mib,

@@ -57,6 +57,8 @@ class TargetStatus:
     problem: str | None = None
     process_view: ProcessView = ProcessView.HOST
     elapsed_s: float | None = None
+    # a container target: its CUDA devices check ("ok" | "warn" | "fail", detail), None when not read
+    devices: tuple[str, str] | None = None
 
     @property
     def gpu_count(self) -> int:

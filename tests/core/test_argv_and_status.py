@@ -219,6 +219,29 @@ def test_smi_error_without_gpus_is_its_own_state():
     assert target_view(status).state == "smi-error"
 
 
+def test_a_containers_cuda_devices_check_is_a_flag_when_it_warns_and_a_detail_when_its_gpus_do_not_answer():
+    from dataclasses import replace
+
+    from bot.core.report import status_data
+    from bot.core.smi import parse_error
+
+    inside = node_snapshot([gpu(0), gpu(1)], listing=ProcessListing.ABSENT)
+    status = assess_container(Target("container", "pve5", 129), inside, None)
+    missing = ("fail", "inside CT 129, /dev/nvidia-uvm (missing): not the device node(s) its config passes")
+    assert target_view(replace(status, devices=("ok", "CT 129 passes /dev/nvidia-uvm and 3 other"))).flag_lines == ()
+    view = target_view(replace(status, devices=missing))
+    assert view.state == "attention" and view.flag_lines == (f"CUDA devices: {missing[1]}",)
+    (data,) = status_data((replace(status, devices=missing),))["targets"]
+    assert data["cuda_devices"] == {"state": "fail", "detail": missing[1]} and data["state"] == "attention"
+    assert status_data((status,))["targets"][0]["cuda_devices"] is None
+    # nvidia-smi in the container failing, or the container not answering: the check shows whatever it found
+    banner = replace(assess_node(Target("container", "pve5", 129), parse_error("No devices were found\n")),
+                     devices=missing)
+    assert target_view(banner).detail_lines[-1] == f"CUDA devices: {missing[1]}"
+    down = replace(unreachable(Target("container", "pve5", 129), "container 129: exit 1"), devices=missing)
+    assert target_view(down).detail_lines == (f"CUDA devices: {missing[1]}",)
+
+
 def test_bar():
     assert bar(0, 100) == "░" * 10
     assert bar(100, 100) == "█" * 10

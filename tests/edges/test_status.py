@@ -123,6 +123,34 @@ async def test_stopped_container_is_unreachable_with_pct_message(tmp_path):
     assert status.state is TargetState.UNREACHABLE and "CT 129 not running" in status.problem
 
 
+async def test_a_container_status_runs_the_cuda_devices_check_inside_it(tmp_path):
+    """GPUs that answer in a container whose nvidia-uvm bind found no device: the status says CUDA cannot start
+    there; a container with its nodes in place shows no such flag; a stopped one shows what its config passes."""
+    from bot.core.report import target_view
+
+    state = seed_node_state("pve5")
+    state["containers"]["129"]["dev_nodes"]["/dev/nvidia-uvm"] = ["regular empty file", 0, 0]
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve5": state})
+    try:
+        (broken,) = (await read_status(transport, inventory, resolve_targets("sglang-a6000", inventory))).statuses
+        state["containers"]["129"]["dev_nodes"]["/dev/nvidia-uvm"] = ["character special file", 511, 0]
+        nodes[0].write_state(state)
+        (fine,) = (await read_status(transport, inventory, resolve_targets("sglang-a6000", inventory))).statuses
+        state["containers"]["129"]["status"] = "stopped"
+        nodes[0].write_state(state)
+        (stopped,) = (await read_status(transport, inventory, resolve_targets("sglang-a6000", inventory))).statuses
+    finally:
+        await _stop(nodes, transport)
+    assert broken.state is TargetState.OK and broken.devices is not None and broken.devices[0] == "fail"
+    view = target_view(broken)
+    assert view.state == "attention"
+    assert view.flag_lines[-1].startswith("CUDA devices: inside CT 129, /dev/nvidia-uvm (regular empty file)")
+    assert fine.devices is not None and fine.devices[0] == "ok" and target_view(fine).flag_lines == ()
+    assert stopped.state is TargetState.UNREACHABLE
+    assert target_view(stopped).detail_lines == ("CUDA devices: CT 129 passes /dev/nvidia-uvm and 4 other NVIDIA "
+                                                 "device node(s)",)
+
+
 async def test_concurrent_status_requests_share_one_connection(tmp_path):
     nodes, inventory, transport = await _nodes(tmp_path, {"pve5": seed_node_state("pve5")})
     try:

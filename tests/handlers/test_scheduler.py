@@ -282,9 +282,13 @@ async def test_the_report_names_a_container_whose_cuda_devices_are_not_in_order(
     state["containers"]["129"]["dev_nodes"]["/dev/nvidia-uvm"] = ["regular empty file", 0, 0]
     lab.nodes["pve5"].write_state(state)
     for spec in ("all", "pve5", "sglang-a6000"):
+        before = len(lab.nodes["pve5"].calls())
         report = await one.report(spec, "test", clock.now)
         found = [f for f in report.findings if "CUDA devices" in f]
         assert len(found) == 1 and found[0].startswith(
             "pve5:129 (sglang-a6000): CUDA devices: inside CT 129, /dev/nvidia-uvm (regular empty file): not the "
             "device node(s) its config passes"), (spec, found)
+        # read once per report: a container target's own status read carries the check
+        stats = [c for c in lab.nodes["pve5"].calls()[before:] if c[:2] == ["pct", "exec"] and "stat" in c]
+        assert len(stats) == 1, (spec, stats)
     assert not [f for f in (await one.report("pve6", "test", clock.now)).findings if "CUDA devices" in f]
