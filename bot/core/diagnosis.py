@@ -907,10 +907,12 @@ def _cause_finding(chosen: Hit, causes: list[Hit], hits: list[Hit], lines: list[
     confidence = "high" if rule.strength >= 3 else "medium" if rule.strength == 2 else "low"
     phase = _phase(lines, order, chosen[0], rule.phase)
     explanation, next_step = rule.explanation, rule.next_step
-    if rule.label == "nccl_error" and any(_NCCL_OOM.search(lines[i]) for i in order[chosen[0]:]):
+    nccl_oom = next((i for i in order[chosen[0]:] if _NCCL_OOM.search(lines[i])), None)
+    if rule.label == "nccl_error" and nccl_oom is not None:
         explanation = ("NCCL could not allocate its buffers: its own last error is a CUDA out-of-memory "
                        "(they live outside the static pool that --mem-fraction-static sizes)")
         next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
+        evidence = (*evidence[:2], Evidence(nccl_oom + 1, lines[nccl_oom].strip()[:400]))  # the line that says so
     if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
         explanation += (f" (one GPU had only {free.group('least')} GB free against {free.group('here')} GB on "
                         "this rank's)")

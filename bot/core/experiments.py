@@ -42,6 +42,7 @@ class _Move:
     shows_value: bool = False  # a drop named with the flag's value ("drop --quantization fp8")
     only_value: str = ""  # a drop made only when the flag's value starts so ("fp8": an FP8 KV cache)
     unless: str = ""  # not offered when the finding's evidence matches this pattern (it points elsewhere)
+    decides: bool = True  # False: a relaunch for more detail, whose outcome neither confirms nor refutes the finding
 
     @property
     def env(self) -> bool:
@@ -76,11 +77,18 @@ MOVES: dict[str, tuple[_Move, ...]] = {
 # NCCL's transports between GPUs of one node: peer to peer (PCIe/NVLink), else shared memory in /dev/shm, else sockets.
 # Turning one off shows which failed; a shared-memory error already names its transport, so P2P is not tried then.
 _SHM_EVIDENCE = r"shared memory|/dev/shm|posix_fallocate|\bSHM\b"
+_NCCL_OOM = r"Cuda failure 2 'out of memory'|Failed to CUDA calloc"  # GPU memory, not a transport: its advice stays
 MOVES["nccl_error"] = (
+    # what NCCL's own error asks for ("run with NCCL_DEBUG=INFO for details"): the relaunch's log names the transport
+    # and the call that failed; not offered when the log already has NCCL's own lines
+    _Move(True, ("NCCL_DEBUG=INFO",), "the same launch with NCCL's own log: its WARN lines name the transport and "
+          "the call that failed (a triage of that attempt reads them)",
+          unless=rf"NCCL (?:INFO|WARN)\b|{_SHM_EVIDENCE}|{_NCCL_OOM}", decides=False),
     _Move(True, ("NCCL_P2P_DISABLE=1",), "NCCL without its peer-to-peer transport: if it starts, GPU-to-GPU access "
-          "on this node is the cause (IOMMU/ACS on the host, or what the container passes)", unless=_SHM_EVIDENCE),
+          "on this node is the cause (IOMMU/ACS on the host, or what the container passes)",
+          unless=f"{_SHM_EVIDENCE}|{_NCCL_OOM}"),
     _Move(True, ("NCCL_SHM_DISABLE=1",), "NCCL without its /dev/shm transport: if it starts, the container's "
-          "/dev/shm is the cause; give it room rather than keep this (the fallback is slower)"))
+          "/dev/shm is the cause; give it room rather than keep this (the fallback is slower)", unless=_NCCL_OOM))
 MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
 MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
 # findings the budget engine sizes the next experiment for: memory, a model that does not split over tp, and a context
@@ -158,9 +166,9 @@ def argument_experiments(error_line: str, argv: Sequence[str]) -> tuple[Experime
 
 
 def made_experiment(label: str, changes: Sequence[str]) -> str | None:
-    """The change among an attempt's ``changes`` (bot.core.attempts.changes_between) that made ``label``'s
-    experiment, or None."""
-    moves = MOVES.get(label, ())
+    """The change among an attempt's ``changes`` (bot.core.attempts.changes_between) that made one of ``label``'s
+    experiments that decide it (not a relaunch for more detail), or None."""
+    moves = [move for move in MOVES.get(label, ()) if move.decides]
     wanted = {("+" if move.add else "-", move.flags[0]) for move in moves if not move.env}
     words = {move.flags[0] for move in moves if move.env}
     return next((c for c in changes if _changed_flag(c) in wanted or _env_set(c) in words), None)

@@ -159,14 +159,26 @@ def test_an_nccl_failure_gets_a_launch_with_one_transport_off_and_a_shared_memor
     (shm_off,) = finding_experiments(finding, argv)
     assert shm_off.change == "NCCL_SHM_DISABLE=1" and shm_off.argv == ("NCCL_SHM_DISABLE=1", *argv)
     assert parse_sglang_flags(shm_off.argv).env == ("NCCL_SHM_DISABLE=1",)
-    # "unhandled system error" from ncclCommInitRank names no transport: peer to peer first, then shared memory
+    # "unhandled system error" from ncclCommInitRank names no transport: NCCL's own log first, as its error asks,
+    # then peer to peer off, then shared memory off
     generic = diagnose(CASES["sglang-4289"]["log_excerpt"])
-    assert generic.label == "nccl_error"
+    assert generic.label == "nccl_error" and "NCCL_DEBUG=INFO for details" in generic.evidence[-1].text
     changes = [e.change for e in finding_experiments(generic, argv)]
-    assert changes == ["NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"]
-    # a launch that already turned P2P off is offered only what it has not tried; an earlier word stays first
+    assert changes == ["NCCL_DEBUG=INFO", "NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"]
+    # a launch that already turned P2P off with NCCL's log on is offered only what it has not tried; earlier words
+    # stay first
     tried = finding_experiments(generic, ("NCCL_P2P_DISABLE=1", "NCCL_DEBUG=INFO", *argv))
     assert [e.argv[:3] for e in tried] == [("NCCL_P2P_DISABLE=1", "NCCL_DEBUG=INFO", "NCCL_SHM_DISABLE=1")]
     # a word set to another value is replaced, not doubled
-    (p2p, _) = finding_experiments(generic, ("NCCL_P2P_DISABLE=0", *argv))
+    (_, p2p, _) = finding_experiments(generic, ("NCCL_P2P_DISABLE=0", *argv))
     assert p2p.argv == ("NCCL_P2P_DISABLE=1", *argv)
+    # a log with NCCL's own WARN lines already says which transport: no relaunch for the log
+    no_space = diagnose((FIXTURES / "other-logs" / "nccl-shm-no-space.txt").read_text())
+    assert [e.change for e in finding_experiments(no_space, argv)] == ["NCCL_SHM_DISABLE=1"]
+
+
+def test_an_nccl_error_whose_last_error_is_cuda_out_of_memory_gets_no_transport_experiment():
+    finding = diagnose((FIXTURES / "other-logs" / "nccl-unhandled-cuda-oom.txt").read_text())
+    assert finding.label == "nccl_error" and finding.evidence[-1].text == "[rank1]: Cuda failure 2 'out of memory'"
+    assert finding.evidence[-1].line_no == 5  # the line that makes it memory is quoted with the others
+    assert finding_experiments(finding, ("--tp", "2")) == ()  # its next step is memory: --mem-fraction-static
