@@ -162,9 +162,9 @@ async def read_target(transport: Transport, inventory: Inventory, target: Target
     """A target's GPUs; for a container also its CUDA devices check, read alongside (a container whose nvidia-smi
     cannot run is where a device missing inside it shows)."""
     if target.kind != "container":
-        return await _read_gpus_of(transport, inventory, target, limits)
+        return await read_target_gpus(transport, inventory, target, limits)
     assert target.vmid is not None
-    status, devices = await asyncio.gather(_read_gpus_of(transport, inventory, target, limits),
+    status, devices = await asyncio.gather(read_target_gpus(transport, inventory, target, limits),
                                            read_cuda_devices(transport, target.node, target.vmid),
                                            return_exceptions=True)
     if isinstance(status, BaseException):
@@ -175,8 +175,9 @@ async def read_target(transport: Transport, inventory: Inventory, target: Target
     return replace(status, devices=devices)
 
 
-async def _read_gpus_of(transport: Transport, inventory: Inventory, target: Target,
-                        limits: Thresholds) -> TargetStatus:
+async def read_target_gpus(transport: Transport, inventory: Inventory, target: Target,
+                           limits: Thresholds) -> TargetStatus:
+    """A target's GPUs alone (for a container: read inside it, its processes from the node's view)."""
     if target.kind == "local":
         return assess_node(target, await asyncio.to_thread(read_local), limits)
     node = inventory.node(target.node)
