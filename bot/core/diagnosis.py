@@ -679,7 +679,10 @@ _CONTEXT_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("hybrid_linear", re.compile(r"TypeError: 'NoneType' object cannot be interpreted as an integer"),
      "mamba_cache_error"),
 )
-_NCCL_OOM = re.compile(r"Cuda failure 2 'out of memory'|Failed to CUDA calloc")
+# what NCCL's own last error says when it is GPU memory, not a transport; and a line naming its shared-memory transport
+NCCL_OOM_LINE = r"Cuda failure 2 'out of memory'|Failed to CUDA calloc"
+NCCL_SHM_LINE = r"shared memory|/dev/shm|posix_fallocate|\bSHM\b"
+_NCCL_OOM = re.compile(NCCL_OOM_LINE)
 _TOKEN_USAGE = re.compile(r"(?:Decode|Prefill) batch[.,].*?token usage: (?P<usage>[\d.]+)")
 # the scheduler giving running requests back to the queue because the token pool is full: older releases' "Decode out
 # of memory happened.", newer "KV cache pool is full. Retract requests." (then the counts)
@@ -913,6 +916,10 @@ def _cause_finding(chosen: Hit, causes: list[Hit], hits: list[Hit], lines: list[
                        "(they live outside the static pool that --mem-fraction-static sizes)")
         next_step = "leave NCCL room: lower --mem-fraction-static by a few hundredths, or free the GPU first"
         evidence = (*evidence[:2], Evidence(nccl_oom + 1, lines[nccl_oom].strip()[:400]))  # the line that says so
+    elif rule.label == "nccl_error" and any(re.search(NCCL_SHM_LINE, e.text) for e in evidence):
+        explanation = "NCCL could not make its shared-memory segment in /dev/shm (too small or full there)"
+        next_step = ("give the container's /dev/shm room for NCCL's segments (`df -h /dev/shm` there), or relaunch "
+                     "with NCCL_SHM_DISABLE=1 to confirm it")
     if rule.label == OCCUPIED and (free := _UNBALANCED.search(lines[chosen[2]])):
         explanation += (f" (one GPU had only {free.group('least')} GB free against {free.group('here')} GB on "
                         "this rank's)")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.attempts import CT_MEMORY_CHANGE
-from bot.core.diagnosis import ARGUMENT_ERROR, CONTEXT_OVER_MODEL, HOST_OOM_KILL, Finding
+from bot.core.diagnosis import ARGUMENT_ERROR, CONTEXT_OVER_MODEL, HOST_OOM_KILL, NCCL_OOM_LINE, NCCL_SHM_LINE, Finding
 from bot.core.flags import env_words, flag_spans, parse_sglang_flags, with_env, with_flag, without_flags
 from bot.core.installed_flags import GPUOPS_TABLE, corrected_argv, flag_problems
 from bot.errors import UsageError
@@ -76,8 +76,7 @@ MOVES: dict[str, tuple[_Move, ...]] = {
 }
 # NCCL's transports between GPUs of one node: peer to peer (PCIe/NVLink), else shared memory in /dev/shm, else sockets.
 # Turning one off shows which failed; a shared-memory error already names its transport, so P2P is not tried then.
-_SHM_EVIDENCE = r"shared memory|/dev/shm|posix_fallocate|\bSHM\b"
-_NCCL_OOM = r"Cuda failure 2 'out of memory'|Failed to CUDA calloc"  # GPU memory, not a transport: its advice stays
+_SHM_EVIDENCE, _NCCL_OOM = NCCL_SHM_LINE, NCCL_OOM_LINE  # an NCCL out-of-memory is GPU memory: no transport to try
 MOVES["nccl_error"] = (
     # what NCCL's own error asks for ("run with NCCL_DEBUG=INFO for details"): the relaunch's log names the transport
     # and the call that failed; not offered when the log already has NCCL's own lines

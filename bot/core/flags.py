@@ -341,13 +341,32 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
 def command_flags(tokens: Sequence[str]) -> tuple[str, ...]:
     """The flags of a launch command ("python -m sglang.launch_server --tp 2 ...", "sglang serve M --tp 2", a
     `docker run --gpus all IMAGE python3 -m sglang.launch_server ...` around either, or just the flags): from the
-    first ``--`` token after SGLang's entry point (after the start, when the command names none)."""
+    first ``--`` token after SGLang's entry point (after the start, when the command names none), after the
+    environment the command gives the server (see :func:`command_env`)."""
     launcher = next((i + 1 for i, t in enumerate(tokens)
                      if t in ("sglang.launch_server", "sglang/launch_server.py")
                      or t.endswith("/sglang/launch_server.py")
                      or (t == "serve" and i and tokens[i - 1].rsplit("/", 1)[-1] == "sglang")), 0)
     start = next((i for i, t in enumerate(tokens) if i >= launcher and t.startswith("--")), len(tokens))
-    return tuple(tokens[start:])
+    return (*command_env(tokens[:launcher]), *tokens[start:])
+
+
+def command_env(tokens: Sequence[str]) -> tuple[str, ...]:
+    """The NAME=VALUE words a command sets for the program it runs, before it (``tokens``: the command up to SGLang's
+    entry point): the shell's own prefix (`NCCL_DEBUG=INFO python -m ...`), `env`'s, and docker's `-e`/`--env`; one
+    per name, the last given, and only those a launch may set (:func:`launch_env`)."""
+    found: dict[str, str] = {}
+    for i, token in enumerate(tokens):
+        word = token.removeprefix("--env=")
+        if not _ENV_WORD.fullmatch(word):
+            continue
+        prefix = all(t == "env" or _ENV_WORD.fullmatch(t) for t in tokens[:i])
+        if prefix or token != word or (i and tokens[i - 1] in ("-e", "--env")):
+            name = word.partition("=")[0]
+            if name not in ENV_REFUSED and (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
+                found.pop(name, None)
+                found[name] = word
+    return tuple(found.values())
 
 
 def with_flag(argv: Sequence[str], flag: str, value: str | None) -> tuple[str, ...]:
@@ -422,6 +441,6 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown", "env"}
-__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "command_flags",
-           "field", "flag_spans", "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "with_flag",
-           "without_flags"]
+__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "command_env",
+           "command_flags", "field", "flag_spans", "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value",
+           "with_flag", "without_flags"]

@@ -105,6 +105,17 @@ def test_nccl_unhandled_cuda_error_whose_last_error_is_oom_says_so():
         "illegal_memory_access"
 
 
+def test_an_nccl_error_that_names_its_shared_memory_segment_says_so_and_points_at_dev_shm_alone():
+    for text in ((FIXTURES / "other-logs" / "nccl-shm-extend.txt").read_text(),
+                 (FIXTURES / "other-logs" / "nccl-shm-no-space.txt").read_text(),
+                 next(c["log_excerpt"] for c in CASES if c["id"] == "sgl-docs-5")):
+        finding = diagnose(text)
+        assert finding.label == "nccl_error" and "shared-memory segment in /dev/shm" in finding.explanation
+        assert "NCCL_SHM_DISABLE=1" in finding.next_step and "P2P" not in finding.next_step
+    generic = diagnose(next(c["log_excerpt"] for c in CASES if c["id"] == "sglang-4289"))
+    assert "NCCL_P2P_DISABLE=1" in generic.next_step  # no transport named: both stay on the table
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c["quality"] in ("full", "error_line", "hang")],
                          ids=lambda c: c["id"])
 def test_a_named_cause_is_placed_in_its_labelled_phase(case):

@@ -5,7 +5,7 @@ import shlex
 
 from bot.core.diagnosis import diagnose
 from bot.core.experiments import finding_experiments, label_experiments
-from bot.core.flags import command_flags, parse_sglang_flags, with_flag, without_flags
+from bot.core.flags import command_flags, launch_env, parse_sglang_flags, with_flag, without_flags
 from tests.conftest import FIXTURES
 
 CASES = {c["id"]: c for c in map(json.loads, (FIXTURES / "sglang-failures" / "cases.jsonl").read_text().splitlines())}
@@ -149,6 +149,24 @@ def test_the_flags_of_a_launch_command_start_after_sglangs_entry_point():
                                                                                              "--tp", "2")
     assert command_flags(["--tp", "2"]) == ("--tp", "2")
     assert command_flags(shlex.split("python -m sglang.launch_server --port 30000")) == ("--port", "30000")
+
+
+def test_the_environment_a_launch_command_gives_the_server_comes_first_in_its_flags():
+    """sglang-23769 sets three SGLANG_* variables before `sglang serve`; env's and docker's -e/--env words count too,
+    one per name (the last); a variable a launch may not set (CUDA_VISIBLE_DEVICES, LD_PRELOAD) and docker's other
+    options are not the server's."""
+    prefixed = command_flags(shlex.split(CASES["sglang-23769"]["launch_command"]))
+    assert prefixed[:3] == ("SGLANG_DSV4_FP4_EXPERTS=0", "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=128",
+                            "SGLANG_JIT_DEEPGEMM_PRECOMPILE=0") and prefixed[3].startswith("--")
+    assert launch_env(prefixed) == prefixed[:3]  # words a launch may set (its other flags hold placeholders)
+    assert command_flags(shlex.split("env NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,1 NCCL_DEBUG=WARN LD_PRELOAD=/x.so "
+                                     "python3 -m sglang.launch_server --tp 2")) == ("NCCL_DEBUG=WARN", "--tp", "2")
+    docker = shlex.split("docker run --gpus all -e NCCL_P2P_DISABLE=1 --env=HF_HUB_OFFLINE=1 -v a=b:/c "
+                         "lmsysorg/sglang python3 -m sglang.launch_server --tp 2 --model-path m")
+    assert command_flags(docker) == ("NCCL_P2P_DISABLE=1", "HF_HUB_OFFLINE=1", "--tp", "2", "--model-path", "m")
+    # after the entry point, a NAME=VALUE is a flag's value, not the environment
+    assert command_flags(shlex.split("python -m sglang.launch_server --json-model-override-args A=1")) == (
+        "--json-model-override-args", "A=1")
 
 
 def test_an_nccl_failure_gets_a_launch_with_one_transport_off_and_a_shared_memory_error_only_that_transport():
