@@ -253,8 +253,8 @@ def _takes_value(name: str) -> bool | None:
 # A launch's environment: NAME=VALUE words before its first flag, as `env` takes them (`/sglang launch ct /m
 # SGLANG_ENABLE_SPEC_V2=1 NCCL_P2P_DISABLE=1 --tp 2`). Only the families that configure SGLang and the libraries under
 # it: a loader's or interpreter's variable (LD_PRELOAD, PYTHONPATH, PATH) would run other code as root there.
-ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "FLASHINFER_",
-                "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_", "NVIDIA_")
+ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "GLOO_", "CUDA_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_",
+                "FLASHINFER_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_", "NVIDIA_")
 ENV_NAMES = frozenset({"no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
                        "ALL_PROXY"})
 # the pre-flight checks the GPUs the flags name (--base-gpu-id, tp x pp x dp): renumbering them under it would check
@@ -353,15 +353,18 @@ def command_flags(tokens: Sequence[str]) -> tuple[str, ...]:
 
 def command_env(tokens: Sequence[str]) -> tuple[str, ...]:
     """The NAME=VALUE words a command sets for the program it runs, before it (``tokens``: the command up to SGLang's
-    entry point): the shell's own prefix (`NCCL_DEBUG=INFO python -m ...`), `env`'s, and docker's `-e`/`--env`; one
-    per name, the last given, and only those a launch may set (:func:`launch_env`)."""
+    entry point): the shell's own prefix (`NCCL_DEBUG=INFO python -m ...`), a script's `export NAME=value;`, `env`'s,
+    and docker's `-e`/`--env`; one per name, the last given, and only those a launch may set (:func:`launch_env`)."""
     found: dict[str, str] = {}
+    exporting = False  # inside an `export` statement, up to its `;`
     for i, token in enumerate(tokens):
-        word = token.removeprefix("--env=")
-        if not _ENV_WORD.fullmatch(word):
+        exported = exporting
+        word = token.removeprefix("--env=").removesuffix(";" if exported else "")
+        exporting = (exported and not token.endswith(";")) or token == "export"
+        if not _ENV_WORD.fullmatch(word) or (exported and not word):
             continue
         prefix = all(t == "env" or _ENV_WORD.fullmatch(t) for t in tokens[:i])
-        if prefix or token != word or (i and tokens[i - 1] in ("-e", "--env")):
+        if prefix or exported or token.startswith("--env=") or (i and tokens[i - 1] in ("-e", "--env")):
             name = word.partition("=")[0]
             if name not in ENV_REFUSED and (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
                 found.pop(name, None)

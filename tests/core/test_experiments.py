@@ -164,6 +164,15 @@ def test_the_environment_a_launch_command_gives_the_server_comes_first_in_its_fl
     docker = shlex.split("docker run --gpus all -e NCCL_P2P_DISABLE=1 --env=HF_HUB_OFFLINE=1 -v a=b:/c "
                          "lmsysorg/sglang python3 -m sglang.launch_server --tp 2 --model-path m")
     assert command_flags(docker) == ("NCCL_P2P_DISABLE=1", "HF_HUB_OFFLINE=1", "--tp", "2", "--model-path", "m")
+    # a script's exports (sglang-3685: NCCL's network and the gloo interface; CUDA_VISIBLE_DEVICES and a lower-case
+    # shell variable are not a launch's, sglang-467), and a plain assignment after a `;` is not exported
+    exported = command_flags(shlex.split(CASES["sglang-3685"]["launch_command"]))
+    assert exported[:5] == ("NCCL_NET=IB", "NCCL_SOCKET_IFNAME=bond1", "GLOO_SOCKET_IFNAME=bond1", "NCCL_DEBUG=INFO",
+                            "--model-path")
+    assert command_flags(shlex.split(CASES["sglang-467"]["launch_command"]))[0] == "--model-path"
+    assert command_flags(shlex.split("export NCCL_DEBUG=INFO NCCL_SHM_DISABLE=1; NCCL_P2P_DISABLE=1; "
+                                     "python -m sglang.launch_server --tp 2")) == (
+        "NCCL_DEBUG=INFO", "NCCL_SHM_DISABLE=1", "--tp", "2")
     # after the entry point, a NAME=VALUE is a flag's value, not the environment
     assert command_flags(shlex.split("python -m sglang.launch_server --json-model-override-args A=1")) == (
         "--json-model-override-args", "A=1")
@@ -193,6 +202,20 @@ def test_an_nccl_failure_gets_a_launch_with_one_transport_off_and_a_shared_memor
     # a log with NCCL's own WARN lines already says which transport: no relaunch for the log
     no_space = diagnose((FIXTURES / "other-logs" / "nccl-shm-no-space.txt").read_text())
     assert [e.change for e in finding_experiments(no_space, argv)] == ["NCCL_SHM_DISABLE=1"]
+
+
+def test_the_relaunch_with_nccls_log_on_names_the_transport_for_the_next_triage():
+    """The loop after `NCCL_DEBUG=INFO`: the same failure, its log now carrying NCCL's own INFO and WARN lines (real
+    ones: a setup's channels, then a shared-memory segment it could not make), is read as that transport's failure,
+    whose one experiment is the launch without it."""
+    tried = ("NCCL_DEBUG=INFO", "--tp", "2")
+    lines = CASES["sglang-4289"]["log_excerpt"].splitlines()
+    info = (FIXTURES / "other-logs" / "nccl-info-setup.txt").read_text().splitlines()
+    warn = (FIXTURES / "other-logs" / "nccl-shm-no-space.txt").read_text().splitlines()
+    finding = diagnose("\n".join([*lines[:5], *info * 20, *warn, *lines[5:]]))
+    assert finding.label == "nccl_error" and "/dev/shm" in finding.explanation
+    (experiment,) = finding_experiments(finding, tried)
+    assert experiment.argv == ("NCCL_DEBUG=INFO", "NCCL_SHM_DISABLE=1", "--tp", "2")
 
 
 def test_an_nccl_error_whose_last_error_is_cuda_out_of_memory_gets_no_transport_experiment():
