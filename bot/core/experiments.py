@@ -75,19 +75,20 @@ MOVES: dict[str, tuple[_Move, ...]] = {
               shows_value=True, only_value="fp8")),
 }
 # NCCL's transports between GPUs of one node: peer to peer (PCIe/NVLink), else shared memory in /dev/shm, else sockets.
-# Turning one off shows which failed; a shared-memory error already names its transport, so P2P is not tried then.
-_SHM_EVIDENCE, _NCCL_OOM = NCCL_SHM_LINE, NCCL_OOM_LINE  # an NCCL out-of-memory is GPU memory: no transport to try
+# Turning one off shows which failed; a shared-memory error already names its transport, so P2P is not tried then, and
+# an NCCL out-of-memory is GPU memory, with no transport to try.
 MOVES["nccl_error"] = (
     # what NCCL's own error asks for ("run with NCCL_DEBUG=INFO for details"): the relaunch's log names the transport
     # and the call that failed; not offered when the log already has NCCL's own lines
     _Move(True, ("NCCL_DEBUG=INFO",), "the same launch with NCCL's own log: its WARN lines name the transport and "
           "the call that failed (a triage of that attempt reads them)",
-          unless=rf"NCCL (?:INFO|WARN)\b|{_SHM_EVIDENCE}|{_NCCL_OOM}", decides=False),
+          unless=rf"NCCL (?:INFO|WARN)\b|{NCCL_SHM_LINE}|{NCCL_OOM_LINE}", decides=False),
     _Move(True, ("NCCL_P2P_DISABLE=1",), "NCCL without its peer-to-peer transport: if it starts, GPU-to-GPU access "
           "on this node is the cause (IOMMU/ACS on the host, or what the container passes)",
-          unless=f"{_SHM_EVIDENCE}|{_NCCL_OOM}"),
+          unless=f"{NCCL_SHM_LINE}|{NCCL_OOM_LINE}"),
     _Move(True, ("NCCL_SHM_DISABLE=1",), "NCCL without its /dev/shm transport: if it starts, the container's "
-          "/dev/shm is the cause; give it room rather than keep this (the fallback is slower)", unless=_NCCL_OOM))
+          "/dev/shm is the cause; give it room rather than keep this (the fallback is slower)",
+          unless=NCCL_OOM_LINE))
 MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
 MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
 # findings the budget engine sizes the next experiment for: memory, a model that does not split over tp, and a context
