@@ -40,6 +40,7 @@ from bot.core.gpu_faults import (
 from bot.core.installed_flags import GPUOPS_TABLE, FlagProblem, InstalledFlags, corrected_argv, flag_problems
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
+from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
@@ -167,6 +168,9 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
+    # NCCL between the launch GPUs makes its shared-memory segments in /dev/shm when they have no peer-to-peer path
+    shm_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(target.vmid, remote.df_dev_shm()),
+                                                   ok_exit=(0, 1))) if flags.gpus_needed > 1 else None
     # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
     p2p_task = asyncio.ensure_future(read_peer_access(transport, target.node, target.vmid, flags.tp)) \
         if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
@@ -205,11 +209,13 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(_transformers_check(planned))
         if p2p_task is not None:
             checks.append(Check("GPU peer access", *await p2p_task))
+        if shm_task is not None and (shm := await _shm_check(shm_task, flags.gpus_needed)) is not None:
+            checks.append(shm)
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn" if budget.memory_degraded else "ok",
                   "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
-    await _drop_unread(nodes_task, ct_config_task, p2p_task)  # not read when the budget could not be planned
+    await _drop_unread(nodes_task, ct_config_task, p2p_task, shm_task)  # not read when the budget was not planned
     if installed_task is not None:
         installed = await installed_task
         problems = _flag_problems(installed, request.flags, settings)
@@ -282,6 +288,18 @@ async def _container_checks(ct_config_task: asyncio.Future[str | None],
     memory = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
     devices = cuda_devices_health(vmid, ct_config, await nodes_task)
     return memory, ct_memory_mib, Check("CUDA devices", *devices) if devices else None
+
+
+async def _shm_check(shm_task: asyncio.Future[CommandResult], gpus: int) -> Check | None:
+    """/dev/shm in the container for a multi-GPU launch; None when df could not be read there (it informs; it must
+    not cost the pre-flight)."""
+    try:
+        answer = await shm_task
+    except RemoteError as exc:
+        log.info("df /dev/shm in the container: %s", exc)
+        return None
+    health = shm_health(answer.stdout if answer.exit_status == 0 else None, gpus)
+    return Check("shared memory", *health) if health else None
 
 
 def _sglang_check(planned: PlannedBudget, python: str) -> Check:

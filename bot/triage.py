@@ -31,13 +31,12 @@ from bot.core.label_evidence import (
     occupied_evidence,
     oom_holders_evidence,
     ordinal_evidence,
-    parse_df,
     parse_port_holders,
     port_evidence,
     ports_named,
-    shm_evidence,
     transformers_evidence,
 )
+from bot.core.shm import parse_df, shm_evidence
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events
 from bot.launch import container_of
@@ -208,8 +207,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "nccl_error":
-        shm = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, ("df", "-Pk", "/dev/shm")),
-                                  ok_exit=(0, 1))
+        shm = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.df_dev_shm()), ok_exit=(0, 1))
         return (shm_evidence(shm.stdout if shm.exit_status == 0 else None, text.splitlines()),)
     if finding.label == "transformers_too_old":
         line = transformers_evidence(read.versions.get("transformers"), _config_field(read.config,

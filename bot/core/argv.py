@@ -237,6 +237,11 @@ def python_package_versions(python: str, packages: Sequence[str]) -> Argv:
     return (python, "-c", VERSIONS_SCRIPT, *packages)
 
 
+def df_dev_shm() -> Argv:
+    """The room in /dev/shm, where NCCL's shared-memory transport makes its segments (POSIX df, KiB)."""
+    return ("df", "-Pk", "/dev/shm")
+
+
 def checked_path(path: str) -> str:
     """An absolute path without NUL, newlines or '..' (it is still passed as one argv element)."""
     if not path.startswith("/") or "\0" in path or "\n" in path or "/../" in path + "/" or len(path) > 4096:

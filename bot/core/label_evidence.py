@@ -1,9 +1,9 @@
 """Evidence a finding's label calls for beyond the log itself: who holds the port a launch could
 not bind, which transformers the container has against the one that wrote the checkpoint's
-config, which of the processes torch named when the GPU ran out still hold memory, how much room
-NCCL had in the container's /dev/shm, and whether the kernel's OOM killer killed the launch. Pure:
-the edges read /proc, the versions, df, the node's GPUs and its kernel log; these functions read
-their answers."""
+config, which of the processes torch named when the GPU ran out still hold memory, and whether the
+kernel's OOM killer killed the launch (how much room NCCL had in /dev/shm: bot.core.shm). Pure: the
+edges read /proc, the versions, the node's GPUs and its kernel log; these functions read their
+answers."""
 
 from __future__ import annotations
 
@@ -192,48 +192,6 @@ def driver_evidence(node: str, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
     return (f"{node} runs NVIDIA driver {snapshot.driver_version}{cuda}: the container needs that driver's own "
             "user-space libraries (`nvidia-smi` there says \"Driver/library version mismatch\" otherwise), and a "
             "build (torch, Triton, FlashInfer) for no newer a CUDA",)
-
-
-@dataclass(frozen=True)
-class DfRow:
-    """One filesystem of `df -Pk PATH`: the one PATH is on."""
-
-    size_kib: int
-    free_kib: int
-    mounted_on: str
-
-
-def parse_df(stdout: str) -> DfRow | None:
-    """The last filesystem row of `df -Pk` (POSIX format: name, 1024-blocks, used, available, capacity, mount)."""
-    rows = [line.split(None, 5) for line in stdout.strip().splitlines()[1:]]
-    if not rows or len(rows[-1]) < 6 or not (rows[-1][1].isdigit() and rows[-1][3].isdigit()):
-        return None
-    return DfRow(int(rows[-1][1]), int(rows[-1][3]), rows[-1][5])
-
-
-# NCCL's words for the shared-memory segment it could not make, with its size in bytes (the failure's log, and the
-# form NVIDIA's troubleshooting guide quotes)
-_SHM_SEGMENT = re.compile(r"shared memory segment \S+ \(size (\d+)\)|failed to extend \S+ to (\d+) bytes")
-
-
-def shm_evidence(df_stdout: str | None, log_lines: Iterable[str]) -> str:
-    """How much room the container's /dev/shm has (from `df -Pk /dev/shm` there, None when unreadable), against the
-    segment NCCL's log says it could not make. NCCL keeps its shared-memory transport's buffers there."""
-    row = parse_df(df_stdout) if df_stdout is not None else None
-    if row is None:
-        return "/dev/shm in the container: not readable"
-    asked = max((int(m.group(1) or m.group(2)) for line in log_lines for m in _SHM_SEGMENT.finditer(line)),
-                default=None)
-    where = "" if row.mounted_on == "/dev/shm" else f" (not its own mount: it is on {row.mounted_on})"
-    text = f"/dev/shm in the container: {_size(row.free_kib * 1024)} free of {_size(row.size_kib * 1024)}{where}"
-    if asked is not None:
-        more = ", more than is free" if asked > row.free_kib * 1024 else ""
-        text += f"; NCCL could not make a {_size(asked)} segment there{more}"
-    return text
-
-
-def _size(size_bytes: int) -> str:
-    return f"{size_bytes / 2**30:.1f} GiB" if size_bytes >= 2**30 else f"{size_bytes / 2**20:.1f} MiB"
 
 
 def base_gpu_id(flags: Sequence[str]) -> int:

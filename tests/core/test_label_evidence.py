@@ -4,15 +4,13 @@ import json
 
 from bot.core.diagnosis import diagnose
 from bot.core.label_evidence import (
-    DfRow,
     PortHolder,
-    parse_df,
     parse_port_holders,
     port_evidence,
     ports_named,
-    shm_evidence,
     transformers_evidence,
 )
+from bot.core.shm import DfRow, parse_df, shm_evidence, shm_health
 from tests.conftest import FIXTURES
 
 CASES = {c["id"]: c for c in (json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text()
@@ -236,3 +234,14 @@ def test_nccls_shared_memory_failure_shows_the_room_in_dev_shm_against_the_segme
     assert shm_evidence(not_mounted, ["NCCL error: unhandled system error"]) == (
         "/dev/shm in the container: 11.8 GiB free of 11.8 GiB (not its own mount: it is on /dev)")
     assert shm_evidence(None, extend) == "/dev/shm in the container: not readable"
+
+
+def test_a_multi_gpu_launch_is_warned_of_a_dev_shm_with_less_free_than_nvidias_guide_gives_a_container():
+    docker_default, roomy, not_mounted = (FIXTURES / "proxmox" / "df-dev-shm.txt").read_text().split("====\n")
+    state, text = shm_health(docker_default, 2)
+    assert state == "warn" and text.startswith("/dev/shm in the container: 4.0 MiB free of 64.0 MiB: NCCL makes its")
+    assert "1 GiB" in text
+    assert shm_health(roomy, 2) == ("ok", "/dev/shm in the container: 23.5 GiB free of 23.5 GiB")
+    assert shm_health(not_mounted, 4)[1].endswith("(not its own mount: it is on /dev)")
+    # one GPU: NCCL has no peer; df not read: nothing to say
+    assert shm_health(docker_default, 1) is None and shm_health(None, 2) is None

@@ -222,6 +222,19 @@ async def test_preflight_warns_when_the_container_lacks_the_uvm_device_cuda_need
     assert "add `devN: /dev/nvidia-uvm`" in text
 
 
+async def test_preflight_of_a_multi_gpu_launch_reads_dev_shm_in_the_container(lab):
+    """NCCL between the two GPUs may make its segments in /dev/shm: the pre-flight reads the room there (the lab
+    container's is this machine's, read by the real df) and says it; a one-GPU launch is not asked."""
+    import shutil
+
+    text = await refusal_text(lab, 0.79)
+    usage = shutil.disk_usage("/dev/shm")
+    assert (f":white_check_mark: *shared memory*: /dev/shm in the container: {usage.free / 2**30:.1f} GiB free of "
+            f"{usage.total / 2**30:.1f} GiB") in text
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 1 --mem-fraction-static 0.5")
+    assert "*shared memory*" not in blocks_to_text(post_with(calls, "Pre-flight").blocks)
+
+
 async def test_preflight_looks_inside_the_container_for_the_device_nodes_its_config_passes(lab):
     """The config passes nvidia-uvm, but inside the container stat finds the empty file an optional bind leaves when
     the node had no device: the check fails before a 10-minute load. Passed by raw binds whose cgroup rule allows
