@@ -47,7 +47,15 @@ from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
 from bot.ssh import CommandResult
-from bot.status import SmiFailed, Transport, read_device_nodes, read_node, read_pct_config, read_peer_access
+from bot.status import (
+    SmiFailed,
+    Transport,
+    read_dev_shm,
+    read_device_nodes,
+    read_node,
+    read_pct_config,
+    read_peer_access,
+)
 from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
@@ -169,8 +177,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
         target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
     # NCCL between the launch GPUs makes its shared-memory segments in /dev/shm when they have no peer-to-peer path
-    shm_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(target.vmid, remote.df_dev_shm()),
-                                                   ok_exit=(0, 1))) if flags.gpus_needed > 1 else None
+    shm_task = asyncio.ensure_future(read_dev_shm(transport, target.node, target.vmid)) \
+        if flags.gpus_needed > 1 else None
     # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
     p2p_task = asyncio.ensure_future(read_peer_access(transport, target.node, target.vmid, flags.tp)) \
         if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
@@ -209,8 +217,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         checks.append(_transformers_check(planned))
         if p2p_task is not None:
             checks.append(Check("GPU peer access", *await p2p_task))
-        if shm_task is not None and (shm := await _shm_check(shm_task, flags.gpus_needed)) is not None:
-            checks.append(shm)
+        if shm_task is not None and (shm := shm_health(await shm_task, flags.gpus_needed)) is not None:
+            checks.append(Check("shared memory", *shm))
         budget = planned.budget
         result = {"fits": "ok", "degraded": "warn" if budget.memory_degraded else "ok",
                   "fails": "fail"}[budget.verdict.value]
@@ -288,18 +296,6 @@ async def _container_checks(ct_config_task: asyncio.Future[str | None],
     memory = Check("container memory", *launch_memory_health(vmid, ct_config, faults.oom_kills if faults else ()))
     devices = cuda_devices_health(vmid, ct_config, await nodes_task)
     return memory, ct_memory_mib, Check("CUDA devices", *devices) if devices else None
-
-
-async def _shm_check(shm_task: asyncio.Future[CommandResult], gpus: int) -> Check | None:
-    """/dev/shm in the container for a multi-GPU launch; None when df could not be read there (it informs; it must
-    not cost the pre-flight)."""
-    try:
-        answer = await shm_task
-    except RemoteError as exc:
-        log.info("df /dev/shm in the container: %s", exc)
-        return None
-    health = shm_health(answer.stdout if answer.exit_status == 0 else None, gpus)
-    return Check("shared memory", *health) if health else None
 
 
 def _sglang_check(planned: PlannedBudget, python: str) -> Check:

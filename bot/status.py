@@ -113,6 +113,17 @@ async def read_pct_config(transport: Transport, node: str, vmid: int) -> str | N
         return None
 
 
+async def read_dev_shm(transport: Transport, node: str, vmid: int) -> str | None:
+    """``df -Pk /dev/shm`` in container ``vmid`` (where NCCL makes its shared-memory segments); None when it could not
+    be read there."""
+    try:
+        answer = await transport.run(node, remote.pct_exec(vmid, remote.df_dev_shm()), ok_exit=(0, 1))
+    except RemoteError as exc:
+        log.info("df /dev/shm in CT %s on %s: %s", vmid, node, exc)
+        return None
+    return answer.stdout if answer.exit_status == 0 else None
+
+
 async def read_cuda_devices(transport: Transport, node: str, vmid: int) -> tuple[str, str] | None:
     """The CUDA devices check of a container ("ok" | "warn" | "fail", detail): the NVIDIA nodes its config passes,
     and what they are inside it. None when its config could not be read or passes no NVIDIA node."""

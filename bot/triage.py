@@ -40,7 +40,15 @@ from bot.core.shm import parse_df, shm_evidence
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events
 from bot.launch import container_of
-from bot.status import SmiFailed, Transport, read_cuda_devices, read_node, read_pct_config, read_peer_access
+from bot.status import (
+    SmiFailed,
+    Transport,
+    read_cuda_devices,
+    read_dev_shm,
+    read_node,
+    read_pct_config,
+    read_peer_access,
+)
 
 if TYPE_CHECKING:
     from bot.store import AttemptStore, Store
@@ -207,8 +215,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
     if finding.oom is not None and finding.oom.holders:
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "nccl_error":
-        shm = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.df_dev_shm()), ok_exit=(0, 1))
-        return (shm_evidence(shm.stdout if shm.exit_status == 0 else None, text.splitlines()),)
+        return (shm_evidence(await read_dev_shm(transport, attempt.node, attempt.vmid), text.splitlines()),)
     if finding.label == "transformers_too_old":
         line = transformers_evidence(read.versions.get("transformers"), _config_field(read.config,
                                                                                     "transformers_version"))

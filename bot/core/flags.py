@@ -286,14 +286,20 @@ def launch_env(argv: Sequence[str]) -> tuple[str, ...]:
     set, naming the ones it may."""
     words = tuple(argv[:env_words(argv)])
     for word in words:
-        name = word.partition("=")[0]
-        if name in ENV_REFUSED:
-            raise UsageError(f"`{name}` is not set by a launch: {ENV_REFUSED[name]}")
-        if not (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
-            raise UsageError(f"`{name}` is not a variable a launch may set: only " +
-                             ", ".join(f"{prefix}*" for prefix in ENV_PREFIXES) + " and the proxy variables "
-                             "(a loader's or interpreter's variable would run other code as root in the container)")
+        if (refusal := _env_refusal(word.partition("=")[0])) is not None:
+            raise UsageError(refusal)
     return words
+
+
+def _env_refusal(name: str) -> str | None:
+    """Why a launch may not set the variable ``name``, or None when it may."""
+    if name in ENV_REFUSED:
+        return f"`{name}` is not set by a launch: {ENV_REFUSED[name]}"
+    if not (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
+        return (f"`{name}` is not a variable a launch may set: only " +
+                ", ".join(f"{prefix}*" for prefix in ENV_PREFIXES) + " and the proxy variables (a loader's or "
+                "interpreter's variable would run other code as root in the container)")
+    return None
 
 
 def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
@@ -366,7 +372,7 @@ def command_env(tokens: Sequence[str]) -> tuple[str, ...]:
         prefix = all(t == "env" or _ENV_WORD.fullmatch(t) for t in tokens[:i])
         if prefix or exported or token.startswith("--env=") or (i and tokens[i - 1] in ("-e", "--env")):
             name = word.partition("=")[0]
-            if name not in ENV_REFUSED and (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
+            if _env_refusal(name) is None:
                 found.pop(name, None)
                 found[name] = word
     return tuple(found.values())
