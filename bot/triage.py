@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
-from bot.core.diagnosis import BUSY, OCCUPIED, OUT_OF_RANGE, Finding, LaunchContext, diagnose_excerpt
+from bot.core.diagnosis import BUSY, HARDWARE, OCCUPIED, OUT_OF_RANGE, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
-from bot.core.gpu_faults import OomKill, gpus_by_bus, oom_kill_findings, xid_findings
+from bot.core.gpu_faults import OomKill, ecc_evidence, gpus_by_bus, oom_kill_findings, xid_findings
 from bot.core.inventory import Inventory, Target
 from bot.core.label_evidence import (
     busy_evidence,
@@ -38,7 +38,7 @@ from bot.core.label_evidence import (
 )
 from bot.core.shm import parse_df, shm_evidence
 from bot.errors import GpuopsError, RemoteError, UsageError
-from bot.faults import read_kernel_events
+from bot.faults import read_kernel_events, read_memory_errors
 from bot.launch import container_of
 from bot.status import (
     SmiFailed,
@@ -216,11 +216,21 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
         return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
     if finding.label == "nccl_error":
         return (shm_evidence(await read_dev_shm(transport, attempt.node, attempt.vmid), text.splitlines()),)
+    if finding.label == HARDWARE:
+        return (await _ecc_counters(transport, attempt.node),)
     if finding.label == "transformers_too_old":
         line = transformers_evidence(read.versions.get("transformers"), _config_field(read.config,
                                                                                     "transformers_version"))
         return (line,) if line else ()
     return ()
+
+
+async def _ecc_counters(transport: Transport, node: str) -> str:
+    try:
+        gpus, _ = await read_memory_errors(transport, node)
+    except GpuopsError as exc:
+        return f"ECC counters on {node}: not readable ({exc.user_message[:160]})"
+    return ecc_evidence(node, gpus)
 
 
 async def _port_holders(transport: Transport, attempt: Attempt, python: str, finding: Finding,

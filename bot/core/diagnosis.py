@@ -56,6 +56,9 @@ CONTEXT_OVER_MODEL = "context_length_over_model"
 # SGLang's argparse refusing the command line (a flag that release does not have, a bad value, an ambiguous prefix):
 # Python's "<prog>: error: <message>", and the process exits 2 before anything starts
 ARGUMENT_ERROR = "launch_argument_error"
+# the GPU's own memory failed (an uncorrectable ECC error): hardware, not the launch; the node's ECC counters and Xid
+# events say which GPU and whether a reset clears it
+HARDWARE = "gpu_hardware_error"
 # the server came up, but its own warmup request went out through an HTTP proxy (http_proxy/https_proxy/all_proxy set
 # for the model download, no_proxy not exempting the server's address), which answered 502/403/407 instead of it
 WARMUP_PROXY = "warmup_through_proxy"
@@ -162,12 +165,24 @@ RULES: tuple[Rule, ...] = (
     # the same family of asynchronous kernel faults under its other codes: 719 (a kernel faulted: an invalid pointer,
     # out-of-bounds shared memory), 715 (an illegal instruction), 716 (a misaligned address)
     Rule("illegal_memory_access", (r"CUDA error: unspecified launch failure", r"cudaErrorLaunchFailure",
-                                   r"an illegal instruction was encountered", r"CUDA error: misaligned address"),
+                                   r"an illegal instruction was encountered", r"CUDA error: misaligned address",
+                                   # the driver API's names, as cuda-python and Triton's launcher print them
+                                   r"CUDA_ERROR_(?:LAUNCH_FAILED|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS)\b"),
          "runtime", "a CUDA kernel faulted on the device (unspecified launch failure 719, illegal instruction 715 "
                     "or misaligned address 716: the family of an illegal memory access)",
          "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check the node's Xid events (a GPU fault raises the "
          "same error); try another attention backend or the quantization kernels", 3),
+    # CUDA error 214 in the runtime's, torch's and the driver API's words: the GPU's memory itself failed
+    Rule(HARDWARE, (r"uncorrectable ECC error encountered", r"cudaErrorECCUncorrectable",
+                    r"CUDA_ERROR_ECC_UNCORRECTABLE"),
+         "runtime", "the GPU reported an uncorrectable ECC error: its memory has a hardware fault and the data on it "
+                    "is corrupt (not a software bug, not this launch's flags)",
+         "read the GPU's ECC counters and remapped rows on the node (`nvidia-smi -q -d ECC,ROW_REMAPPER`; the "
+         "pre-flight's GPU hardware check shows them) and its Xid events (48, 63, 64, 94, 95): a pending row remap "
+         "takes effect after a GPU reset once nothing holds the GPU (`/gpu free`, then `nvidia-smi -r -i <gpu>` on "
+         "the node); one that failed needs service. Launch on other GPUs meanwhile (--base-gpu-id)", 3),
     Rule("illegal_memory_access", (r"an illegal memory access was encountered", r"CUDA Error: 700\b",
+                                   r"CUDA_ERROR_ILLEGAL_ADDRESS\b",
                                    r"Failed to encode tensor map: 700", r"Starting GPU coredump generation"),
          "runtime", "a CUDA kernel touched an invalid address (code 700)",
          "rerun with CUDA_LAUNCH_BLOCKING=1, try another attention backend, check the quantization kernels", 3),
@@ -331,6 +346,13 @@ RULES: tuple[Rule, ...] = (
          "startup", "the installed transformers does not know the checkpoint's model_type",
          "upgrade transformers to the version the model card names", 3),
     # torchvision built against another torch: its C++ operators do not register, and the import fails on the first
+    # the opposite of transformers_too_old: a transformers newer than this SGLang, which now ships its own config class
+    # for a model type SGLang registers itself
+    Rule("dependency_version_mismatch", (r"is already used by a Transformers model",),
+         "import", "the installed transformers is newer than this SGLang release: it now has its own class for a model "
+                   "type SGLang registers itself, and refuses SGLang's",
+         "install the transformers version this SGLang release pins (`pip show sglang` lists it), or an SGLang release "
+         "made for the installed transformers", 3),
     Rule("dependency_version_mismatch", (r"operator torchvision::\w+ does not exist",),
          "import", "the installed torchvision was built for another torch than the one installed: its C++ operators "
                    "did not load (SGLang imports it for multimodal models)",
@@ -427,8 +449,12 @@ RULES: tuple[Rule, ...] = (
                     "environment does not have (a runtime image, or CUDA_HOME unset)",
          "install the CUDA toolkit of the torch build's CUDA version (or use a -devel image) and set CUDA_HOME "
          "(e.g. /usr/local/cuda)", 2),
-    Rule("flashinfer_jit_error", (r"fatal error: cuda_fp8\.h", r"CalledProcessError: Command '\['ninja'",
-                                  r"flashinfer/jit/cpp_ext\.py"),
+    # the build's own words too: a CUDA header nvcc cannot find, nvcc's error count for a source FlashInfer generated,
+    # ninja giving up, and FlashInfer's run_ninja raising (newer releases) without the subprocess frames
+    Rule("flashinfer_jit_error", (r"fatal error: cu\w*\.h: No such file", r"CalledProcessError: Command '\['ninja'",
+                                  r"flashinfer/jit/cpp_ext\.py", r"ninja: build stopped: subcommand failed",
+                                  r"errors? detected in the compilation of \S*flashinfer",
+                                  r"RuntimeError: Ninja build failed"),
          "startup", "FlashInfer's JIT build (nvcc/ninja) failed",
          "install the CUDA toolkit headers, or prebuilt kernels", 2),
     # Triton's launcher refusing a kernel config; the raise line in its compiler names it when the text is cut
@@ -519,6 +545,12 @@ RULES: tuple[Rule, ...] = (
     # self-check
     Rule("mamba_cache_error", (r"AssertionError: Can not alloc mamba cache",
                                r"Mamba Radix tree sanity check failed"), "runtime", MAMBA_FAILED, MAMBA_NEXT, 3),
+    # the ping-pong slots of the extra_buffer strategy (a request's working copy of its state) exhausted while a
+    # request is admitted: the state pool is too small for the requests it holds plus their copies
+    Rule("mamba_cache_error", (r"Not enough space for mamba ping pong idx",),
+         "runtime", "the hybrid state pool had no slot left for a request's working copy (extra_buffer's ping-pong "
+                    "buffer) while admitting it: the pool is too small for the requests it holds",
+         "raise --mamba-full-memory-ratio (or --max-mamba-cache-size), or lower --max-running-requests", 3),
     # an assertion inside its bookkeeping: frames of the mamba radix cache (hierarchical too) and its helpers,
     # context only (what they raise decides when it has a rule)
     Rule("mamba_cache_error", (r"mamba_(?:radix_cache|component)\.py\W*line \d+", r"in _\w*mamba_radix_cache\w*"),
@@ -540,6 +572,8 @@ RULES: tuple[Rule, ...] = (
     # frames of the draft worker being built (by class, or through the algorithm's factory in newer releases) and
     # of any module of SGLang's speculative package (eagle_worker_v2.py, eagle_info.py, multi_layer_eagle_worker.py)
     Rule("speculative_decoding_error", (DRAFT_WORKER_FRAME, r"eagle_worker\.py", r"sglang/srt/speculative/\w+\.py\"",
+                                        # a draft model's own module (llama_eagle3.py, deepseek_nextn.py, mimo_mtp.py)
+                                        r"sglang/srt/models/\w*(?:eagle|nextn|_mtp)\w*\.py\"",
                                         r"forward_batch_speculative_generation", r"capture_aux_hidden_states",
                                         r"cannot generate MTP seed"),
          "startup", "the failure is in the speculative (EAGLE/MTP) draft or verify path",
@@ -608,7 +642,11 @@ _CAPTURE_CONTEXT = re.compile(rf"{CAPTURE_LINE}|cuda_graph_runner|capture_one_ba
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
 # SGLang's life-cycle lines (bot.core.startup_log), shared by the phase of a finding and the diagnosis of a
 # stalled log
-_BENIGN = re.compile(BENIGN_NOTICE)
+# SGLang's warning when its custom all-reduce cannot be set up (no P2P between the GPUs, an IPC handle refused, a
+# device id it cannot read): it falls back to NCCL and goes on, so what the line quotes is never the cause
+CUSTOM_AR_FALLBACK = r"Setup Custom allreduce failed with "
+_FALLBACK = re.compile(CUSTOM_AR_FALLBACK)
+_BENIGN = re.compile(f"{BENIGN_NOTICE}|{CUSTOM_AR_FALLBACK}")  # lines that report no error of the launch's
 # that notice for a model module (older releases end its name with "." rather than ":")
 _SKIPPED_MODEL = re.compile(BENIGN_NOTICE + r"sglang\.srt\.models\.(?P<module>\w+)[.:] (?P<reason>.+)")
 _ARCHITECTURE = re.compile(r"\b(?P<name>[A-Z][A-Za-z0-9_]*?)_?(?:For[A-Z]\w*|Model)\b")
@@ -804,6 +842,17 @@ def diagnose(text: str, *, stalled_minutes: float | None = None, context: Launch
 
 def _diagnose_lines(raw: list[str], stalled_minutes: float | None, context: LaunchContext | None) -> Finding:
     lines = plain_lines(raw)
+    finding = _first_cause(lines, raw, stalled_minutes, context)
+    fallback = next((i for i, line in enumerate(lines) if _FALLBACK.search(line)), None)
+    if fallback is None:
+        return finding
+    return replace(finding, notes=(*finding.notes, (
+        f"line {fallback + 1}: SGLang could not set up its custom all-reduce and fell back to NCCL (a warning, not "
+        "the cause: all-reduce is slower between GPUs without P2P; --disable-custom-all-reduce silences it)")))
+
+
+def _first_cause(lines: list[str], raw: list[str], stalled_minutes: float | None,
+                 context: LaunchContext | None) -> Finding:
     order, reversed_export = time_order(lines, [strip_ansi(x) for x in raw])
     hits = _rule_hits(lines, order)
     notes = ("log was exported newest-first; read in time order",) if reversed_export else ()

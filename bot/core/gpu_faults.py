@@ -131,6 +131,23 @@ def memory_error_findings(where: str, gpus: list[GpuMemoryErrors],
     return findings
 
 
+def ecc_evidence(where: str, gpus: list[GpuMemoryErrors]) -> str:
+    """The node's ECC counters beside a finding of an uncorrectable ECC error: what to act on per GPU, else what the
+    counters show (a GPU without counters, or with ECC off, is said so: it cannot vouch for itself)."""
+    problems = memory_error_findings(where, gpus)
+    if problems:
+        return "ECC counters now: " + "; ".join(problems)
+    if not gpus:
+        return f"ECC counters on {where}: no GPU listed"
+    on = [g.index for g in gpus if g.ecc_mode == "Enabled"]
+    off = [g.index for g in gpus if g.ecc_mode == "Disabled"]
+    unread = [g.index for g in gpus if g.ecc_mode not in ("Enabled", "Disabled")]
+    parts = [f"GPU {', '.join(map(str, on))}: ECC on, no uncorrectable error since the driver loaded"] if on else []
+    parts += [f"GPU {', '.join(map(str, off))}: ECC off (no counters kept)"] if off else []
+    parts += [f"GPU {', '.join(map(str, unread))}: no ECC counters exposed"] if unread else []
+    return f"ECC counters on {where} now: " + "; ".join(parts)
+
+
 # ------------------------------------------------------------------------------------ Xid
 
 # code -> (meaning, what to do). Application-caused codes say so: they are not hardware faults.

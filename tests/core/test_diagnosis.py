@@ -1068,3 +1068,42 @@ def test_a_launch_command_sglangs_parser_refuses_is_named_by_its_complaint():
     assert diagnose("usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]").label \
         != "launch_argument_error"
     assert diagnose("note: error: unrecognized arguments are refused by SGLang").label != "launch_argument_error"
+
+
+def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
+    """Lines as SGLang users met them (one per row, sources in SOURCES.md): a FlashInfer JIT build failing in nvcc's
+    and ninja's words without FlashInfer's frames, a transformers newer than the SGLang, the hybrid state pool out of
+    ping-pong slots, an uncorrectable ECC error, and the driver API's names of the illegal-address family."""
+    rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
+            .splitlines()]
+    assert len(rows) == 11
+    for label, line in rows:
+        assert diagnose(line).label == label, line
+    ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))
+    assert ecc.confidence == "high" and "hardware fault" in ecc.explanation
+    assert "ROW_REMAPPER" in ecc.next_step and "--base-gpu-id" in ecc.next_step
+    newer = diagnose(next(line for label, line in rows if "already used by a Transformers model" in line))
+    assert "newer than this SGLang" in newer.explanation and newer.phase == "import"
+    pool = diagnose(rows[5][1])
+    assert "--mamba-full-memory-ratio" in pool.next_step and pool.phase == "runtime"
+
+
+def test_a_draft_models_own_module_in_the_frames_points_to_speculative_decoding():
+    # sglang#13352: EAGLE3 with topk > 1 under spec v2, failing in the draft model's forward
+    finding = diagnose((FIXTURES / "other-logs" / "eagle3-draft-frames.txt").read_text())
+    assert (finding.label, finding.confidence) == ("speculative_decoding_error", "low")
+    assert "llama_eagle3.py" in finding.evidence[0].text
+
+
+def test_sglangs_fallback_from_custom_all_reduce_is_a_warning_not_the_cause():
+    """Two RTX 4090 without P2P: SGLang logs that custom all-reduce could not be set up, falls back to NCCL and loads
+    on (a real start-up log). The warning is noted, never named as the cause; what fails later is."""
+    log = (FIXTURES / "other-logs" / "custom-allreduce-fallback.txt").read_text()
+    loading = diagnose(log)
+    assert loading.label != "gpu_p2p_unsupported" and "weight loading began" in loading.explanation
+    assert loading.notes[-1].startswith("line 8: SGLang could not set up its custom all-reduce and fell back to NCCL")
+    assert all("Setup Custom allreduce" not in e.text for e in loading.evidence)
+    kv_error = next(json.loads(x) for x in (FIXTURES / "sglang-failures" / "cases.jsonl").read_text().splitlines()
+                    if json.loads(x)["label"] == "kv_pool_oom" and json.loads(x)["quality"] == "error_line")["evidence"]
+    failed = diagnose(log + kv_error + "\n")
+    assert failed.label == "kv_pool_oom" and "gpu_p2p_unsupported" not in failed.also_seen

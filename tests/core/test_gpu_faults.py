@@ -10,6 +10,7 @@ from bot.core.gpu_faults import (
     DeviceNode,
     GpuMemoryErrors,
     NodeFaults,
+    ecc_evidence,
     gpus_by_bus,
     invalid_query_field,
     memory_error_findings,
@@ -360,3 +361,18 @@ def test_a_bind_that_found_no_device_on_the_node_fails_the_check_when_cuda_needs
                "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2")}
     assert cuda_devices_health(129, entries, inside) == (
         "ok", "CT 129 passes /dev/nvidia-uvm and 6 other NVIDIA device node(s), each a device inside the container")
+
+
+def test_the_ecc_counters_beside_an_ecc_finding_say_what_to_act_on_or_what_they_show():
+    remap = replace(a100_row_remap(), uncorrected_volatile=2)
+    assert ecc_evidence("dgx1", [remap]) == (
+        "ECC counters now: dgx1 GPU 0: a remapped row is pending — reset the GPU (stop its processes first) to "
+        "activate it; dgx1 GPU 0: 2 uncorrectable ECC error(s) since the driver loaded")
+    h100 = memory_errors_from_csv((CSV / "ugx-h100-mig-590-load-query-gpu.csv").read_text())
+    rtx = memory_errors_from_csv((CSV / "ugx-rtx2080s-595-idle-query-gpu.csv").read_text())
+    assert ecc_evidence("pve9", h100 + [replace(rtx[0], index=1)]) == (
+        "ECC counters on pve9 now: GPU 0: ECC on, no uncorrectable error since the driver loaded; GPU 1: no ECC "
+        "counters exposed")
+    assert ecc_evidence("pve9", [replace(h100[0], ecc_mode="Disabled", ecc_mode_pending="Disabled")]) == (
+        "ECC counters on pve9 now: GPU 0: ECC off (no counters kept)")
+    assert ecc_evidence("pve9", []) == "ECC counters on pve9: no GPU listed"

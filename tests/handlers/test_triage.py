@@ -466,6 +466,29 @@ async def test_a_rank_asking_for_a_gpu_the_container_cannot_see_shows_the_indice
     assert "`pct config 129` on pve5 passes 2 GPU device(s) into the container (/dev/nvidia0, /dev/nvidia1)" in text
 
 
+async def test_an_uncorrectable_ecc_error_is_hardware_with_the_nodes_ecc_counters_beside_it(lab):
+    """The launch's log ends in torch's uncorrectable ECC error (a real line): the triage names a hardware fault, not
+    the flags, and reads the node's ECC counters now: GPU 1 with its errors and a pending remapped row."""
+    from pathlib import Path
+
+    from tests.conftest import FIXTURES
+
+    attempt = await failed_launch(lab, "kv_pool_oom")
+    log_path = Path(attempt.log_path)
+    header = log_path.read_text().split("\n", 1)[0]
+    ecc = next(row.split("\t")[1] for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
+               .splitlines() if row.startswith("gpu_hardware_error\t"))
+    log_path.write_text(f"{header}\n{ecc}\n")
+    state = lab.nodes["pve5"].read_state()
+    state["gpus"][1].update(ecc_mode="Enabled", ecc_mode_pending="Enabled", ecc_uncorrected_volatile=3,
+                            remapped_pending="Yes")
+    lab.nodes["pve5"].write_state(state)
+    _, text = await triaged(lab, attempt)
+    assert "*gpu_hardware_error*" in text and "hardware fault" in text
+    assert ("ECC counters now: pve5 GPU 1: a remapped row is pending — reset the GPU (stop its processes first) to "
+            "activate it; pve5 GPU 1: 3 uncorrectable ECC error(s) since the driver loaded") in text
+
+
 async def test_a_launch_the_kernel_killed_is_named_from_the_nodes_kernel_log(lab):
     # the stand-in's scheduler is killed at the container's memory limit while its weights load: the kernel writes
     # the kill into the node's log, the launcher's log says only that rank 0 died with exit code -9
