@@ -361,6 +361,8 @@ RULES: tuple[Rule, ...] = (
     # a module missing or without a name SGLang imports (sgl_kernel's and transformers' own cases are named below
     # and above, more specifically)
     Rule("dependency_version_mismatch", (r"with minimum required version \S+ is not installed",
+                                         # the same check finding an older one (assert_pkg_version)
+                                         r"is installed with version \S+, which is less than",
                                          r"cannot import name '[^']+' from '[\w.]+",  # (the module may be cut)
                                          r"ModuleNotFoundError: No module named '[\w.]+'",
                                          r"requires .* but you have .* which is incompatible"),
@@ -393,7 +395,9 @@ RULES: tuple[Rule, ...] = (
                                      r"Could not run 'sgl_kernel::",
                                      # its loader's summary when no common_ops build loads (the per-file reasons,
                                      # an undefined symbol most often, follow it)
-                                     r"\[sgl_kernel\] CRITICAL: Could not load any common_ops library"),
+                                     r"\[sgl_kernel\] CRITICAL: Could not load any common_ops library",
+                                     # SGLang's own version check on it (assert_pkg_version)
+                                     r"sgl[-_]kernel is installed with version \S+, which is less than"),
          "import", "the compiled sgl_kernel is missing, or does not match the installed torch/CUDA/driver",
          "(re)install the sgl-kernel this SGLang release pins, built for this torch and CUDA", 3),
     Rule("kernel_arch_unsupported", (r"CUDA error: invalid device function",),
@@ -417,8 +421,11 @@ RULES: tuple[Rule, ...] = (
     Rule("attention_backend_unsupported", (r"Only SM 1\d\.x(?: and 1\d\.x)? (?:are|is) supported",
                                            # fa3 on Blackwell (or fa3 with MLA on Ampere)
                                            r"FlashAttention v3 Backend requires SM>=\d+ and SM<=\d+",
-                                           # flash-attn 2's own check (Volta, Turing)
+                                           # flash-attn 2's own check (Volta, Turing), and its older form
                                            r"FlashAttention only supports Ampere GPUs or newer",
+                                           r"Expected is_sm\w+ \|\| is_sm\w+.* to be true, but got false",
+                                           # fa3 on Ampere/Ada with an FP8 KV cache
+                                           r"FlashAttention on Ampere/Ada cards only supports fp16 and bf16",
                                            # SGLang's own gates: a TRT-LLM backend on a GPU other than SM100 ("...
                                            # backend for prefill is only supported on Blackwell GPUs (SM100)"), fa3
                                            # for the vision tower on Blackwell, the backends a hybrid GDN model takes
@@ -899,7 +906,8 @@ def _first_cause(lines: list[str], raw: list[str], stalled_minutes: float | None
                        f"serving with the token pool {usage:.0%} full; the out-of-memory line itself is not in "
                        "this text)", rule.next_step, (Evidence(index + 1, lines[index].strip()[:400]),), (), notes)
     echoes = [h for h in hits if h[1].label == ECHO]
-    if stalled_minutes is not None or not echoes:
+    # a log that ends in a raised exception stopped because of it, whatever stage it had reached
+    if (stalled_minutes is not None or not echoes) and not _ends_in_exception(lines, order):
         stalled = _stall(lines, order, stalled_minutes)
         if stalled is not None:
             return stalled
@@ -1242,6 +1250,14 @@ def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:
     return not any(_EXCEPTION_LINE.search(lines[i]) for i in tail)
 
 
+def _ends_in_exception(lines: list[str], order: list[int]) -> bool:
+    """True when the text's last traceback reaches its exception line (what a process that raised and died wrote)."""
+    content = [i for i in order if lines[i].strip()]
+    if not any("Traceback (most recent call last)" in lines[i] for i in content):
+        return False
+    return any(_EXCEPTION_LINE.search(lines[i]) for i in _last_traceback(lines, order)[1:])
+
+
 def _cut_site(lines: list[str], order: list[int], notes: tuple[str, ...], seen: set[str]) -> Finding | None:
     """A traceback cut before its exception line, whose deepest frame names the step that failed (_CUT_SITES):
     that step's label, with low confidence and the frame as its evidence."""
@@ -1274,6 +1290,12 @@ _FRAME_PHASES = (
 )
 
 
+def _frames_phase(lines: list[str], tail: list[int]) -> str:
+    """The phase a traceback's frames place it in (serving, capture, loading, building the scheduler)."""
+    return next((phase for pattern, phase in _FRAME_PHASES if any(pattern.search(lines[i].rstrip()) for i in tail)),
+                "unknown")
+
+
 def _cut_traceback(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Finding | None:
     """A traceback cut before its exception line that no rule reads: say so, where its deepest frame is and when
     its frames place it, so the team fetches the rest of the log instead of reading the frames as a cause."""
@@ -1288,10 +1310,8 @@ def _cut_traceback(lines: list[str], order: list[int], notes: tuple[str, ...]) -
     index, deepest = frames[-1]
     path = deepest.group("file")
     file = path[path.rindex("sglang/"):] if "sglang/" in path else "/".join(path.split("/")[-2:])
-    raised = next((phase for pattern, phase in _FRAME_PHASES
-                   if any(pattern.search(lines[i].rstrip()) for i in tail)), "unknown")
     shown = list(dict.fromkeys((index, tail[-1])))
-    return Finding("unknown", _phase(lines, order, order.index(tail[-1]), raised), "low",
+    return Finding("unknown", _phase(lines, order, order.index(tail[-1]), _frames_phase(lines, tail)), "low",
                    "the log is cut inside a traceback, before its exception line, and no rule reads its frames alone: "
                    f"the deepest frame is {deepest.group('where')} in {file}; the exception line after it names the "
                    "cause", "find the rest of this log (it was cut: rotated, truncated, or the process was killed "
@@ -1368,7 +1388,16 @@ def _unknown(lines: list[str], order: list[int], notes: tuple[str, ...]) -> Find
                        "triage reads it itself)", (), (), notes)
     telling = [(i, lines[i]) for i in order if _TELLING.search(lines[i]) and not _BENIGN.search(lines[i])]
     picked = telling[-3:] if telling else [(i, lines[i]) for i in order if lines[i].strip()][-3:]
-    phase = _phase(lines, order, order.index(picked[-1][0]), "unknown")
-    return Finding("unknown", phase, "low", "no rule matches this log; the most telling lines are quoted",
-                   "read the lines above; run with --log-level debug for more", tuple(
-                       Evidence(i + 1, x.strip()[:400]) for i, x in picked), (), notes)
+    explanation, default_phase = "no rule matches this log; the most telling lines are quoted", "unknown"
+    if _ends_in_exception(lines, order):  # where it was raised, the code there, and what was raised
+        tail = _last_traceback(lines, order)
+        raised = next(n for n in range(1, len(tail)) if _EXCEPTION_LINE.search(lines[tail[n]]))
+        deepest = max((n for n in range(raised) if _FRAME_AT.search(lines[tail[n]])), default=None)
+        if deepest is not None:
+            picked = [(tail[n], lines[tail[n]]) for n in dict.fromkeys((deepest, deepest + 1, raised))]
+            explanation = ("the log ends in an exception no rule reads: it is quoted with the frame that raised it "
+                           "and the code there")
+            default_phase = _frames_phase(lines, tail)
+    phase = _phase(lines, order, order.index(picked[-1][0]), default_phase)
+    return Finding("unknown", phase, "low", explanation, "read the lines above; run with --log-level debug for more",
+                   tuple(Evidence(i + 1, x.strip()[:400]) for i, x in picked), (), notes)

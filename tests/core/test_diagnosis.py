@@ -1073,10 +1073,12 @@ def test_a_launch_command_sglangs_parser_refuses_is_named_by_its_complaint():
 def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     """Lines as SGLang users met them (one per row, sources in SOURCES.md): a FlashInfer JIT build failing in nvcc's
     and ninja's words without FlashInfer's frames, a transformers newer than the SGLang, the hybrid state pool out of
-    ping-pong slots, an uncorrectable ECC error, and the driver API's names of the illegal-address family."""
+    ping-pong slots, an uncorrectable ECC error, the driver API's names of the illegal-address family, and flash-attn's
+    older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, and SGLang's own version check
+    finding an older package (sgl-kernel's own label)."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
-    assert len(rows) == 11
+    assert len(rows) == 15
     for label, line in rows:
         assert diagnose(line).label == label, line
     ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))
@@ -1107,3 +1109,20 @@ def test_sglangs_fallback_from_custom_all_reduce_is_a_warning_not_the_cause():
                     if json.loads(x)["label"] == "kv_pool_oom" and json.loads(x)["quality"] == "error_line")["evidence"]
     failed = diagnose(log + kv_error + "\n")
     assert failed.label == "kv_pool_oom" and "gpu_p2p_unsupported" not in failed.also_seen
+
+
+def test_a_log_ending_in_an_exception_no_rule_reads_quotes_where_it_was_raised():
+    """sglang#24153: SWARadixCache's lock-count assertion while serving. No rule names it; the finding quotes the
+    frame that raised it, the code there and the exception, and places it by its frames (serving)."""
+    trace = (FIXTURES / "other-logs" / "swa-radix-assert.txt").read_text()
+    finding = diagnose(trace)
+    assert (finding.label, finding.phase) == ("unknown", "runtime")
+    assert [e.line_no for e in finding.evidence] == [16, 17, 18]
+    assert finding.evidence[0].text.endswith("in dec_lock_ref") and finding.evidence[1].text == "node.swa_lock_ref > 0"
+    assert "ends in an exception no rule reads" in finding.explanation
+    # after a start-up that reached the weights (the real 4090 log, joined to this trace), the log stopped because of
+    # the exception: not "a hang while loading weights"
+    started = (FIXTURES / "other-logs" / "custom-allreduce-fallback.txt").read_text()
+    joined = diagnose(started + trace)
+    assert "hang" not in joined.explanation and joined.evidence[-1].text.startswith("AssertionError: dec_lock_ref")
+    assert "hang while loading weights" in diagnose(started).explanation
