@@ -36,6 +36,12 @@ _TORCH_ARCHES = re.compile(r"current PyTorch install supports CUDA capabilities 
 # prefill runner's "Capture prefill CUDA graph failed:", "Capture extend cuda graph failed:" (quoted without its colon
 # when nothing follows)
 CAPTURE_WRAPPER = r"Capture (?:\w+ ){0,2}(?i:cuda) graph failed\b:?"
+# the piecewise runner's (prefill graphs torch.compile traces; on by default in newer releases), logged with the
+# exception after it, capturing at start-up or replaying while serving
+PIECEWISE_WRAPPER = r"Piecewise CUDA Graph failed(?: with error)?:"
+# lines that place a capture failure or hang in the piecewise runner: its wrapper, its advice, its progress bars
+PIECEWISE_LINE = (rf"{PIECEWISE_WRAPPER}|add --disable-piecewise-cuda-graph to your launch command|{COMPILE_BAR}|"
+                  r"Capturing num tokens")
 # the scheduler building its speculative draft worker: by class, or through the algorithm's factory (newer releases)
 DRAFT_WORKER_FRAME = r"self\.draft_worker = (?:\w*Worker|self\.spec_algorithm\.create_draft_worker)\("
 NO_FAILURE = "no_failure"  # the server came up and nothing after that reports an error
@@ -110,7 +116,7 @@ RULES: tuple[Rule, ...] = (
                          r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests"),
          "startup", "after the weights, the static memory budget left nothing for the KV cache pool",
          "raise --mem-fraction-static, or shrink what the pool must hold (hybrid state, draft tokens, TP)", 3),
-    Rule("cuda_graph_oom", (CAPTURE_WRAPPER + rf".*(?:{OOM_TEXT})",),
+    Rule("cuda_graph_oom", (rf"(?:{CAPTURE_WRAPPER}|{PIECEWISE_WRAPPER}).*(?:{OOM_TEXT})",),
          "startup: CUDA graphs", "CUDA-graph capture ran out of memory in the non-static reserve",
          "lower --mem-fraction-static or --cuda-graph-max-bs (capture needs room outside the static pool)", 3),
     # FlashInfer's bump allocator over its fixed workspace, in each release's words: "Failed to allocate memory for
@@ -596,6 +602,11 @@ RULES: tuple[Rule, ...] = (
     Rule("torch_compile_error", (r'File "[^"]*torch/_dynamo/', r'File "[^"]*torch/_inductor/compile_fx\.py"',
                                  r'File "/tmp/torchinductor_', r"^from user code:"),
          "startup", "--enable-torch-compile (dynamo/inductor) failed", "launch without --enable-torch-compile", 1),
+    # the piecewise runner's own message: SGLang logs it with the exception, whose own rule (an OOM, NCCL) still decides
+    Rule("cuda_graph_capture_error", (PIECEWISE_WRAPPER, r"add --disable-piecewise-cuda-graph to your launch command"),
+         "startup", "piecewise CUDA-graph capture (the prefill graphs torch.compile traces) failed",
+         "launch with --disable-piecewise-cuda-graph, as SGLang's message says; if it starts, report the failure "
+         "with the model and flags", 2),
     Rule("cuda_graph_capture_error", (r"operation not permitted when stream is capturing",
                                       r"Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture",
                                       # a capture that an earlier operation invalidated (CUDA error 901), and
@@ -644,7 +655,7 @@ _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
 _OOM = re.compile(OOM_TEXT)
 _LOAD_CONTEXT = re.compile(r"load_model|get_model|create_weights|load_weights|Loading safetensors|loading shards|"
                            r"Load weight begin|weight_utils")
-_CAPTURE_WRAPPER = re.compile(CAPTURE_WRAPPER)
+_CAPTURE_WRAPPER = re.compile(f"{CAPTURE_WRAPPER}|{PIECEWISE_WRAPPER}")
 _CAPTURE_CONTEXT = re.compile(rf"{CAPTURE_LINE}|cuda_graph_runner|capture_one_batch|CudaGraphRunner")
 _RUNTIME_CONTEXT = re.compile(r"forward_decode|forward_extend|event_loop|process_batch|run_batch|Decode batch")
 # SGLang's life-cycle lines (bot.core.startup_log), shared by the phase of a finding and the diagnosis of a
@@ -948,7 +959,8 @@ def _rule_hits(lines: list[str], order: list[int]) -> list[Hit]:
                 if rule.label == "cuda_graph_capture_error" and (wrapper := _CAPTURE_WRAPPER.search(line)):
                     tail = " ".join([line[wrapper.end():], *(lines[order[j]] for j in
                                                              range(position + 1, min(len(order), position + 4)))])
-                    hits.append((position, RULE_BY_LABEL[_wrapper_label(tail)], index))
+                    named = _wrapper_label(tail)  # no rule in the tail: the wrapper's own rule names it
+                    hits.append((position, rule if named == rule.label else RULE_BY_LABEL[named], index))
                 elif rule.label == "weight_load_oom":
                     hits.append((position, RULE_BY_LABEL[_oom_label(lines, order, position)], index))
                 else:

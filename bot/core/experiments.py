@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.attempts import CT_MEMORY_CHANGE
-from bot.core.diagnosis import ARGUMENT_ERROR, CONTEXT_OVER_MODEL, HOST_OOM_KILL, NCCL_OOM_LINE, NCCL_SHM_LINE, Finding
+from bot.core.diagnosis import (
+    ARGUMENT_ERROR,
+    CONTEXT_OVER_MODEL,
+    HOST_OOM_KILL,
+    NCCL_OOM_LINE,
+    NCCL_SHM_LINE,
+    PIECEWISE_LINE,
+    Finding,
+)
 from bot.core.flags import env_words, flag_spans, parse_sglang_flags, with_env, with_flag, without_flags
 from bot.core.installed_flags import GPUOPS_TABLE, corrected_argv, flag_problems
 from bot.errors import UsageError
@@ -42,6 +50,8 @@ class _Move:
     shows_value: bool = False  # a drop named with the flag's value ("drop --quantization fp8")
     only_value: str = ""  # a drop made only when the flag's value starts so ("fp8": an FP8 KV cache)
     unless: str = ""  # not offered when the finding's evidence matches this pattern (it points elsewhere)
+    when: str = ""  # offered only when the finding's evidence matches this pattern
+    not_with: tuple[str, ...] = ()  # an addition not offered when the launch has one of these (a drop of it is)
     decides: bool = True  # False: a relaunch for more detail, whose outcome neither confirms nor refutes the finding
 
     @property
@@ -53,8 +63,18 @@ class _Move:
 MOVES: dict[str, tuple[_Move, ...]] = {
     "gpu_p2p_unsupported": (_Move(True, ("--disable-custom-all-reduce",),
                                   "custom all-reduce needs peer access these GPUs lack; NCCL does without"),),
-    "cuda_graph_capture_error": (_Move(True, ("--disable-cuda-graph",),
-                                       "the same launch without CUDA graphs: if it starts, capture is the cause"),),
+    # the piecewise runner's failure (its wrapper, its advice or its progress in the evidence): that runner off, as
+    # SGLang's own message says (or, where the launch turned it on, without the flag that did); any other capture:
+    # CUDA graphs off
+    "cuda_graph_capture_error": (
+        _Move(True, ("--disable-piecewise-cuda-graph",), "the same launch without piecewise CUDA graphs, as SGLang's "
+              "message says: if it starts, piecewise capture is the cause", when=PIECEWISE_LINE,
+              not_with=("--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph")),
+        *(_Move(False, (flag,), "the same launch without piecewise CUDA graphs: if it starts, piecewise capture is "
+                "the cause", when=PIECEWISE_LINE)
+          for flag in ("--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph")),
+        _Move(True, ("--disable-cuda-graph",),
+              "the same launch without CUDA graphs: if it starts, capture is the cause", unless=PIECEWISE_LINE)),
     "torch_compile_error": (_Move(False, ("--enable-torch-compile", "--torch-compile-max-bs"),
                                   "the same launch without torch.compile: if it starts, the compiler is the cause"),),
     "speculative_decoding_error": (_Move(
@@ -113,7 +133,9 @@ def label_experiments(label: str, argv: Sequence[str], evidence: str = "") -> tu
         return ()
     found = []
     for move in MOVES.get(label, ()):
-        if move.unless and re.search(move.unless, evidence):
+        if (move.unless and re.search(move.unless, evidence)) or (move.when and not re.search(move.when, evidence)):
+            continue
+        if any(without_flags(argv, flag) != tuple(argv) for flag in move.not_with):
             continue
         if move.env:
             if move.flags[0] not in argv[:env_words(argv)]:

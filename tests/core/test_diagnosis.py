@@ -1075,10 +1075,10 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     and ninja's words without FlashInfer's frames, a transformers newer than the SGLang, the hybrid state pool out of
     ping-pong slots, an uncorrectable ECC error, the driver API's names of the illegal-address family, and flash-attn's
     older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, and SGLang's own version check
-    finding an older package (sgl-kernel's own label)."""
+    finding an older package (sgl-kernel's own label), and the piecewise CUDA-graph runner's failure."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
-    assert len(rows) == 15
+    assert len(rows) == 16
     for label, line in rows:
         assert diagnose(line).label == label, line
     ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))
@@ -1126,3 +1126,13 @@ def test_a_log_ending_in_an_exception_no_rule_reads_quotes_where_it_was_raised()
     joined = diagnose(started + trace)
     assert "hang" not in joined.explanation and joined.evidence[-1].text.startswith("AssertionError: dec_lock_ref")
     assert "hang while loading weights" in diagnose(started).explanation
+
+
+def test_the_piecewise_runners_failure_is_a_capture_error_whatever_stage_it_struck():
+    """A real log: SGLang's piecewise runner failing while serving (its wrapper, then its advice, then a scheduler
+    traceback cut short). Its own message names the failure; an out-of-memory it wraps would be cuda_graph_oom."""
+    log = (FIXTURES / "other-logs" / "piecewise-graph-failed.txt").read_text()
+    finding = diagnose(log)
+    assert (finding.label, finding.confidence, finding.phase) == ("cuda_graph_capture_error", "medium", "runtime")
+    assert [e.line_no for e in finding.evidence] == [11, 13]
+    assert "piecewise" in finding.explanation and "--disable-piecewise-cuda-graph" in finding.next_step

@@ -223,3 +223,22 @@ def test_an_nccl_error_whose_last_error_is_cuda_out_of_memory_gets_no_transport_
     assert finding.label == "nccl_error" and finding.evidence[-1].text == "[rank1]: Cuda failure 2 'out of memory'"
     assert finding.evidence[-1].line_no == 5  # the line that makes it memory is quoted with the others
     assert finding_experiments(finding, ("--tp", "2")) == ()  # its next step is memory: --mem-fraction-static
+
+
+def test_a_piecewise_capture_failure_turns_that_runner_off_as_sglangs_message_says():
+    """A real log: the piecewise runner failing while serving (SGLang logs its wrapper and its advice). The experiment
+    is the launch without piecewise CUDA graphs, not without CUDA graphs; where the launch turned the runner on, the
+    flag that did is dropped instead."""
+    finding = diagnose((FIXTURES / "other-logs" / "piecewise-graph-failed.txt").read_text())
+    assert finding.label == "cuda_graph_capture_error"
+    seed = ("--model-path", "/models/q", "--tp", "1", "--attention-backend", "flashinfer")
+    (off,) = finding_experiments(finding, seed)
+    assert (off.change, off.argv) == ("--disable-piecewise-cuda-graph", (*seed, "--disable-piecewise-cuda-graph"))
+    parse_sglang_flags(off.argv)
+    for switch in ("--enforce-piecewise-cuda-graph", "--enable-piecewise-cuda-graph"):
+        (dropped,) = finding_experiments(finding, (*seed, switch))
+        assert (dropped.change, dropped.argv) == (f"drop {switch}", seed)
+    assert finding_experiments(finding, (*seed, "--disable-piecewise-cuda-graph")) == ()  # already made
+    # any other capture failure: CUDA graphs off
+    other = diagnose("Exception: Capture cuda graph failed: operation not permitted when stream is capturing")
+    assert [e.change for e in finding_experiments(other, seed)] == ["--disable-cuda-graph"]
