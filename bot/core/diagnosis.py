@@ -170,7 +170,8 @@ RULES: tuple[Rule, ...] = (
          "shorten the request or raise --context-length", 3),
     # the same family of asynchronous kernel faults under its other codes: 719 (a kernel faulted: an invalid pointer,
     # out-of-bounds shared memory), 715 (an illegal instruction), 716 (a misaligned address)
-    Rule("illegal_memory_access", (r"CUDA error: unspecified launch failure", r"cudaErrorLaunchFailure",
+    Rule("illegal_memory_access", (r"CUDA error: unspecified launch failure",
+                                   r"cudaError(?:LaunchFailure|IllegalInstruction|MisalignedAddress)\b",
                                    r"an illegal instruction was encountered", r"CUDA error: misaligned address",
                                    # the driver API's names, as cuda-python and Triton's launcher print them
                                    r"CUDA_ERROR_(?:LAUNCH_FAILED|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS)\b"),
@@ -188,6 +189,7 @@ RULES: tuple[Rule, ...] = (
          "takes effect after a GPU reset once nothing holds the GPU (`/gpu free`, then `nvidia-smi -r -i <gpu>` on "
          "the node); one that failed needs service. Launch on other GPUs meanwhile (--base-gpu-id)", 3),
     Rule("illegal_memory_access", (r"an illegal memory access was encountered", r"CUDA Error: 700\b",
+                                   r"cudaErrorIllegalAddress\b",
                                    r"CUDA_ERROR_ILLEGAL_ADDRESS\b",
                                    r"Failed to encode tensor map: 700", r"Starting GPU coredump generation"),
          "runtime", "a CUDA kernel touched an invalid address (code 700)",

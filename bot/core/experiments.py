@@ -59,20 +59,23 @@ class _Move:
         return "=" in self.flags[0]
 
 
+# the piecewise CUDA-graph runner off, when the evidence places the failure in it (its wrapper, its advice, its
+# progress): as SGLang's own message says, or, where the launch turned the runner on, without the flag that did
+_PIECEWISE_OFF = (
+    _Move(True, ("--disable-piecewise-cuda-graph",), "the same launch without piecewise CUDA graphs, as SGLang's "
+          "message says: if it starts, piecewise capture is the cause", when=PIECEWISE_LINE,
+          not_with=("--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph")),
+    *(_Move(False, (flag,), "the same launch without piecewise CUDA graphs: if it starts, piecewise capture is the "
+            "cause", when=PIECEWISE_LINE)
+      for flag in ("--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph")),
+)
 # a label's experiments, each offered when the failed launch's flags allow it (a drop needs the flag given)
 MOVES: dict[str, tuple[_Move, ...]] = {
     "gpu_p2p_unsupported": (_Move(True, ("--disable-custom-all-reduce",),
                                   "custom all-reduce needs peer access these GPUs lack; NCCL does without"),),
-    # the piecewise runner's failure (its wrapper, its advice or its progress in the evidence): that runner off, as
-    # SGLang's own message says (or, where the launch turned it on, without the flag that did); any other capture:
-    # CUDA graphs off
+    # the piecewise runner's failure: that runner off; any other capture: CUDA graphs off
     "cuda_graph_capture_error": (
-        _Move(True, ("--disable-piecewise-cuda-graph",), "the same launch without piecewise CUDA graphs, as SGLang's "
-              "message says: if it starts, piecewise capture is the cause", when=PIECEWISE_LINE,
-              not_with=("--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph")),
-        *(_Move(False, (flag,), "the same launch without piecewise CUDA graphs: if it starts, piecewise capture is "
-                "the cause", when=PIECEWISE_LINE)
-          for flag in ("--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph")),
+        *_PIECEWISE_OFF,
         _Move(True, ("--disable-cuda-graph",),
               "the same launch without CUDA graphs: if it starts, capture is the cause", unless=PIECEWISE_LINE)),
     "torch_compile_error": (_Move(False, ("--enable-torch-compile", "--torch-compile-max-bs"),
@@ -110,6 +113,8 @@ MOVES["nccl_error"] = (
           "/dev/shm is the cause; give it room rather than keep this (the fallback is slower)",
           unless=NCCL_OOM_LINE))
 MOVES["watchdog_timeout"] = MOVES["cuda_graph_capture_error"]
+# a kernel fault inside the piecewise runner (its wrapper quoting the fault): the runner off shows if it is the cause
+MOVES["illegal_memory_access"] = _PIECEWISE_OFF
 MOVES["unsupported_feature_combination"] = MOVES["speculative_decoding_error"]
 # findings the budget engine sizes the next experiment for: memory, a model that does not split over tp, and a context
 # longer than the model's

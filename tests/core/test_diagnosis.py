@@ -1078,7 +1078,7 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     finding an older package (sgl-kernel's own label), and the piecewise CUDA-graph runner's failure."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
-    assert len(rows) == 16
+    assert len(rows) == 17
     for label, line in rows:
         assert diagnose(line).label == label, line
     ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))

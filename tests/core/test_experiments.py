@@ -239,6 +239,11 @@ def test_a_piecewise_capture_failure_turns_that_runner_off_as_sglangs_message_sa
         (dropped,) = finding_experiments(finding, (*seed, switch))
         assert (dropped.change, dropped.argv) == (f"drop {switch}", seed)
     assert finding_experiments(finding, (*seed, "--disable-piecewise-cuda-graph")) == ()  # already made
+    # a kernel fault the runner quotes (sglang#24714): the same experiment, under the fault's own label
+    fault = diagnose(next(row.split("\t")[1] for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv")
+                          .read_text().splitlines() if "cudaErrorMisalignedAddress" in row))
+    assert fault.label == "illegal_memory_access"
+    assert [e.change for e in finding_experiments(fault, seed)] == ["--disable-piecewise-cuda-graph"]
     # any other capture failure: CUDA graphs off
     other = diagnose("Exception: Capture cuda graph failed: operation not permitted when stream is capturing")
     assert [e.change for e in finding_experiments(other, seed)] == ["--disable-cuda-graph"]
