@@ -353,7 +353,6 @@ RULES: tuple[Rule, ...] = (
                                   r"cannot import name '\w+Config' from 'transformers'"),
          "startup", "the installed transformers does not know the checkpoint's model_type",
          "upgrade transformers to the version the model card names", 3),
-    # torchvision built against another torch: its C++ operators do not register, and the import fails on the first
     # the opposite of transformers_too_old: a transformers newer than this SGLang, which now ships its own config class
     # for a model type SGLang registers itself
     Rule("dependency_version_mismatch", (r"is already used by a Transformers model",),
@@ -361,6 +360,7 @@ RULES: tuple[Rule, ...] = (
                    "type SGLang registers itself, and refuses SGLang's",
          "install the transformers version this SGLang release pins (`pip show sglang` lists it), or an SGLang release "
          "made for the installed transformers", 3),
+    # torchvision built against another torch: its C++ operators do not register, and the import fails on the first
     Rule("dependency_version_mismatch", (r"operator torchvision::\w+ does not exist",),
          "import", "the installed torchvision was built for another torch than the one installed: its C++ operators "
                    "did not load (SGLang imports it for multimodal models)",
