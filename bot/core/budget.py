@@ -399,7 +399,8 @@ def default_mem_fraction_static(model: ModelSpec, flags: LaunchFlags, total_mib:
         return (gib - reserved) / gib, f"0.4.7-0.5.2: {reserved:.1f} GiB reserved for this GPU class"
     reserved_mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp_pp / 8 * 1024
     why = f"512 + {max(chunk, 2048)}*1.5 + {graph_bs}*2 + {tp_pp}/8*1024 MiB"
-    if v >= (0, 5, 10) and not flags.enable_torch_compile and not model.multimodal and not flags.disable_cuda_graph:
+    if v >= (0, 5, 10) and not flags.enable_torch_compile and not model.multimodal and not flags.disable_cuda_graph \
+            and not flags.disable_piecewise_cuda_graph:
         reserved_mib += 512  # piecewise prefill graphs
         why += " + 512 MiB piecewise graphs"
     if gib > 60:

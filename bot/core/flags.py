@@ -80,6 +80,7 @@ MODELLED: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--chunked-prefill-size": ("chunked_prefill_size", _whole),
     "--cuda-graph-max-bs": ("cuda_graph_max_bs", _positive),
     "--disable-cuda-graph": ("disable_cuda_graph", SWITCH),
+    "--disable-piecewise-cuda-graph": ("disable_piecewise_cuda_graph", SWITCH),
     "--enable-torch-compile": ("enable_torch_compile", SWITCH),
     "--torch-compile-max-bs": ("torch_compile_max_bs", _positive),
     "--kv-cache-dtype": ("kv_cache_dtype", _choice("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16", "fp4_e2m1")),
@@ -122,6 +123,8 @@ PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
     "--speculative-draft-model-quantization": _text, "--watchdog-timeout": _ratio,
     "--nnodes": _positive, "--node-rank": _whole, "--dist-init-addr": _text, "--enable-mixed-chunk": SWITCH,
     "--skip-server-warmup": SWITCH, "--mm-attention-backend": _text, "--grammar-backend": _text,
+    # piecewise (prefill) CUDA graphs: opt-in in older releases, forced on in newer ones (off: a modelled flag)
+    "--enable-piecewise-cuda-graph": SWITCH, "--enforce-piecewise-cuda-graph": SWITCH,
 }
 
 
@@ -137,6 +140,7 @@ class LaunchFlags:
     chunked_prefill_size: int | None = None
     cuda_graph_max_bs: int | None = None
     disable_cuda_graph: bool = False
+    disable_piecewise_cuda_graph: bool = False  # releases where piecewise (prefill) graphs are on by default
     enable_torch_compile: bool = False
     torch_compile_max_bs: int | None = None
     kv_cache_dtype: str = "auto"

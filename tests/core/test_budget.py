@@ -1716,3 +1716,16 @@ def test_the_environment_lets_a_context_beyond_the_configs_through_as_sglang_doe
                                        parse_version("0.5.9")))
         assert (b.error_text is None or "derived context_length" not in b.error_text) is allowed, word
         assert any("let through by SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in r for r in b.reasons) is allowed
+
+
+def test_the_automatic_fraction_keeps_room_for_piecewise_graphs_unless_they_are_turned_off():
+    # a text model on a release with piecewise (prefill) graphs on by default: SGLang's automatic fraction keeps
+    # 512 MiB more for them; --disable-piecewise-cuda-graph (the triage's experiment for that runner) gives it back
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    version = parse_version("0.5.11")
+    on, why = default_mem_fraction_static(llama, LaunchFlags(tp=2), 49140, version, 4096, 32)
+    turned_off = parse_sglang_flags(["--tp", "2", "--disable-piecewise-cuda-graph"])
+    off, why_off = default_mem_fraction_static(llama, turned_off, 49140, version, 4096, 32)
+    # (49140 - 6976 - 512) / 49140 against (49140 - 6976) / 49140
+    assert (on, off) == (pytest.approx(0.848, abs=0.0005), pytest.approx(0.858, abs=0.0005))
+    assert "piecewise" in why and "piecewise" not in why_off
