@@ -434,6 +434,8 @@ RULES: tuple[Rule, ...] = (
                                            r"Expected is_sm\w+ \|\| is_sm\w+.* to be true, but got false",
                                            # fa3 on Ampere/Ada with an FP8 KV cache
                                            r"FlashAttention on Ampere/Ada cards only supports fp16 and bf16",
+                                           # FlashInfer's kernels without this model's head dimension
+                                           r"flashinfer/\S+: Unsupported head_dim: \d+",
                                            # SGLang's own gates: a TRT-LLM backend on a GPU other than SM100 ("...
                                            # backend for prefill is only supported on Blackwell GPUs (SM100)"), fa3
                                            # for the vision tower on Blackwell, the backends a hybrid GDN model takes

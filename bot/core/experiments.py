@@ -46,6 +46,7 @@ class _Move:
     add: bool
     flags: tuple[str, ...]  # the first is the one the change is named after
     why: str
+    value: str | None = None  # an addition's value ("--attention-backend triton"); None: a switch
     shown: str | None = None  # how a drop is named when not after its flag
     shows_value: bool = False  # a drop named with the flag's value ("drop --quantization fp8")
     only_value: str = ""  # a drop made only when the flag's value starts so ("fp8": an FP8 KV cache)
@@ -88,8 +89,11 @@ MOVES: dict[str, tuple[_Move, ...]] = {
     "trust_remote_code_required": (_Move(True, ("--trust-remote-code",),
                                          "let transformers run the checkpoint's own code (read it first: it runs in "
                                          "the container)"),),
+    # a backend the launch named: SGLang chooses instead; the one SGLang chose itself: triton, the portable one
     "attention_backend_unsupported": (_Move(False, ("--attention-backend",),
-                                            "let SGLang choose the attention backend for this GPU"),),
+                                            "let SGLang choose the attention backend for this GPU"),
+                                      _Move(True, ("--attention-backend",), "the portable Triton attention backend "
+                                            "instead of the one SGLang chose for this GPU and model", value="triton")),
     # FP8 kernels need compute capability 8.9 (Ada/Hopper): an online FP8 quantization or an FP8 KV cache on Ampere
     "quant_unsupported_on_gpu": (
         _Move(False, ("--quantization",), "load the checkpoint as it is stored, without the online quantization",
@@ -149,7 +153,8 @@ def label_experiments(label: str, argv: Sequence[str], evidence: str = "") -> tu
         given = without_flags(argv, move.flags[0]) != tuple(argv)
         value = str(getattr(flags, move.flags[0].removeprefix("--").replace("-", "_"), ""))
         if move.add and not given:
-            found.append(Experiment(move.flags[0], with_flag(argv, move.flags[0], None), move.why))
+            change = move.flags[0] + (f" {move.value}" if move.value else "")
+            found.append(Experiment(change, with_flag(argv, move.flags[0], move.value), move.why))
         elif not move.add and given and value.startswith(move.only_value):
             shown = (move.shown or move.flags[0]) + (f" {value}" if move.shows_value else "")
             found.append(Experiment(f"drop {shown}", without_flags(argv, *move.flags), move.why))

@@ -1075,10 +1075,11 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     and ninja's words without FlashInfer's frames, a transformers newer than the SGLang, the hybrid state pool out of
     ping-pong slots, an uncorrectable ECC error, the driver API's names of the illegal-address family, and flash-attn's
     older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, and SGLang's own version check
-    finding an older package (sgl-kernel's own label), and the piecewise CUDA-graph runner's failure."""
+    finding an older package (sgl-kernel's own label), the piecewise CUDA-graph runner's failure, and FlashInfer
+    without the model's head dimension (under a capture wrapper: the wrapped refusal names it)."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
-    assert len(rows) == 17
+    assert len(rows) == 18
     for label, line in rows:
         assert diagnose(line).label == label, line
     ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))

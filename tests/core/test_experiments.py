@@ -31,6 +31,20 @@ def test_an_attention_backend_the_gpu_rejects_is_dropped_and_nothing_else_change
     assert len(experiment.argv) == len(argv) - 2
 
 
+def test_a_backend_sglang_chose_itself_is_replaced_by_the_portable_one():
+    """sglang#24714: FlashInfer (SGLang's choice, no --attention-backend given) has no kernel for head_dim 106; the
+    experiment names the portable Triton backend, where a launch that named its backend gets the drop instead."""
+    line = next(row.split("\t")[1] for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
+                .splitlines() if "Unsupported head_dim" in row)
+    finding = diagnose(line)
+    seed = ("--model-path", "/models/llama", "--tp", "1")
+    (triton,) = finding_experiments(finding, seed)
+    assert (triton.change, triton.argv) == ("--attention-backend triton", (*seed, "--attention-backend", "triton"))
+    parse_sglang_flags(triton.argv)  # a launch gpuops reads (the flag passes through to SGLang)
+    assert [e.change for e in finding_experiments(finding, (*seed, "--attention-backend", "flashinfer"))] == \
+        ["drop --attention-backend"]
+
+
 def test_every_experiment_on_a_corpus_launch_parses_and_changes_only_its_flag():
     made = 0
     for case_id, case in CASES.items():
