@@ -1073,10 +1073,10 @@ def test_a_launch_command_sglangs_parser_refuses_is_named_by_its_complaint():
 def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     """Lines as SGLang users met them (one per row, sources in SOURCES.md): a FlashInfer JIT build failing in nvcc's
     and ninja's words without FlashInfer's frames, a transformers newer than the SGLang, the hybrid state pool out of
-    ping-pong slots, an uncorrectable ECC error, the driver API's names of the illegal-address family, and flash-attn's
-    older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, and SGLang's own version check
-    finding an older package (sgl-kernel's own label), the piecewise CUDA-graph runner's failure, and FlashInfer
-    without the model's head dimension (under a capture wrapper: the wrapped refusal names it)."""
+    ping-pong slots, an uncorrectable ECC error, the driver API's names of the illegal-address family, flash-attn's
+    older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, SGLang's own version check finding an
+    older package (sgl-kernel's own label), the piecewise CUDA-graph runner's failure, and FlashInfer without the
+    model's head dimension (under a capture wrapper: the wrapped refusal names it)."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
     assert len(rows) == 18

@@ -258,6 +258,7 @@ def test_a_piecewise_capture_failure_turns_that_runner_off_as_sglangs_message_sa
                           .read_text().splitlines() if "cudaErrorMisalignedAddress" in row))
     assert fault.label == "illegal_memory_access"
     assert [e.change for e in finding_experiments(fault, seed)] == ["--disable-piecewise-cuda-graph"]
-    # any other capture failure: CUDA graphs off
-    other = diagnose("Exception: Capture cuda graph failed: operation not permitted when stream is capturing")
+    # any other capture failure (sglang-6033, on H200: a random-seed call inside the capture): CUDA graphs off
+    other = diagnose(CASES["sglang-6033"]["log_excerpt"])
+    assert other.label == "cuda_graph_capture_error"
     assert [e.change for e in finding_experiments(other, seed)] == ["--disable-cuda-graph"]
