@@ -9,7 +9,8 @@ live on without answering (a hung server); SIGUSR2 makes each generation slow (a
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
 ``p2p_unsupported``, ``port_in_use``, ``hang``, ``gpu_memory_occupied``, ``nccl_shm_error``: NCCL's /dev/shm
-transport fails, unless the launch's environment turned it off with NCCL_SHM_DISABLE=1);
+transport fails, unless the launch's environment turned it off with NCCL_SHM_DISABLE=1; ``piecewise_graph_error``:
+the piecewise CUDA-graph runner fails, unless the launch has --disable-piecewise-cuda-graph);
 an empty queue means ``auto``: SGLang's tensor-parallel memory-balance check first (some launch GPUs with far less
 free memory than another: ``gpu_memory_occupied``), then gpuops' own budget engine decides from the flags and free
 memory.
@@ -240,6 +241,8 @@ def main(argv: list[str]) -> int:
     outcome, delay = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
     if outcome == "nccl_shm_error" and os.environ.get("NCCL_SHM_DISABLE") == "1":
         outcome = "auto"  # NCCL goes on without the transport that failed
+    if outcome == "piecewise_graph_error" and "--disable-piecewise-cuda-graph" in extra:
+        outcome = "auto"  # the server runs without the runner that failed
     hold_mib = 40000
     refusal: str | None = None
     free = free_mib(state, gpus)
@@ -259,7 +262,8 @@ def main(argv: list[str]) -> int:
     log_name = {**dict.fromkeys(("ready", "hang", "gpu_memory_occupied", "host_oom_kill", "refused_before_load"),
                                 "ready.log"),
                 **{name: f"{name}.log" for name in ("kv_pool_oom", "sigquit_after_oom", "torch_compile_error",
-                                                    "p2p_unsupported", "port_in_use", "nccl_shm_error")}}[outcome]
+                                                    "p2p_unsupported", "port_in_use", "nccl_shm_error",
+                                                    "piecewise_graph_error")}}[outcome]
     lines = (LOGS / log_name).read_text().splitlines()
     if refusal is not None:  # ModelConfig raises while the server starts, before any rank or weight
         lines = ["Traceback (most recent call last):", refusal]

@@ -147,6 +147,28 @@ async def test_an_nccl_shared_memory_failure_shows_dev_shm_and_relaunches_with_t
     assert f"{latest.id} with `+ NCCL_SHM_DISABLE=1` started: the failure went with it" in summary
 
 
+async def test_a_piecewise_graph_failure_relaunches_without_that_runner_and_the_start_confirms_it(lab):
+    """The piecewise CUDA-graph runner fails (a real server log): `@gpuops triage` in the attempt's thread names a
+    capture failure and offers the launch without piecewise graphs, as SGLang's message says, not without CUDA graphs.
+    The click relaunches with --disable-piecewise-cuda-graph, the stand-in then starts, and that start confirms the
+    triage's hypothesis in the thread's summary."""
+    attempt = await failed_launch(lab, "piecewise_graph_error", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+    await lab.mention("triage", attempt.thread_ts)
+    report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
+    text = blocks_to_text(report.blocks)
+    assert "*cuda_graph_capture_error*" in text and "piecewise" in text
+    offered = [b["text"]["text"] for b in buttons(report)]
+    assert "launch with --disable-piecewise-cuda-graph" in offered and not any("--disable-cuda-graph" in b
+                                                                               for b in offered)
+    latest = await relaunched_by(lab, report, "launch with --disable-piecewise-cuda-graph",
+                                 scenario="piecewise_graph_error")
+    assert latest.changes == ("+ --disable-piecewise-cuda-graph (on)",)
+    calls = await wait_text(lab, "confirmed by gpuops", method="chat.update")
+    summary = blocks_to_text([c for c in calls if c.method == "chat.update"
+                              and "Incident summary" in blocks_to_text(c.blocks)][-1].blocks)
+    assert "the first cause is cuda_graph_capture_error" in summary
+
+
 async def test_a_port_conflict_names_the_process_holding_the_port_by_pid(lab):
     """The real line of a TCPStore that could not listen on port 42173: the triage reads, in the container,
     who listens there now (here: this test process, holding a socket on it) and says whose port it is."""
