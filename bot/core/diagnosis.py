@@ -1268,10 +1268,9 @@ def _cut_inside_traceback(lines: list[str], order: list[int]) -> bool:
 
 def _ends_in_exception(lines: list[str], order: list[int]) -> bool:
     """True when the text's last traceback reaches its exception line (what a process that raised and died wrote)."""
-    content = [i for i in order if lines[i].strip()]
-    if not any("Traceback (most recent call last)" in lines[i] for i in content):
-        return False
-    return any(_EXCEPTION_LINE.search(lines[i]) for i in _last_traceback(lines, order)[1:])
+    tail = _last_traceback(lines, order)  # from the last traceback's header, when the text has one
+    return bool(tail) and "Traceback (most recent call last)" in lines[tail[0]] and \
+        any(_EXCEPTION_LINE.search(lines[i]) for i in tail[1:])
 
 
 def _cut_site(lines: list[str], order: list[int], notes: tuple[str, ...], seen: set[str]) -> Finding | None:
