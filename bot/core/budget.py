@@ -271,6 +271,8 @@ class Remedy:
             return None
         if env := re.fullmatch(r"(--[a-z0-9-]+) (\S+) \(env ([A-Z][A-Z0-9_]*=\S+)\)", self.change):
             return with_env(with_flag(argv, env.group(1), env.group(2)), env.group(3))
+        if env_only := re.fullmatch(r"([A-Z][A-Z0-9_]*=\S+) \(env\)", self.change):
+            return with_env(argv, env_only.group(1))
         dropped = re.fullmatch(r"drop (--[a-z0-9-]+)(?: \S+)?", self.change)
         return without_flags(argv, dropped.group(1)) if dropped else None
 
@@ -473,6 +475,53 @@ def fp8_moe_misfit(model: ModelSpec, quant: Quantization, gpus: GpuPlan) -> str 
             "then fails to compile at the first forward")
 
 
+# The dtypes of a hybrid model's recurrent state (configs/mamba_utils.py mamba2_state_dtype). From 0.5.9
+# (sglang#18532, 2026-02-10) the SSM state's is --mamba-ssm-dtype (server_args writes it into SGLANG_MAMBA_SSM_DTYPE),
+# else that variable, else config.json's mamba_ssm_dtype, else float32; the conv state's is SGLANG_MAMBA_CONV_DTYPE,
+# else bfloat16, whatever dtype the model runs in. Before, server_args wrote its own default (float32) over the
+# variable, no config was read and the conv state was always bfloat16.
+MAMBA_CONV_ENV, MAMBA_SSM_ENV = "SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTYPE"
+STATE_DTYPES_FROM = (0, 5, 9)
+STATE_DTYPES = ("float32", "bfloat16", "float16")  # the names mamba2_state_dtype maps; others fall back
+TORCH_DTYPE_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float"}  # as torch's errors name them
+
+
+@dataclass(frozen=True)
+class StateDtypes:
+    conv: str
+    ssm: str
+    conv_why: str
+
+
+def state_dtypes(model: ModelSpec, flags: LaunchFlags, version: SglangVersion) -> StateDtypes:
+    """The dtypes SGLang holds a hybrid model's conv and SSM state in, for this launch and version."""
+    if version.tuple < STATE_DTYPES_FROM:
+        return StateDtypes("bfloat16", flags.mamba_ssm_dtype or "float32", "always bfloat16 before SGLang 0.5.9")
+    conv_env, ssm_env = flags.env_value(MAMBA_CONV_ENV), flags.env_value(MAMBA_SSM_ENV)
+    config_ssm = model.linear.ssm_dtype if model.linear and model.linear.ssm_dtype in STATE_DTYPES else "float32"
+    ssm = flags.mamba_ssm_dtype or (ssm_env if ssm_env in STATE_DTYPES else config_ssm)
+    if conv_env in STATE_DTYPES:
+        return StateDtypes(str(conv_env), ssm, f"{MAMBA_CONV_ENV}={conv_env}")
+    return StateDtypes("bfloat16", ssm, f"{MAMBA_CONV_ENV}'s default")
+
+
+def conv_state_conflict(model: ModelSpec, flags: LaunchFlags, version: SglangVersion) -> str | None:
+    """Why the first request will fail when the conv state is not in the dtype the model runs in (``model`` as it
+    loads), or None. SGLang copies the layer's input into the conv state as it is, and torch refuses to mix two
+    dtypes (sglang#19773, #30178, #31719: a float16 model, an AWQ build or --dtype half, over the bfloat16 default).
+    Kimi's KDA layers are left out: no report shows them failing so."""
+    la = model.linear
+    if la is None or la.kind == "kda" or model.dtype not in TORCH_DTYPE_NAMES:
+        return None
+    dtypes = state_dtypes(model, flags, version)
+    if dtypes.conv == model.dtype:
+        return None
+    return (f"the first request fails: the conv state is {dtypes.conv} ({dtypes.conv_why}) and the model runs in "
+            f"{model.dtype}; SGLang raises RuntimeError: Index put requires the source and destination dtypes match, "
+            f"got {TORCH_DTYPE_NAMES[dtypes.conv]} for the destination and {TORCH_DTYPE_NAMES[model.dtype]} for the "
+            "source (or causal_conv1d's Expected conv_states_.scalar_type() == input_type)")
+
+
 def tp_misfit(model: ModelSpec, tp: int, attn_tp: int, moe_tp: int | None = None) -> str | None:
     """Why the model's heads or MLP cannot be split over ``tp``, or None when they can. SGLang's
     attention layers assert ``total_num_heads % tp_size == 0`` and that the KV heads divide tp (or tp
@@ -586,7 +635,7 @@ class _Work:
     lines: list[BudgetLine] = field(default_factory=list)
     error: str | None = None
     error_verbatim: bool = True
-    # (kind, text); kinds: support, radix, admit, capped, context, headroom
+    # (kind, text); kinds: support, radix, admit, capped, context, headroom, state_dtype
     degraded: list[tuple[str, str]] = field(default_factory=list)
 
     def line(self, label: str, gib: float | None, why: str, value: str | None = None) -> None:
@@ -816,8 +865,8 @@ class _HybridPool:
     max_running_requests: int | None
 
 
-def _hybrid_pool(inp: BudgetInput, per_conv: float, per_ssm: float, rest: float, radix_off: bool, strategy: str,
-                 overlap: bool, mrr_requested: int | None, w: _Work) -> _HybridPool:
+def _hybrid_pool(inp: BudgetInput, dtypes: StateDtypes, per_conv: float, per_ssm: float, rest: float, radix_off: bool,
+                 strategy: str, overlap: bool, mrr_requested: int | None, w: _Work) -> _HybridPool:
     """A hybrid linear-attention model's state slots (conv + SSM per request) out of the pools, before the KV
     cache: how many requests they admit, and what is left."""
     model, flags, version, spec = inp.model, inp.flags, inp.version, inp.flags.speculative
@@ -832,11 +881,11 @@ def _hybrid_pool(inp: BudgetInput, per_conv: float, per_ssm: float, rest: float,
     mamba_gib = (slots or 0) * per / GIB
     spec_gib = spec_bytes / GIB
     rest -= reserved_bytes / GIB
+    conv = f"conv {per_conv / MIB:.2f} MiB" + ("" if dtypes.conv == "bfloat16" else f" ({dtypes.conv})")
     if model.linear is not None and model.linear.kind == "shortconv":
-        held = f"conv {per_conv / MIB:.2f} MiB (the last {model.linear.conv_kernel - 1} inputs; no SSM state)"
+        held = f"{conv} (the last {model.linear.conv_kernel - 1} inputs; no SSM state)"
     else:
-        ssm_dtype = model.linear.ssm_dtype if model.linear and not flags.mamba_ssm_dtype else flags.mamba_ssm_dtype
-        held = f"conv {per_conv / MIB:.2f} MiB + SSM {per_ssm / MIB:.2f} MiB ({ssm_dtype})"
+        held = f"{conv} + SSM {per_ssm / MIB:.2f} MiB ({dtypes.ssm})"
     w.line("hybrid state per request", None,
            f"{held} x {model.linear_layers} {_linear_name(model)} layers, per GPU", value=f"{per / MIB:.2f} MiB")
     w.line("hybrid state pool", mamba_gib,
@@ -949,12 +998,13 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     # hybrid linear-attention state
     hybrid = model.is_hybrid_linear
     radix_off, strategy, overlap = _radix_and_strategy(inp, w)
-    per_conv, per_ssm = mamba_bytes_per_request(model, tp, flags.mamba_ssm_dtype)
+    dtypes = state_dtypes(model, flags, version)
+    per_conv, per_ssm = mamba_bytes_per_request(model, tp, dtypes.ssm, dtypes.conv)
     mamba_slots: int | None = None
     mamba_gib = spec_gib = 0.0
     mrr_final = mrr_requested
     if hybrid and w.error is None:
-        pool = _hybrid_pool(inp, per_conv, per_ssm, rest, radix_off, strategy, overlap, mrr_requested, w)
+        pool = _hybrid_pool(inp, dtypes, per_conv, per_ssm, rest, radix_off, strategy, overlap, mrr_requested, w)
         mamba_slots, mamba_gib, spec_gib, rest = pool.slots, pool.state_gib, pool.spec_gib, pool.rest_gib
         mrr_final = pool.max_running_requests
 
@@ -987,6 +1037,12 @@ def _compute_rank(inp: BudgetInput) -> Budget:
                               "needs: expect a CUDA out of memory at graph capture or the first long prefill")
     if fp8_moe is not None:
         w.fail(FP8_MOE_TEXT)  # after the load and the pools: the first forward compiles the kernel
+    if (conv_conflict := conv_state_conflict(model, flags, version)) is not None:
+        # it comes at the first request: an earlier failure is still SGLang's first, and this one stays in view
+        if w.error is None:
+            w.fail(conv_conflict, verbatim=False)
+        else:
+            w.degrade("state_dtype", conv_conflict)
 
     error, degraded = w.error, w.degraded
     kind = VerdictKind.FAILS if error else VerdictKind.DEGRADED if degraded else VerdictKind.FITS
@@ -1294,6 +1350,8 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     if failed.error_text and "is greater than the derived context_length" in failed.error_text \
             and inp.model.max_context:
         return _context_limit_remedies(inp, failed, inp.model.max_context)
+    if (conflict := conv_state_conflict(_in_load_dtype(inp)[0].model, inp.flags, inp.version)) is not None:
+        return _conv_dtype_remedies(inp, failed, conflict)
     remedies, settled = _free_first_remedies(inp, failed)
     if settled:
         return remedies
@@ -1346,6 +1404,35 @@ def _context_limit_remedies(inp: BudgetInput, failed: Budget, limit: int) -> lis
                       for r in find_remedies(at_limit, b)]
 
 
+def _conv_dtype_remedies(inp: BudgetInput, failed: Budget, conflict: str) -> list[Remedy]:
+    """The conv state in the dtype the model runs in: SGLANG_MAMBA_CONV_DTYPE (from 0.5.9), or an unquantized model
+    run in bfloat16, the state's default. What else fails or degrades is computed with the first of these (else
+    each change would still fail at the first request); when it fails before the first request, it comes first."""
+    model = _in_load_dtype(inp)[0].model
+    remedies = []
+    if inp.version.tuple >= STATE_DTYPES_FROM:
+        word = f"{MAMBA_CONV_ENV}={model.dtype}"
+        flags = inp.flags.changed(env=with_env(inp.flags.env, word))
+        b = _compute(replace(inp, flags=flags))
+        remedies.append((Remedy(f"{word} (env)", flags, f"the conv state in the model's dtype: {_effect(b, failed)}",
+                                0), b))
+    if (inp.quant or inp.model.quant).method == "none" and state_dtypes(model, inp.flags, inp.version).conv == \
+            "bfloat16":
+        flags = inp.flags.changed(dtype="bfloat16")
+        b = _compute(replace(inp, flags=flags))
+        remedies.append((Remedy("--dtype bfloat16", flags, f"the model in the conv state's dtype: {_effect(b, failed)}",
+                                1), b))
+    if not remedies:
+        return []
+    first, b = remedies[0]
+    found = [r for r, _ in remedies]
+    if b.verdict is VerdictKind.FITS:
+        return found
+    more = [replace(r, effect=f"with {first.change.removesuffix(' (env)')}: {r.effect}")
+            for r in find_remedies(replace(inp, flags=first.flags or inp.flags), b)]
+    return found + more if failed.error_text == conflict else more + found
+
+
 def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy], bool]:
     """When memory is held on the GPUs before the launch, freeing them comes first. Freeing may be necessary but
     not enough: then the changes that fit are the ones computed for clean GPUs, and nothing else is (True)."""
@@ -1391,7 +1478,7 @@ def _fraction_remedies(t: _Trials) -> list[Remedy]:
                                    f"smallest value that helps: {t.effect(b)}", 1))
             break
     linear = t.model.linear
-    if linear is not None and (t.flags.mamba_ssm_dtype or linear.ssm_dtype) == "float32":
+    if linear is not None and state_dtypes(t.model, t.flags, t.inp.version).ssm == "float32":
         b = t.run(mamba_ssm_dtype="bfloat16")
         if t.good(b) or (b.verdict is not VerdictKind.FAILS and (b.mamba_slots or 0) > (t.failed.mamba_slots or 0)):
             remedies.append(Remedy("--mamba-ssm-dtype bfloat16", t.flags.changed(mamba_ssm_dtype="bfloat16"),

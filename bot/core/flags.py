@@ -206,10 +206,15 @@ class LaunchFlags:
     def changed(self, **values: Any) -> LaunchFlags:
         return replace(self, **values)
 
+    def env_value(self, name: str) -> str | None:
+        """The value the launch's environment gives ``name`` (its last word for it), or None when it sets none."""
+        values = [word.partition("=")[2] for word in self.env if word.partition("=")[0] == name]
+        return values[-1] if values else None
+
     def env_set(self, name: str) -> bool:
         """Whether the launch's environment turns ``name`` on, as SGLang's get_bool_env_var reads it ("1", "true")."""
-        values = [word.partition("=")[2] for word in self.env if word.partition("=")[0] == name]
-        return bool(values) and values[-1].lower() in ("1", "true")
+        value = self.env_value(name)
+        return value is not None and value.lower() in ("1", "true")
 
 
 def _resolve(name: str) -> str | None:

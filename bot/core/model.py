@@ -1317,7 +1317,8 @@ def kv_bytes_per_token(spec: ModelSpec, tp: int, kv_dtype_bytes: float) -> tuple
     return full, sliding
 
 
-def mamba_bytes_per_request(spec: ModelSpec, tp: int, ssm_dtype: str | None = None) -> tuple[float, float]:
+def mamba_bytes_per_request(spec: ModelSpec, tp: int, ssm_dtype: str | None = None,
+                            conv_dtype: str = "bfloat16") -> tuple[float, float]:
     """(conv state, SSM state) bytes of one request on one GPU, over all linear layers."""
     la = spec.linear
     if la is None:
@@ -1326,7 +1327,7 @@ def mamba_bytes_per_request(spec: ModelSpec, tp: int, ssm_dtype: str | None = No
     if groups % tp:
         groups += tp - groups % tp  # padded to a multiple of TP
     conv_dim = la.value_head_dim * la.num_value_heads + 2 * groups * la.key_head_dim
-    conv = conv_dim / tp * (la.conv_kernel - 1) * 2  # bf16
+    conv = conv_dim / tp * (la.conv_kernel - 1) * DTYPE_BYTES[conv_dtype]
     ssm_bytes = DTYPE_BYTES[(ssm_dtype or la.ssm_dtype).replace("torch.", "")]
     ssm = la.num_value_heads / tp * la.value_head_dim * la.key_head_dim * ssm_bytes
     return conv * spec.linear_layers, ssm * spec.linear_layers

@@ -220,6 +220,89 @@ def test_qwen36_geometry_and_state_by_hand():
     assert sum(mamba_bytes_per_request(q, 2, "bfloat16")) == 30_720 * 48 + 786_432 * 48
 
 
+def test_hybrid_state_dtypes_follow_sglangs_precedence_by_version():
+    """configs/mamba_utils.py mamba2_state_dtype from 0.5.9 (sglang#18532): the SSM state in --mamba-ssm-dtype, else
+    SGLANG_MAMBA_SSM_DTYPE, else config.json's mamba_ssm_dtype, else float32; the conv state in
+    SGLANG_MAMBA_CONV_DTYPE, else bfloat16. Before 0.5.9 server_args wrote its own default (float32) over the
+    variable and read no config."""
+    from bot.core.budget import state_dtypes
+
+    q = spec("Qwen__Qwen3.6-27B")  # its config says mamba_ssm_dtype float32
+    bf16_config = replace(q, linear=replace(q.linear, ssm_dtype="bfloat16"))
+
+    def dtypes(model, argv, version="0.5.10"):
+        d = state_dtypes(model, parse_sglang_flags(argv), parse_version(version))
+        return d.conv, d.ssm
+
+    assert dtypes(q, []) == ("bfloat16", "float32")
+    assert dtypes(bf16_config, []) == ("bfloat16", "bfloat16")
+    assert dtypes(bf16_config, ["SGLANG_MAMBA_SSM_DTYPE=float32"]) == ("bfloat16", "float32")
+    assert dtypes(q, ["SGLANG_MAMBA_SSM_DTYPE=bfloat16", "--mamba-ssm-dtype", "float32"]) == ("bfloat16", "float32")
+    assert dtypes(q, ["SGLANG_MAMBA_SSM_DTYPE=fp16"]) == ("bfloat16", "float32")  # not a name it maps: ignored
+    assert dtypes(q, ["SGLANG_MAMBA_CONV_DTYPE=float16"]) == ("float16", "float32")
+    assert dtypes(bf16_config, ["SGLANG_MAMBA_SSM_DTYPE=bfloat16", "SGLANG_MAMBA_CONV_DTYPE=float16"],
+                  "0.5.8") == ("bfloat16", "float32")
+    assert dtypes(q, ["--mamba-ssm-dtype", "bfloat16"], "0.5.8") == ("bfloat16", "bfloat16")
+    # the bytes: conv (128 x 48 + 2 x 16 x 128) / 2 x 3 x 4 B in float32 = 61,440 B per layer; SSM in bfloat16
+    # 48 / 2 x 128 x 128 x 2 B = 786,432 B per layer; x 48 linear layers
+    b = run(q, ["SGLANG_MAMBA_CONV_DTYPE=float32", "SGLANG_MAMBA_SSM_DTYPE=bfloat16", "--tp", "2", "--context-length",
+                "32768"], version="0.5.10", pre=46.89)
+    assert b.mamba_per_request_bytes == 48 * (61_440 + 786_432)
+    assert "conv 2.81 MiB (float32) + SSM 36.00 MiB (bfloat16)" in next(x.why for x in b.lines
+                                                                       if x.label == "hybrid state per request")
+
+
+def test_a_hybrid_model_run_in_float16_fails_at_its_first_request_with_the_env_fix_first():
+    """sglang#19773, #30178, #31719: the conv state stays bfloat16 (SGLANG_MAMBA_CONV_DTYPE's default) whatever the
+    model runs in, and a float16 model (--dtype half, or an AWQ build whose config says float16) fails its first
+    request. SGLANG_MAMBA_CONV_DTYPE set to the model's dtype fixed it there."""
+    q = spec("Qwen__Qwen3.6-27B")
+    argv = ["--tp", "2", "--context-length", "32768", "--mem-fraction-static", "0.88"]
+    b = run(q, [*argv, "--dtype", "half"], version="0.5.10", pre=46.89)
+    assert b.verdict is VerdictKind.FAILS and not b.error_verbatim
+    assert "conv state is bfloat16 (SGLANG_MAMBA_CONV_DTYPE's default) and the model runs in float16" in b.error_text
+    assert "got BFloat16 for the destination and Half for the source" in b.error_text
+    env, dtype = b.remedies
+    assert env.change == "SGLANG_MAMBA_CONV_DTYPE=float16 (env)" and dtype.change == "--dtype bfloat16"
+    assert env.launch_flags(("NCCL_P2P_DISABLE=1", "--tp", "2")) == (
+        "NCCL_P2P_DISABLE=1", "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2")
+    assert env.flag_change is None
+    fixed = run(q, ["SGLANG_MAMBA_CONV_DTYPE=float16", *argv, "--dtype", "half"], version="0.5.10", pre=46.89)
+    assert fixed.verdict is VerdictKind.FITS and fixed.kv_tokens == b.kv_tokens
+    assert run(q, argv, version="0.5.10", pre=46.89).verdict is VerdictKind.FITS  # bfloat16, as the config says
+    # the other way round (#31719): a bfloat16 model with a float32 conv state
+    wide = run(q, ["SGLANG_MAMBA_CONV_DTYPE=float32", *argv], version="0.5.10", pre=46.89)
+    assert "got Float for the destination and BFloat16 for the source" in wide.error_text
+    assert [r.change for r in wide.remedies] == ["SGLANG_MAMBA_CONV_DTYPE=bfloat16 (env)"]
+    # an AWQ build whose config says float16 gets no --dtype remedy: its kernels take the dtype it was built in
+    awq = replace(q, dtype="float16", quant=read_config(
+        {**json.loads((CONFIGS / "Qwen__Qwen3.6-27B" / "config.json").read_text()),
+         "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}, "awq").quant)
+    awq_b = run(awq, argv, version="0.5.10", pre=46.89)
+    assert [r.change for r in awq_b.remedies] == ["SGLANG_MAMBA_CONV_DTYPE=float16 (env)"]
+    # before 0.5.9 the conv state was always bfloat16: only the model's dtype can change
+    next_80b = spec("Qwen__Qwen3-Next-80B-A3B-Instruct")
+    old = run(next_80b, ["--tp", "4", "--dtype", "half"], version="0.5.4", total_mib=81559, count=4)
+    assert "(always bfloat16 before SGLang 0.5.9)" in old.error_text
+    assert [r.change for r in old.remedies] == ["--dtype bfloat16"]
+
+
+def test_an_earlier_failure_stays_first_and_its_remedies_carry_the_conv_fix():
+    """The conv state fails only at the first request: a launch that fails before it fails with that first, the
+    conflict is listed beside it, and the earlier failure's remedies are computed with the conv state fixed (else
+    every one would still fail at the first request)."""
+    q = spec("Qwen__Qwen3.6-27B")
+    b = run(q, ["--tp", "2", "--context-length", "65536", "--mem-fraction-static", "0.50", "--dtype", "half"],
+            version="0.5.10", pre=46.89)
+    assert b.verdict is VerdictKind.FAILS and b.error_text.startswith("Not enough memory")
+    assert dict(zip(b.reason_kinds, b.reasons, strict=True))["state_dtype"].startswith("the first request fails")
+    first, *rest = b.remedies
+    assert first.change.startswith("--mem-fraction-static") and first.effect.startswith(
+        "with SGLANG_MAMBA_CONV_DTYPE=float16: ")
+    assert rest[-2].change == "SGLANG_MAMBA_CONV_DTYPE=float16 (env)" and "still fails: Not enough memory" in \
+        rest[-2].effect
+
+
 # --------------------------------------------------------------------------- Mamba-2 hybrids (Nemotron-H)
 # Geometry of NVIDIA's releases as NVIDIA-NeMo/Megatron-Bridge's nemotron_h_provider.py states it (commit 160ccccb),
 # written with the config.json keys SGLang's NemotronHConfig reads; vocab 131,072 (docs/models/llm/nemotronh.md)
