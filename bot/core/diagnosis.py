@@ -74,6 +74,14 @@ NODE_DRIVER_LIBRARIES = ("install in the container the NVIDIA user-space librari
 OCCUPIED_WHY = ("other processes hold memory on some of this launch's GPUs: before loading, SGLang found one "
                 "tensor-parallel rank's GPU with far less free memory than another's (it wants at least 90 %)")
 MAMBA_FAILED = "the hybrid (mamba/linear-attention) state pool or its radix cache failed"
+CONV_DTYPE_FAILED = ("the hybrid model's conv state is held in another dtype than the model runs in: SGLang keeps it "
+                     "in SGLANG_MAMBA_CONV_DTYPE (bfloat16 unless set), whatever --dtype or the checkpoint (a float16 "
+                     "or AWQ build) says, so the first request cannot write its input into it")
+CONV_DTYPE_NEXT = ("relaunch with SGLANG_MAMBA_CONV_DTYPE set to the dtype the model runs in (the source dtype the "
+                   "error names: Half is float16), or run the model in bfloat16 (--dtype bfloat16) if its "
+                   "quantization allows; /sglang budget flags this before the load")
+# the lines that say so (the experiments set the variable from the dtype they name)
+CONV_DTYPE_LINE = r"Expected conv_states_\.scalar_type\(\) == input_type|Index put requires the source and destination"
 MAMBA_NEXT = "try --disable-radix-cache or another --mamba-scheduler-strategy"
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
                  "stops them by PID after a confirmation; then relaunch unchanged")
@@ -87,6 +95,9 @@ class Rule:
     explanation: str
     next_step: str
     strength: int = 2  # 3: the exception text itself; 2: a specific message; 1: context (frames, wrappers)
+    # a pattern one of the few lines before must match (the frame that raised it) for a generic message to be this
+    # rule's; empty: the line alone decides
+    after: str = ""
 
     def compiled(self) -> tuple[re.Pattern[str], ...]:
         return tuple(re.compile(p) for p in self.patterns)
@@ -553,6 +564,14 @@ RULES: tuple[Rule, ...] = (
          "read the prefill instance's own log for an earlier error; then pin the RDMA devices on both sides "
          "(--disaggregation-ib-device) and try the other engine (--disaggregation-transfer-backend mooncake|nixl) to "
          "tell the engine from the network", 3),
+    # the conv state in another dtype than the model runs in: SGLang keeps it in SGLANG_MAMBA_CONV_DTYPE (bfloat16
+    # unless set) whatever --dtype or the checkpoint says, and the first request's write into it fails, in the
+    # causal_conv1d kernel's words or torch's (index-put across dtypes) under the conv state's own frame
+    # (sglang#19773, #30178, #31719)
+    Rule("mamba_cache_error", (r"Expected conv_states_\.scalar_type\(\) == input_type",),
+         "runtime", CONV_DTYPE_FAILED, CONV_DTYPE_NEXT, 3),
+    Rule("mamba_cache_error", (r"Index put requires the source and destination dtypes match",),
+         "runtime", CONV_DTYPE_FAILED, CONV_DTYPE_NEXT, 3, after=r"conv_states|gdn_backend\.py|causal_conv1d"),
     # a configuration the state pool refuses at startup, then its bookkeeping failing while serving
     Rule("mamba_cache_error", (r"Page size must be 1 for MambaRadixCache",
                                r"is not compatible with radix cache when using --mamba-scheduler-strategy",
@@ -960,6 +979,9 @@ def _rule_hits(lines: list[str], order: list[int]) -> list[Hit]:
             continue
         for rule, patterns in _COMPILED:
             if any(p.search(line) for p in patterns):
+                if rule.after and not any(re.search(rule.after, lines[order[j]])
+                                          for j in range(max(0, position - 4), position)):
+                    continue
                 if rule.label == "cuda_graph_capture_error" and (wrapper := _CAPTURE_WRAPPER.search(line)):
                     tail = " ".join([line[wrapper.end():], *(lines[order[j]] for j in
                                                              range(position + 1, min(len(order), position + 4)))])

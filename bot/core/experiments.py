@@ -17,6 +17,7 @@ from bot.core.attempts import CT_MEMORY_CHANGE
 from bot.core.diagnosis import (
     ARGUMENT_ERROR,
     CONTEXT_OVER_MODEL,
+    CONV_DTYPE_LINE,
     HOST_OOM_KILL,
     NCCL_OOM_LINE,
     NCCL_SHM_LINE,
@@ -85,7 +86,15 @@ MOVES: dict[str, tuple[_Move, ...]] = {
         False, SPECULATIVE_FLAGS,
         "the same launch without speculative decoding: if it starts, the draft/verify path is the cause",
         "--speculative-algorithm (and its settings)"),),
-    "mamba_cache_error": (_Move(True, ("--disable-radix-cache",), "the hybrid state pool without its radix cache"),),
+    # the conv state in the dtype the error names as the source (the model's); causal_conv1d's words name none, and
+    # the reports of it are float16 models (--dtype half)
+    "mamba_cache_error": (
+        *(_Move(True, (f"SGLANG_MAMBA_CONV_DTYPE={dtype}",), f"the conv state in the model's dtype ({dtype}): if the "
+                "first request passes, the dtype mismatch was the cause", when=named)
+          for dtype, named in (("float16", r"\bHalf for the source|conv_states_\.scalar_type"),
+                               ("bfloat16", r"\bBFloat16 for the source"), ("float32", r"\bFloat for the source"))),
+        _Move(True, ("--disable-radix-cache",), "the hybrid state pool without its radix cache",
+              unless=CONV_DTYPE_LINE)),
     "trust_remote_code_required": (_Move(True, ("--trust-remote-code",),
                                          "let transformers run the checkpoint's own code (read it first: it runs in "
                                          "the container)"),),

@@ -1075,11 +1075,12 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     and ninja's words without FlashInfer's frames, a transformers newer than the SGLang, the hybrid state pool out of
     ping-pong slots, an uncorrectable ECC error, the driver API's names of the illegal-address family, flash-attn's
     older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, SGLang's own version check finding an
-    older package (sgl-kernel's own label), the piecewise CUDA-graph runner's failure, and FlashInfer without the
-    model's head dimension (under a capture wrapper: the wrapped refusal names it)."""
+    older package (sgl-kernel's own label), the piecewise CUDA-graph runner's failure, FlashInfer without the
+    model's head dimension (under a capture wrapper: the wrapped refusal names it), and causal_conv1d refusing a
+    hybrid model's conv state in another dtype."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
-    assert len(rows) == 18
+    assert len(rows) == 19
     for label, line in rows:
         assert diagnose(line).label == label, line
     ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))
@@ -1089,6 +1090,19 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     assert "newer than this SGLang" in newer.explanation and newer.phase == "import"
     pool = diagnose(rows[5][1])
     assert "--mamba-full-memory-ratio" in pool.next_step and pool.phase == "runtime"
+
+
+def test_a_conv_state_in_another_dtype_than_the_model_is_the_hybrid_state_not_torch_in_general():
+    """sglang#31719 (a Qwen3.6-27B served with --dtype float16): torch refuses to index-put float16 activations into
+    the bfloat16 conv state, under the conv state's own frame; the same refusal anywhere else (pytorch#130549's
+    loss_parallel) is no hybrid-state failure."""
+    finding = diagnose((FIXTURES / "other-logs" / "conv-state-dtype.txt").read_text())
+    assert (finding.label, finding.confidence, finding.phase) == ("mamba_cache_error", "high", "runtime")
+    assert finding.evidence[0].line_no == 3 and "SGLANG_MAMBA_CONV_DTYPE (bfloat16 unless set)" in finding.explanation
+    assert "SGLANG_MAMBA_CONV_DTYPE set to the dtype the model runs in" in finding.next_step
+    elsewhere = ("[rank1]: RuntimeError: Index put requires the source and destination dtypes match, got BFloat16 for "
+                 "the destination and Float for the source.")
+    assert diagnose(elsewhere).label == "unknown"
 
 
 def test_a_draft_models_own_module_in_the_frames_points_to_speculative_decoding():

@@ -45,6 +45,29 @@ def test_a_backend_sglang_chose_itself_is_replaced_by_the_portable_one():
         ["drop --attention-backend"]
 
 
+def test_a_conv_state_dtype_mismatch_sets_the_variable_to_the_dtype_the_error_names():
+    """sglang#31719: the conv state in the model's dtype (the source the error names), an environment word before the
+    flags, not the radix-cache switch of the state pool's other failures; made, it decides the hypothesis."""
+    from bot.core.experiments import made_experiment
+
+    finding = diagnose((FIXTURES / "other-logs" / "conv-state-dtype.txt").read_text())
+    argv = ("NCCL_P2P_DISABLE=1", "--model-path", "/models/Qwen3.6-27B", "--tp", "2", "--dtype", "float16")
+    (experiment,) = finding_experiments(finding, argv)
+    assert experiment.change == "SGLANG_MAMBA_CONV_DTYPE=float16"
+    assert experiment.argv == ("NCCL_P2P_DISABLE=1", "SGLANG_MAMBA_CONV_DTYPE=float16", *argv[1:])
+    assert launch_env(experiment.argv) == ("NCCL_P2P_DISABLE=1", "SGLANG_MAMBA_CONV_DTYPE=float16")
+    assert finding_experiments(finding, experiment.argv) == ()  # already set: nothing to offer
+    assert made_experiment("mamba_cache_error", ["+ SGLANG_MAMBA_CONV_DTYPE=float16"]) == \
+        "+ SGLANG_MAMBA_CONV_DTYPE=float16"
+    # causal_conv1d's words name no dtype; its reports are float16 models
+    line = next(row.split("\t")[1] for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
+                .splitlines() if "conv_states_.scalar_type" in row)
+    assert [e.change for e in finding_experiments(diagnose(line), argv)] == ["SGLANG_MAMBA_CONV_DTYPE=float16"]
+    # the state pool's other failures keep their experiment
+    assert [e.change for e in label_experiments("mamba_cache_error", argv, "MambaRadixCache")] == \
+        ["--disable-radix-cache"]
+
+
 def test_every_experiment_on_a_corpus_launch_parses_and_changes_only_its_flag():
     made = 0
     for case_id, case in CASES.items():
