@@ -269,8 +269,11 @@ class Remedy:
             return with_flag(argv, *self.flag_change)
         if self.flags is None:
             return None
-        if env := re.fullmatch(r"(--[a-z0-9-]+) (\S+) \(env ([A-Z][A-Z0-9_]*=\S+)\)", self.change):
-            return with_env(with_flag(argv, env.group(1), env.group(2)), env.group(3))
+        if env := re.fullmatch(r"(--[a-z0-9-]+)(?: ([^\s(]\S*))? \(env ((?:[A-Z][A-Z0-9_]*=\S+ ?)+)\)", self.change):
+            changed = with_flag(argv, env.group(1), env.group(2))
+            for word in env.group(3).split():
+                changed = with_env(changed, word)
+            return changed
         if env_only := re.fullmatch(r"([A-Z][A-Z0-9_]*=\S+) \(env\)", self.change):
             return with_env(argv, env_only.group(1))
         dropped = re.fullmatch(r"drop (--[a-z0-9-]+)(?: \S+)?", self.change)
@@ -1428,9 +1431,20 @@ def _conv_dtype_remedies(inp: BudgetInput, failed: Budget, conflict: str) -> lis
     found = [r for r, _ in remedies]
     if b.verdict is VerdictKind.FITS:
         return found
-    more = [replace(r, effect=f"with {first.change.removesuffix(' (env)')}: {r.effect}")
+    word, env = first.change.removesuffix(" (env)"), first.change.endswith(" (env)")
+    more = [replace(_with_env_word(r, word) if env else r, effect=f"with {word}: {r.effect}")
             for r in find_remedies(replace(inp, flags=first.flags or inp.flags), b)]
     return found + more if failed.error_text == conflict else more + found
+
+
+def _with_env_word(remedy: Remedy, word: str) -> Remedy:
+    """A flag-change remedy that also sets the environment word ``word`` when it launches (its note, if any, goes);
+    others as they are."""
+    if (flag := remedy.flag_change) is not None:
+        return replace(remedy, change=f"{flag[0]}{f' {flag[1]}' if flag[1] else ''} (env {word})")
+    if (env := re.fullmatch(r"(.+ \(env .+)\)", remedy.change)) is not None:
+        return replace(remedy, change=f"{env.group(1)} {word})")
+    return remedy
 
 
 def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy], bool]:

@@ -291,6 +291,8 @@ def test_an_earlier_failure_stays_first_and_its_remedies_carry_the_conv_fix():
     """The conv state fails only at the first request: a launch that fails before it fails with that first, the
     conflict is listed beside it, and the earlier failure's remedies are computed with the conv state fixed (else
     every one would still fail at the first request)."""
+    from bot.core.budget import Remedy
+
     q = spec("Qwen__Qwen3.6-27B")
     b = run(q, ["--tp", "2", "--context-length", "65536", "--mem-fraction-static", "0.50", "--dtype", "half"],
             version="0.5.10", pre=46.89)
@@ -299,6 +301,19 @@ def test_an_earlier_failure_stays_first_and_its_remedies_carry_the_conv_fix():
     first, *rest = b.remedies
     assert first.change.startswith("--mem-fraction-static") and first.effect.startswith(
         "with SGLANG_MAMBA_CONV_DTYPE=float16: ")
+    # its button sets the variable too: a relaunch without it would be refused again, for the conv state
+    assert first.change.endswith(" (env SGLANG_MAMBA_CONV_DTYPE=float16)")
+    assert first.launch_flags(("--tp", "2", "--dtype", "half")) == (
+        "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2", "--dtype", "half", "--mem-fraction-static",
+        first.change.split()[1])
+    # a remedy that needs its own variable keeps it beside this one; a switch takes no value
+    spec_v2 = Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1 "
+                     "SGLANG_MAMBA_CONV_DTYPE=float16)", first.flags, "", 0)
+    assert spec_v2.launch_flags(("--tp", "2")) == ("SGLANG_ENABLE_SPEC_V2=1", "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp",
+                                                   "2", "--mamba-scheduler-strategy", "extra_buffer")
+    switch = Remedy("--disable-radix-cache (env SGLANG_MAMBA_CONV_DTYPE=float16)", first.flags, "", 1)
+    assert switch.launch_flags(("--tp", "2")) == ("SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2",
+                                                  "--disable-radix-cache")
     assert rest[-2].change == "SGLANG_MAMBA_CONV_DTYPE=float16 (env)" and "still fails: Not enough memory" in \
         rest[-2].effect
 

@@ -323,6 +323,29 @@ async def test_a_launch_sets_the_environment_words_before_its_flags_and_refuses_
            "sglang.launch_server --model-path" in text and secret not in text
 
 
+async def test_a_float16_launch_of_a_hybrid_model_is_refused_and_the_env_button_sets_the_conv_dtype(lab):
+    """sglang#30178/#31719: a hybrid model run in float16 over the default bfloat16 conv state fails its first
+    request; the pre-flight refuses it and its remedy button relaunches the same flags with
+    SGLANG_MAMBA_CONV_DTYPE=float16 before them, which the server's environment then holds."""
+    from pathlib import Path
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    flags = "--tp 2 --context-length 32768 --mem-fraction-static 0.88 --dtype half"
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {flags}")
+    refusal = post_with(calls, "Pre-flight refused")
+    text = blocks_to_text(refusal.blocks)
+    assert "the first request fails: the conv state is bfloat16" in text and "Half for the source" in text
+    choice = next(b for b in buttons(refusal) if "SGLANG_MAMBA_CONV_DTYPE=float16 (env)" in b["text"]["text"])
+    status, _ = await lab.click(choice["action_id"], choice["value"])
+    assert status == 200
+    await wait_text(lab, "*ready*")
+    (attempt, refused) = await lab.services.attempts.recent("pve5", 129, 2)
+    assert attempt.argv[0] == "SGLANG_MAMBA_CONV_DTYPE=float16" and "--dtype" in attempt.argv
+    assert b"SGLANG_MAMBA_CONV_DTYPE=float16" in Path(f"/proc/{attempt.pid}/environ").read_bytes().split(b"\0")
+    await lab.slash("/sglang", "history sglang-a6000")
+    calls = await wait_text(lab, "Attempts on", method="chat.postMessage")
+    assert "+ SGLANG_MAMBA_CONV_DTYPE=float16" in blocks_to_text(post_with(calls, "Attempts on").blocks)
+
 async def test_free_leaves_a_recorded_launch_to_sglang_stop_and_lists_the_rest(lab):
     """A recorded launch's GPU processes (its process group in the container) are named, not offered for
     killing: /sglang stop ends the whole group and records it."""
