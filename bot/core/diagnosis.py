@@ -336,6 +336,14 @@ RULES: tuple[Rule, ...] = (
                     "CUDA_VISIBLE_DEVICES set, GPU indices are counted within that list",
          "compare `nvidia-smi -L` inside the container with the GPUs the launch needs: give the container the GPUs "
          "(its /dev/nvidiaN passthrough), or lower --tp / --base-gpu-id to fit the ones it sees", 3),
+    # the checkpoint holds a tensor the model class's load_weights has no parameter for (its params_dict lookup): a
+    # layout or quantization of the checkpoint this release's loader does not handle (sglang#10175, PR #12031)
+    Rule("unsupported_architecture", (r"KeyError: '(?:[\w-]+\.)+[\w-]+'",),
+         "startup", "the checkpoint holds a tensor this SGLang's model class has no parameter for: a checkpoint layout "
+                    "or quantization its loader does not handle (or weights that are not the model config.json names)",
+         "check the SGLang release against this checkpoint (a later one may load it: the model's cookbook, SGLang's "
+         "release notes), that --quantization matches the checkpoint's quantization_config, and that the weights "
+         "are the model the config names", 3, after=r"params_dict\[|in load_weights\b"),
     Rule("unsupported_architecture", (r"Model architectures \[.*\] (?:are|is) not supported",
                                       r"Unsupported architectures?:", r"model with architecture \S+ is not supported",
                                       r"No attention attribute in layer",
@@ -946,7 +954,14 @@ def _first_cause(lines: list[str], raw: list[str], stalled_minutes: float | None
         if stalled is not None:
             return stalled
     if echoes:
-        return _echo_finding(echoes, lines, order, notes)
+        # the child's own traceback before the parent's word, with no rule for it: that exception is quoted (the
+        # teardown's tracebacks after the word are the echo's)
+        before = order[:min(h[0] for h in echoes)]
+        if not _ends_in_exception(lines, before):
+            return _echo_finding(echoes, lines, order, notes)
+        found = _unknown(lines, before, notes)
+        return replace(found, also_seen=(ECHO,), explanation=found.explanation + (
+            "; the parent's word that a child died follows it (its echo)"))
     return _no_failure(lines, order, notes) or _launch_would_decide(_unknown(lines, order, notes), lines, order,
                                                                     context)
 

@@ -1126,6 +1126,33 @@ def test_sglangs_fallback_from_custom_all_reduce_is_a_warning_not_the_cause():
     assert failed.label == "kv_pool_oom" and "gpu_p2p_unsupported" not in failed.also_seen
 
 
+def test_a_child_exception_no_rule_reads_is_quoted_before_the_parents_echo():
+    """An unruled exception and then the parent's word that a child died (sglang#24153's assertion, followed by the
+    sigquit line as sglang#12827's log prints it): the exception is quoted, the echo named beside it, not "the
+    child's own error is not in this text". Tracebacks after the echo (the teardown's) do not count."""
+    trace = (FIXTURES / "other-logs" / "swa-radix-assert.txt").read_text()
+    echo = "[2025-11-06 02:10:00] Received sigquit from a child process. It usually means the child failed.\n"
+    finding = diagnose(trace + echo)
+    assert finding.label == "unknown" and finding.also_seen == ("child_process_died",)
+    assert finding.evidence[-1].text.startswith("AssertionError: dec_lock_ref")
+    assert "its echo" in finding.explanation and "not in this text" not in finding.explanation
+    assert diagnose(echo).label == "child_process_died"
+    assert "not in this text" in diagnose(echo).explanation
+
+
+def test_a_checkpoint_tensor_the_model_class_lacks_is_a_loader_that_does_not_handle_it():
+    """load_weights' params_dict lookup failing on a checkpoint tensor: sglang#3075 (DeepSeek-V3's FP8 scales under
+    --enable-ep-moe) and PR #12031's thread (deepseek-ocr's lm_head, then the parent's echo). A KeyError elsewhere is
+    not this."""
+    for name, tensor in (("load-weights-keyerror.txt", "w2_weight_scale_inv"),
+                         ("load-weights-keyerror-echo.txt", "lm_head.weight")):
+        finding = diagnose((FIXTURES / "other-logs" / name).read_text())
+        assert (finding.label, finding.confidence, finding.phase) == ("unsupported_architecture", "high", "startup")
+        assert tensor in finding.evidence[0].text and "has no parameter for" in finding.explanation
+        assert "--quantization matches" in finding.next_step
+    assert diagnose("KeyError: 'lm_head.weight'").label == "unknown"
+
+
 def test_a_log_ending_in_an_exception_no_rule_reads_quotes_where_it_was_raised():
     """sglang#24153: SWARadixCache's lock-count assertion while serving. No rule names it; the finding quotes the
     frame that raised it, the code there and the exception, and places it by its frames (serving)."""
