@@ -337,7 +337,7 @@ RULES: tuple[Rule, ...] = (
          "compare `nvidia-smi -L` inside the container with the GPUs the launch needs: give the container the GPUs "
          "(its /dev/nvidiaN passthrough), or lower --tp / --base-gpu-id to fit the ones it sees", 3),
     # the checkpoint holds a tensor the model class's load_weights has no parameter for (its params_dict lookup): a
-    # layout or quantization of the checkpoint this release's loader does not handle (sglang#10175, PR #12031)
+    # layout or quantization of the checkpoint this release's loader does not handle (sglang#3075, #10175, #12827)
     Rule("unsupported_architecture", (r"KeyError: '(?:[\w-]+\.)+[\w-]+'",),
          "startup", "the checkpoint holds a tensor this SGLang's model class has no parameter for: a checkpoint layout "
                     "or quantization its loader does not handle (or weights that are not the model config.json names)",
