@@ -36,6 +36,7 @@ from bot.core.label_evidence import (
     ports_named,
     transformers_evidence,
 )
+from bot.core.model import holds_recurrent_state
 from bot.core.shm import parse_df, shm_evidence
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events, read_memory_errors
@@ -127,7 +128,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     stalled = None
     if attempt.status is AttemptStatus.LAUNCHING:
         stalled = max(0.0, (time.time() - float(read.stat.split()[0])) / 60)
-    context = LaunchContext.from_argv(attempt.argv, _model_types(read.config))
+    context = LaunchContext.from_argv(attempt.argv, _model_types(read.config), holds_recurrent_state(read.config))
     # a launch the kernel killed writes nothing of it: the node's kernel log names that cause
     finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context), kills,
                                        attempt.vmid)

@@ -743,16 +743,19 @@ class LaunchContext:
     """What the triage knows about the launch besides its log (from the attempt's own argv)."""
 
     speculative: bool = False
-    hybrid_linear: bool = False  # Qwen3-Next / Qwen3.5 / Qwen3.6 style GDN model (mamba state pool)
+    hybrid_linear: bool = False  # a model with recurrent state (GDN, Mamba-2, ...): SGLang's mamba state pool
     model_types: tuple[str, ...] = ()  # the checkpoint's config.json model_type (and its text_config's)
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str], model_type: str | Sequence[str] | None = None) -> LaunchContext:
+    def from_argv(cls, argv: Sequence[str], model_type: str | Sequence[str] | None = None,
+                  recurrent: bool = False) -> LaunchContext:
+        """``recurrent``: the checkpoint's config describes recurrent state (model.holds_recurrent_state); the
+        launch's flags and model path, and its model_type, say so too for the Qwen hybrids."""
         text = " ".join(argv)
         types = (model_type,) if isinstance(model_type, str) else tuple(model_type or ())
         return cls(
             speculative=bool(re.search(r"--speculative-algo\S*\s+\S+|\b(?:EAGLE3?|NEXTN|MTP)\b", text)),
-            hybrid_linear=bool(re.search(r"--mamba-|Qwen3[.-]?(?:5|6|Next)", text, re.I))
+            hybrid_linear=recurrent or bool(re.search(r"--mamba-|Qwen3(?:[.-]?(?:5|6|Next)|\.[7-9])", text, re.I))
             or any(t.startswith(("qwen3_next", "qwen3_5")) for t in types),
             model_types=tuple(t for t in types if t),
         )
@@ -967,7 +970,7 @@ def _first_cause(lines: list[str], raw: list[str], stalled_minutes: float | None
 
 
 _FEATURE_WORDS = {"speculative": "speculative decoding (--speculative-algorithm)",
-                  "hybrid_linear": "a hybrid linear-attention model (Qwen3-Next, Qwen3.5/3.6)"}
+                  "hybrid_linear": "a model with recurrent state (Qwen3-Next/3.5/3.6, Nemotron-H, ...)"}
 
 
 def _launch_would_decide(found: Finding, lines: list[str], order: list[int], context: LaunchContext | None) -> Finding:

@@ -241,6 +241,17 @@ def _need(cfg: dict[str, Any], key: str, where: str) -> Any:
     return cfg[key]
 
 
+def holds_recurrent_state(config_text: str) -> bool:
+    """Whether a config.json describes a model with per-request recurrent state (a hybrid of attention and linear
+    attention, Mamba-2, KDA or short convolutions: SGLang's mamba state pool); False for any other model, and for a
+    text that is no config this engine reads."""
+    try:
+        config = json.loads(config_text)
+        return isinstance(config, dict) and read_config(config).is_hybrid_linear
+    except (ValueError, TypeError, KeyError, ZeroDivisionError):
+        return False
+
+
 def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
     """Parse a config.json (flat, or a multimodal wrapper whose language model is its ``text_config``, or
     InternVL's ``llm_config``, or DeepSeek-VL2's ``language_config``)."""

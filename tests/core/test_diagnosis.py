@@ -724,6 +724,30 @@ def test_a_startup_log_that_just_stops_says_how_far_it_got(case_id, where):
     assert finding.label == "unknown" and f"the log stops {where}" in finding.explanation
 
 
+def test_the_state_pools_generic_symptom_is_read_for_every_model_with_recurrent_state():
+    """sglang-28484's last line (a TypeError in the mamba state pool's bookkeeping) points to mamba_cache_error under a
+    launch of any model the budget finds recurrent state in (its config.json), not only a Qwen hybrid by name: a
+    Nemotron-H or LFM2 checkpoint whose path says nothing; a dense model's launch does not."""
+    from bot.core.model import holds_recurrent_state
+    from tests.core.test_budget import NEMOTRON_3_NANO
+
+    line = BY_ID["sglang-28484"]["log_excerpt"]
+    line = line[-1] if isinstance(line, list) else line.splitlines()[-1]
+    configs = FIXTURES / "model-configs"
+    lfm2 = (configs / "LiquidAI__LFM2-700M" / "config.json").read_text()
+    llama = (configs / "meta-llama__Meta-Llama-3.1-8B-Instruct" / "config.json").read_text()
+    assert holds_recurrent_state(lfm2) and holds_recurrent_state(json.dumps(NEMOTRON_3_NANO))
+    assert not any(holds_recurrent_state(text) for text in (llama, "{not json", "{}"))
+    argv = ["--model-path", "/models/nano", "--tp", "2"]
+    for config, label in ((json.dumps(NEMOTRON_3_NANO), "mamba_cache_error"), (lfm2, "mamba_cache_error"),
+                          (llama, "unknown")):
+        context = LaunchContext.from_argv(argv, (), holds_recurrent_state(config))
+        assert diagnose(line, context=context).label == label
+    # by name: the Qwen hybrids (3.7 and later too), never the dense Qwen3-8B
+    assert LaunchContext.from_argv(["--model-path", "/m/Qwen3.8-27B-FP8"]).hybrid_linear
+    assert not LaunchContext.from_argv(["--model-path", "/m/Qwen3-8B"]).hybrid_linear
+
+
 def test_a_generic_symptom_read_without_its_launch_says_which_launch_decides_it():
     # sglang-29516's one line: a shape mismatch that is the speculative path's only when the launch used it
     line = BY_ID["sglang-29516"]["log_excerpt"]
