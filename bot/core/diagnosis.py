@@ -470,6 +470,9 @@ RULES: tuple[Rule, ...] = (
     Rule("quant_unsupported_on_gpu", (r"type fp8e4nv not supported in this architecture",
                                       r"fp8e4nv data type is not supported on CUDA arch < 89",  # newer Triton
                                       r"The quantization method \S+ is not supported for the current GPU",
+                                      # a compressed-tensors or Quark scheme's own check (Quark's message printed as
+                                      # a tuple of its pieces before sglang#25694)
+                                      r"Quantization scheme is not supported for (?:', ')?the current GPU",
                                       # torch's FP8 GEMM refusing a pre-Ada GPU (an online --quantization fp8)
                                       r"torch\._scaled_mm is only supported on CUDA devices with compute capability",
                                       # the same refusal in other loaders' words (transformers' FP8 quantizer,

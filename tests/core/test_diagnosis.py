@@ -1100,11 +1100,12 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     ping-pong slots, an uncorrectable ECC error, the driver API's names of the illegal-address family, flash-attn's
     older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, SGLang's own version check finding an
     older package (sgl-kernel's own label), the piecewise CUDA-graph runner's failure, FlashInfer without the
-    model's head dimension (under a capture wrapper: the wrapped refusal names it), and causal_conv1d refusing a
-    hybrid model's conv state in another dtype."""
+    model's head dimension (under a capture wrapper: the wrapped refusal names it), causal_conv1d refusing a
+    hybrid model's conv state in another dtype, and a quantization scheme's capability check (both of the ways SGLang
+    printed it)."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
-    assert len(rows) == 19
+    assert len(rows) == 21
     for label, line in rows:
         assert diagnose(line).label == label, line
     ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))
