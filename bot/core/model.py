@@ -248,8 +248,8 @@ def holds_recurrent_state(config_text: str) -> bool:
     try:
         config = json.loads(config_text)
         return isinstance(config, dict) and read_config(config).is_hybrid_linear
-    except (ValueError, TypeError, KeyError, ZeroDivisionError):
-        return False
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, ZeroDivisionError):
+        return False  # a config this engine cannot read says nothing either way
 
 
 def read_config(config: dict[str, Any], name: str = "model") -> ModelSpec:
