@@ -26,6 +26,7 @@ from bot.core.model import (
     DTYPE_BYTES,
     GIB,
     NO_QUANT,
+    TORCH_DTYPE_NAMES,
     DraftSize,
     ModelConfigError,
     ModelSpec,
@@ -486,7 +487,6 @@ def fp8_moe_misfit(model: ModelSpec, quant: Quantization, gpus: GpuPlan) -> str 
 MAMBA_CONV_ENV, MAMBA_SSM_ENV = "SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTYPE"
 STATE_DTYPES_FROM = (0, 5, 9)
 STATE_DTYPES = ("float32", "bfloat16", "float16")  # the names mamba2_state_dtype maps; others fall back
-TORCH_DTYPE_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float"}  # as torch's errors name them
 
 
 @dataclass(frozen=True)
@@ -1353,8 +1353,9 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
     if failed.error_text and "is greater than the derived context_length" in failed.error_text \
             and inp.model.max_context:
         return _context_limit_remedies(inp, failed, inp.model.max_context)
-    if (conflict := conv_state_conflict(_in_load_dtype(inp)[0].model, inp.flags, inp.version)) is not None:
-        return _conv_dtype_remedies(inp, failed, conflict)
+    loaded = _in_load_dtype(inp)[0].model
+    if (conflict := conv_state_conflict(loaded, inp.flags, inp.version)) is not None:
+        return _conv_dtype_remedies(inp, loaded, failed, conflict)
     remedies, settled = _free_first_remedies(inp, failed)
     if settled:
         return remedies
@@ -1407,11 +1408,11 @@ def _context_limit_remedies(inp: BudgetInput, failed: Budget, limit: int) -> lis
                       for r in find_remedies(at_limit, b)]
 
 
-def _conv_dtype_remedies(inp: BudgetInput, failed: Budget, conflict: str) -> list[Remedy]:
+def _conv_dtype_remedies(inp: BudgetInput, model: ModelSpec, failed: Budget, conflict: str) -> list[Remedy]:
     """The conv state in the dtype the model runs in: SGLANG_MAMBA_CONV_DTYPE (from 0.5.9), or an unquantized model
     run in bfloat16, the state's default. What else fails or degrades is computed with the first of these (else
-    each change would still fail at the first request); when it fails before the first request, it comes first."""
-    model = _in_load_dtype(inp)[0].model
+    each change would still fail at the first request); when it fails before the first request, it comes first.
+    ``model``: the model as it loads (in the dtype it runs in)."""
     remedies = []
     if inp.version.tuple >= STATE_DTYPES_FROM:
         word = f"{MAMBA_CONV_ENV}={model.dtype}"

@@ -80,8 +80,11 @@ CONV_DTYPE_FAILED = ("the hybrid model's conv state is held in another dtype tha
 CONV_DTYPE_NEXT = ("relaunch with SGLANG_MAMBA_CONV_DTYPE set to the dtype the model runs in (the source dtype the "
                    "error names: Half is float16), or run the model in bfloat16 (--dtype bfloat16) if its "
                    "quantization allows; /sglang budget flags this before the load")
-# the lines that say so (the experiments set the variable from the dtype they name)
-CONV_DTYPE_LINE = r"Expected conv_states_\.scalar_type\(\) == input_type|Index put requires the source and destination"
+# the failure in causal_conv1d's words (they name no dtype), and torch's index-put refusal (which names both: "got
+# BFloat16 for the destination and Half for the source"); the experiments set the variable from the dtype named
+CONV_KERNEL_LINE = r"Expected conv_states_\.scalar_type\(\) == input_type"
+INDEX_PUT_LINE = r"Index put requires the source and destination dtypes match"
+CONV_DTYPE_LINE = f"{CONV_KERNEL_LINE}|{INDEX_PUT_LINE}"
 MAMBA_NEXT = "try --disable-radix-cache or another --mamba-scheduler-strategy"
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
                  "stops them by PID after a confirmation; then relaunch unchanged")
@@ -579,9 +582,8 @@ RULES: tuple[Rule, ...] = (
     # unless set) whatever --dtype or the checkpoint says, and the first request's write into it fails, in the
     # causal_conv1d kernel's words or torch's (index-put across dtypes) under the conv state's own frame
     # (sglang#19773, #30178, #31719)
-    Rule("mamba_cache_error", (r"Expected conv_states_\.scalar_type\(\) == input_type",),
-         "runtime", CONV_DTYPE_FAILED, CONV_DTYPE_NEXT, 3),
-    Rule("mamba_cache_error", (r"Index put requires the source and destination dtypes match",),
+    Rule("mamba_cache_error", (CONV_KERNEL_LINE,), "runtime", CONV_DTYPE_FAILED, CONV_DTYPE_NEXT, 3),
+    Rule("mamba_cache_error", (INDEX_PUT_LINE,),
          "runtime", CONV_DTYPE_FAILED, CONV_DTYPE_NEXT, 3, after=r"conv_states|gdn_backend\.py|causal_conv1d"),
     # a configuration the state pool refuses at startup, then its bookkeeping failing while serving
     Rule("mamba_cache_error", (r"Page size must be 1 for MambaRadixCache",

@@ -18,6 +18,7 @@ from bot.core.diagnosis import (
     ARGUMENT_ERROR,
     CONTEXT_OVER_MODEL,
     CONV_DTYPE_LINE,
+    CONV_KERNEL_LINE,
     HOST_OOM_KILL,
     NCCL_OOM_LINE,
     NCCL_SHM_LINE,
@@ -26,6 +27,7 @@ from bot.core.diagnosis import (
 )
 from bot.core.flags import env_words, flag_spans, parse_sglang_flags, with_env, with_flag, without_flags
 from bot.core.installed_flags import GPUOPS_TABLE, corrected_argv, flag_problems
+from bot.core.model import TORCH_DTYPE_NAMES
 from bot.errors import UsageError
 
 SPECULATIVE_FLAGS = ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
@@ -90,9 +92,9 @@ MOVES: dict[str, tuple[_Move, ...]] = {
     # the reports of it are float16 models (--dtype half)
     "mamba_cache_error": (
         *(_Move(True, (f"SGLANG_MAMBA_CONV_DTYPE={dtype}",), f"the conv state in the model's dtype ({dtype}): if the "
-                "first request passes, the dtype mismatch was the cause", when=named)
-          for dtype, named in (("float16", r"\bHalf for the source|conv_states_\.scalar_type"),
-                               ("bfloat16", r"\bBFloat16 for the source"), ("float32", r"\bFloat for the source"))),
+                "first request passes, the dtype mismatch was the cause",
+                when=rf"\b{name} for the source" + (f"|{CONV_KERNEL_LINE}" if dtype == "float16" else ""))
+          for dtype, name in TORCH_DTYPE_NAMES.items()),
         _Move(True, ("--disable-radix-cache",), "the hybrid state pool without its radix cache",
               unless=CONV_DTYPE_LINE)),
     "trust_remote_code_required": (_Move(True, ("--trust-remote-code",),

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 GIB = 1 << 30
 
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "float8": 1.0}
+TORCH_DTYPE_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float"}  # as torch's errors name them
 # "ffn": a layer with no token mixer, only an MLP or experts (Nemotron-H's "-" and "E" layers)
 LayerKind = Literal["full", "sliding", "linear", "ffn"]
 
