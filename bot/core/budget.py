@@ -942,6 +942,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     model, flags, version = inp.model, inp.flags, inp.version
     era, tp, spec = version.era, flags.tp, flags.speculative
     w = _Work()
+    _check_speculative_params(flags, w)
     _check_support(model, version, w)
 
     # defaults that depend on version and GPU size
@@ -1077,6 +1078,29 @@ def _in_load_dtype(inp: BudgetInput) -> tuple[BudgetInput, bool]:
             inp = replace(inp, weights_bytes_total=int(inp.weights_bytes_total * scale))
         inp = replace(inp, model=replace(model, dtype=wanted))
     return inp, downcast
+
+
+# server_args' own check, before anything is read or loaded: with no --speculative-num-steps SGLang chooses steps,
+# top-k and draft tokens together for the model, and asserts the other two were not given (a bare `assert`)
+PARTIAL_SPEC_PARAMS_TEXT = ("AssertionError in server_args: --speculative-eagle-topk or --speculative-num-draft-tokens "
+                            "is given without --speculative-num-steps; SGLang then chooses all three itself and "
+                            "asserts that neither of the other two was given")
+
+
+def _check_speculative_params(flags: LaunchFlags, w: _Work) -> None:
+    """The speculative parameters as server_args settles them: a partial set is refused, a chain's draft tokens
+    are set to steps + 1."""
+    if flags.partial_speculative_params:
+        w.fail(PARTIAL_SPEC_PARAMS_TEXT, verbatim=False)
+        given = [f"{name} {value}" for name, value in (("--speculative-eagle-topk", flags.speculative_eagle_topk),
+                                                       ("--speculative-num-draft-tokens",
+                                                        flags.speculative_num_draft_tokens)) if value is not None]
+        w.line("speculative parameters", None, f"{' and '.join(given)} without --speculative-num-steps: SGLang "
+               "takes all three from its own defaults for the model or none")
+    elif (adjusted := flags.draft_tokens_adjusted) is not None:
+        w.line("speculative draft tokens", None, f"--speculative-num-draft-tokens {flags.speculative_num_draft_tokens} "
+               f"is replaced by {adjusted} (--speculative-num-steps {flags.speculative_num_steps} + 1): with "
+               "--speculative-eagle-topk 1 SGLang sets it so, and warns", value=str(adjusted))
 
 
 def _check_support(model: ModelSpec, version: SglangVersion, w: _Work) -> None:
@@ -1350,6 +1374,8 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         return _fp8_moe_remedies(inp)
     if failed.error_text == EAGLE3_WITHOUT_DRAFT_TEXT:
         return _draft_path_remedies(inp)
+    if failed.error_text == PARTIAL_SPEC_PARAMS_TEXT:
+        return _spec_params_remedies(inp)
     if failed.error_text and "is greater than the derived context_length" in failed.error_text \
             and inp.model.max_context:
         return _context_limit_remedies(inp, failed, inp.model.max_context)
@@ -1630,6 +1656,32 @@ def _draft_path_remedies(inp: BudgetInput) -> list[Remedy]:
                    "the draft head EAGLE3 runs; `gpuops budget` sizes it from its config.json once given", 1),
             Remedy(f"drop --speculative-algorithm {inp.flags.speculative_algorithm}", plain,
                    f"no speculative decoding: {_effect(b)}", 2)]
+
+
+def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
+    """Give the steps too (a chain: draft tokens - 1 of them), or leave the choice of all three to SGLang. A tree
+    (top-k above 1) has no steps that follow from the other two: only the missing flag is named."""
+    flags = inp.flags
+    topk, draft = flags.speculative_eagle_topk, flags.speculative_num_draft_tokens
+    remedies = []
+    if topk == 1:
+        steps = draft - 1 if draft and draft > 1 else 3
+        chain = flags.changed(speculative_num_steps=steps)
+        remedies.append(Remedy(f"--speculative-num-steps {steps}", chain, f"a chain of {steps} steps verifying "
+                               f"{steps + 1} draft tokens: {_effect(_compute(replace(inp, flags=chain)))}", 1))
+    elif topk is not None and draft is not None:
+        remedies.append(Remedy("--speculative-num-steps <steps for this tree>", None,
+                               f"SGLang takes steps, top-k ({topk}) and draft tokens ({draft}) together, or none", 1))
+    given = [(name, value, field_name) for name, value, field_name in (
+        ("--speculative-eagle-topk", topk, "speculative_eagle_topk"),
+        ("--speculative-num-draft-tokens", draft, "speculative_num_draft_tokens")) if value is not None]
+    if len(given) == 1:
+        name, value, field_name = given[0]
+        auto = flags.changed(**{field_name: None})
+        remedies.append(Remedy(f"drop {name} {value}", auto, "SGLang chooses the three for the model (sized as "
+                               "3 steps, top-k 1, 4 draft tokens, its choice for most models in current releases): "
+                               f"{_effect(_compute(replace(inp, flags=auto)))}", 2))
+    return remedies
 
 
 def _is_split_error(text: str | None) -> bool:

@@ -196,12 +196,41 @@ class LaunchFlags:
 
     @property
     def num_draft_tokens(self) -> int:
+        """The tokens each request verifies per step, as SGLang's EAGLE family settles them: with top-k 1 (a
+        chain) it sets ``--speculative-num-draft-tokens`` to steps + 1 whatever was given, and warns."""
         if not self.speculative:
             return 0
+        if self.draft_tokens_adjusted is not None:
+            return self.draft_tokens_adjusted
         if self.speculative_num_draft_tokens:
             return self.speculative_num_draft_tokens
         steps = self.speculative_num_steps or 3
         return steps + 1 if (self.speculative_eagle_topk or 1) == 1 else steps * (self.speculative_eagle_topk or 1)
+
+    @property
+    def eagle_family(self) -> bool:
+        """EAGLE (NEXTN/MTP become it), EAGLE3 and STANDALONE: the algorithms SGLang's server_args resolves
+        steps, top-k and draft tokens for together."""
+        return self.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE")
+
+    @property
+    def draft_tokens_adjusted(self) -> int | None:
+        """steps + 1, when ``--speculative-num-draft-tokens`` is given otherwise for a chain (top-k 1) of given
+        steps: SGLang replaces it (``speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when
+        speculative_eagle_topk == 1``); None when it keeps the value."""
+        steps, given = self.speculative_num_steps, self.speculative_num_draft_tokens
+        if self.eagle_family and steps and given and self.speculative_eagle_topk == 1 and given != steps + 1:
+            return steps + 1
+        return None
+
+    @property
+    def partial_speculative_params(self) -> bool:
+        """``--speculative-eagle-topk`` or ``--speculative-num-draft-tokens`` without ``--speculative-num-steps``:
+        SGLang then chooses all three itself and first asserts that neither of the other two was given (a bare
+        AssertionError in server_args), unless adaptive speculation (which gpuops does not model) picks the steps."""
+        given = self.speculative_eagle_topk is not None or self.speculative_num_draft_tokens is not None
+        adaptive = "--speculative-adaptive" in self.passthrough or "--speculative-adaptive" in self.unknown
+        return self.eagle_family and self.speculative_num_steps is None and given and not adaptive
 
     def changed(self, **values: Any) -> LaunchFlags:
         return replace(self, **values)

@@ -1630,8 +1630,7 @@ def test_eagle3_without_a_draft_path_loads_the_target_again_and_fails_building_t
     from bot.core.budget import EAGLE3_WITHOUT_DRAFT_TEXT
 
     qwen = spec("Qwen__Qwen3-8B")  # no MTP layers: nothing in the checkpoint can be the EAGLE3 draft
-    b = run(qwen, ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4"], version="0.5.12",
-            count=1)
+    b = run(qwen, ["--speculative-algorithm", "EAGLE3"], version="0.5.12", count=1)
     # SGLang takes the target checkpoint as the draft (sglang#36528): its weights a second time
     assert b.verdict is VerdictKind.FAILS and b.error_text == EAGLE3_WITHOUT_DRAFT_TEXT
     assert not b.error_verbatim  # the AttributeError's own words are not public: the text is gpuops' account
@@ -1827,3 +1826,50 @@ def test_the_automatic_fraction_keeps_room_for_piecewise_graphs_unless_they_are_
     # (49140 - 6976 - 512) / 49140 against (49140 - 6976) / 49140
     assert (on, off) == (pytest.approx(0.848, abs=0.0005), pytest.approx(0.858, abs=0.0005))
     assert "piecewise" in why and "piecewise" not in why_off
+
+
+def test_speculative_parameters_given_in_part_are_refused_before_anything_loads():
+    """server_args: with no --speculative-num-steps SGLang chooses steps, top-k and draft tokens for the model and
+    asserts the other two were not given; the remedies give the steps of a chain, or leave the choice to SGLang."""
+    from bot.core.budget import PARTIAL_SPEC_PARAMS_TEXT
+
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    eagle = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "/m/eagle"]
+    chain = run(llama, [*eagle, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"], count=1)
+    assert chain.verdict is VerdictKind.FAILS and chain.error_text == PARTIAL_SPEC_PARAMS_TEXT
+    assert not chain.error_verbatim  # SGLang's own output is a bare AssertionError
+    # a chain of 4 draft tokens is 3 steps: the one missing flag, and that launch fits
+    assert [r.change for r in chain.remedies] == ["--speculative-num-steps 3"]
+    fixed = chain.remedies[0].flags
+    assert fixed is not None and fixed.speculative_num_steps == 3
+    assert run(llama, [*eagle, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                       "--speculative-num-draft-tokens", "4"], count=1).error_text is None
+    # one of the two given: drop it, and SGLang chooses all three
+    draft_only = run(llama, [*eagle, "--speculative-num-draft-tokens", "8"], count=1)
+    assert draft_only.error_text == PARTIAL_SPEC_PARAMS_TEXT
+    assert [r.change for r in draft_only.remedies] == ["drop --speculative-num-draft-tokens 8"]
+    assert draft_only.remedies[0].launch_flags([*eagle, "--speculative-num-draft-tokens", "8"]) == tuple(eagle)
+    # a tree (top-k 4) with its draft tokens: no steps follow from them, so the remedy has no button
+    tree = run(llama, [*eagle, "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"], count=1)
+    assert tree.error_text == PARTIAL_SPEC_PARAMS_TEXT and [r.flags for r in tree.remedies] == [None]
+    # NGRAM sizes its own draft tokens, and adaptive speculation picks the steps: neither asserts
+    ngram = run(llama, ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"], count=1)
+    adaptive = run(llama, [*eagle, "--speculative-adaptive", "--speculative-eagle-topk", "1"], count=1)
+    assert PARTIAL_SPEC_PARAMS_TEXT not in (ngram.error_text, adaptive.error_text)
+
+
+def test_a_chain_verifies_steps_plus_one_draft_tokens_whatever_was_given():
+    """With top-k 1 SGLang sets --speculative-num-draft-tokens to steps + 1 (and warns): 8 given with 3 steps
+    sizes the hybrid model's speculative state for 4 tokens per request, the same launch as 4 given."""
+    qwen = spec("Qwen__Qwen3.6-27B")
+    base = ["--tp", "2", "--context-length", "32768", "--mem-fraction-static", "0.88", "--speculative-algorithm",
+            "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--mamba-scheduler-strategy",
+            "extra_buffer"]
+    asked_8 = run(qwen, [*base, "--speculative-num-draft-tokens", "8"], version="0.5.10")
+    asked_4 = run(qwen, [*base, "--speculative-num-draft-tokens", "4"], version="0.5.10")
+    assert (asked_8.kv_tokens, asked_8.mamba_slots) == (asked_4.kv_tokens, asked_4.mamba_slots)
+    note = next(x for x in asked_8.lines if x.label == "speculative draft tokens")
+    assert note.value == "4" and "--speculative-num-draft-tokens 8 is replaced by 4" in note.why
+    assert not any(x.label == "speculative draft tokens" for x in asked_4.lines)
+    spec_state = next(x for x in asked_8.lines if x.label == "speculative state")
+    assert "for 4 draft tokens per request" in spec_state.why
