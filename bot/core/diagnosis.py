@@ -609,6 +609,15 @@ RULES: tuple[Rule, ...] = (
     Rule("unsupported_feature_combination", (r"'HybridAttnBackend' object has no attribute",
                                              r"Unsupported io_backend"),
          "startup", "these flags are not implemented together for this model family", "drop one of the features", 3),
+    # SGLang's own checks of the speculative parameters (server_args', a draft worker's), which name them: a
+    # multi-layer EAGLE draft given the auto-chosen tree of another model (sglang#36536). The hybrid state pool's
+    # RuntimeError that advises fewer draft tokens is a memory failure, not this
+    Rule("speculative_decoding_error", (r"(?:AssertionError|ValueError): .*(?:\bspeculative_(?:num_steps|eagle_topk|"
+                                        r"num_draft_tokens)\b|--speculative-(?:num-steps|eagle-topk|num-draft-tokens)"
+                                        r"\b|multi-layer EAGLE requires)",),
+         "startup", "SGLang refused the speculative parameters (steps, top-k, draft tokens) for this draft",
+         "set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens together as the "
+         "message asks (a chain: top-k 1 and steps + 1 draft tokens), or launch without --speculative-algorithm", 3),
     # the draft SGLang built cannot take the target's embeddings / lm_head (the draft worker shares them): a
     # checkpoint that is no draft for this algorithm (EAGLE3 with no --speculative-draft-model-path takes the target
     # itself, sglang#36528), or a model class of this SGLang without the sharing speculative decoding needs

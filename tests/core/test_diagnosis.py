@@ -1101,11 +1101,11 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     older refusal of a pre-Turing GPU, fa3 refusing an FP8 KV cache on Ampere, SGLang's own version check finding an
     older package (sgl-kernel's own label), the piecewise CUDA-graph runner's failure, FlashInfer without the
     model's head dimension (under a capture wrapper: the wrapped refusal names it), causal_conv1d refusing a
-    hybrid model's conv state in another dtype, and a quantization scheme's capability check (both of the ways SGLang
-    printed it)."""
+    hybrid model's conv state in another dtype, a quantization scheme's capability check (both of the ways SGLang
+    printed it), and a multi-layer EAGLE draft refusing the speculative parameters SGLang chose for the model."""
     rows = [row.split("\t") for row in (FIXTURES / "other-logs" / "thread-first-cause-lines.tsv").read_text()
             .splitlines()]
-    assert len(rows) == 21
+    assert len(rows) == 22
     for label, line in rows:
         assert diagnose(line).label == label, line
     ecc = diagnose(next(line for label, line in rows if label == "gpu_hardware_error"))
@@ -1115,6 +1115,8 @@ def test_failures_quoted_in_public_threads_are_named_by_their_own_words():
     assert "newer than this SGLang" in newer.explanation and newer.phase == "import"
     pool = diagnose(rows[5][1])
     assert "--mamba-full-memory-ratio" in pool.next_step and pool.phase == "runtime"
+    params = diagnose(rows[21][1])
+    assert params.confidence == "high" and "--speculative-num-steps" in params.next_step
 
 
 def test_a_conv_state_in_another_dtype_than_the_model_is_the_hybrid_state_not_torch_in_general():
