@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from bot.core.flags import LaunchFlags, redacted, with_env, with_flag, without_flags
+from bot.core.flags import FlagEdit, LaunchFlags, redacted, with_env
 from bot.core.gpus import gpu_compute_capability
 from bot.core.model import (
     DTYPE_BYTES,
@@ -249,36 +249,30 @@ class BudgetLine:
 
 @dataclass(frozen=True)
 class Remedy:
-    change: str  # e.g. "--mem-fraction-static 0.91"
-    flags: LaunchFlags | None
+    change: str  # as shown: "--mem-fraction-static 0.91", "free the GPUs first (...)"
+    flags: LaunchFlags | None  # the launch with the change made, for the budget; None when it is not a launch
     effect: str
     cost_rank: int  # lower is cheaper: keeps capability, then trades capacity, then hardware
+    edit: FlagEdit | None = None  # the change to the launch's own flags; None for anything else (free the GPUs ...)
+
+    @classmethod
+    def of(cls, edit: FlagEdit, flags: LaunchFlags, effect: str, cost_rank: int) -> Remedy:
+        """A remedy that is a change of the launch's flags, shown as the edit's words."""
+        return cls(edit.words(), flags, effect, cost_rank, edit)
 
     @property
     def flag_change(self) -> tuple[str, str | None] | None:
-        """(flag, value) when the remedy is one launch flag; None for anything else (free GPUs, more GPUs, a flag
-        that also needs an environment variable)."""
-        match = re.fullmatch(r"(--[a-z0-9-]+)(?: (\S+))?(?: \((?!env ).*\))?", self.change)
-        if self.flags is None or not match:
+        """(flag, value) when the remedy is one launch flag set and nothing else; None for anything else (free GPUs,
+        more GPUs, a dropped flag, a flag that also needs an environment variable)."""
+        edit = self.edit
+        if self.flags is None or edit is None or edit.flag is None or edit.drop or edit.env:
             return None
-        return match.group(1), match.group(2)
+        return edit.flag, edit.value
 
     def launch_flags(self, argv: Sequence[str]) -> tuple[str, ...] | None:
-        """The launch's own flags ``argv`` with this remedy's change (one flag set, with the environment word it
-        needs, or one dropped) and nothing else changed; None when the remedy is not a flag change."""
-        if self.flag_change is not None:
-            return with_flag(argv, *self.flag_change)
-        if self.flags is None:
-            return None
-        if env := re.fullmatch(r"(--[a-z0-9-]+)(?: ([^\s(]\S*))? \(env ((?:[A-Z][A-Z0-9_]*=\S+ ?)+)\)", self.change):
-            changed = with_flag(argv, env.group(1), env.group(2))
-            for word in env.group(3).split():
-                changed = with_env(changed, word)
-            return changed
-        if env_only := re.fullmatch(r"([A-Z][A-Z0-9_]*=\S+) \(env\)", self.change):
-            return with_env(argv, env_only.group(1))
-        dropped = re.fullmatch(r"drop (--[a-z0-9-]+)(?: \S+)?", self.change)
-        return without_flags(argv, dropped.group(1)) if dropped else None
+        """The launch's own flags ``argv`` with this remedy's change (one flag set or dropped, with the environment
+        words it needs) and nothing else changed; None when the remedy is not a flag change."""
+        return None if self.flags is None or self.edit is None else self.edit.applied(argv)
 
 
 @dataclass(frozen=True)
@@ -1426,8 +1420,8 @@ def _context_limit_remedies(inp: BudgetInput, failed: Budget, limit: int) -> lis
     """The config's own context limit first; whatever else fails is then computed at that length."""
     at_limit = replace(inp, flags=inp.flags.changed(context_length=limit))
     b = _compute(at_limit)
-    first = Remedy(f"--context-length {limit}", at_limit.flags, f"the longest the config allows: {_effect(b, failed)}",
-                   0)
+    first = Remedy.of(FlagEdit("--context-length", str(limit)), at_limit.flags,
+                      f"the longest the config allows: {_effect(b, failed)}", 0)
     if b.verdict is not VerdictKind.FAILS:
         return [first]
     return [first] + [replace(r, effect=f"with --context-length {limit}: {r.effect}")
@@ -1444,34 +1438,33 @@ def _conv_dtype_remedies(inp: BudgetInput, model: ModelSpec, failed: Budget, con
         word = f"{MAMBA_CONV_ENV}={model.dtype}"
         flags = inp.flags.changed(env=with_env(inp.flags.env, word))
         b = _compute(replace(inp, flags=flags))
-        remedies.append((Remedy(f"{word} (env)", flags, f"the conv state in the model's dtype: {_effect(b, failed)}",
-                                0), b))
+        remedies.append((Remedy.of(FlagEdit(env=(word,)), flags,
+                                   f"the conv state in the model's dtype: {_effect(b, failed)}", 0), b))
     if (inp.quant or inp.model.quant).method == "none" and state_dtypes(model, inp.flags, inp.version).conv == \
             "bfloat16":
         flags = inp.flags.changed(dtype="bfloat16")
         b = _compute(replace(inp, flags=flags))
-        remedies.append((Remedy("--dtype bfloat16", flags, f"the model in the conv state's dtype: {_effect(b, failed)}",
-                                1), b))
+        remedies.append((Remedy.of(FlagEdit("--dtype", "bfloat16"), flags,
+                                   f"the model in the conv state's dtype: {_effect(b, failed)}", 1), b))
     if not remedies:
         return []
     first, b = remedies[0]
     found = [r for r, _ in remedies]
     if b.verdict is VerdictKind.FITS:
         return found
-    word, env = first.change.removesuffix(" (env)"), first.change.endswith(" (env)")
-    more = [replace(_with_env_word(r, word) if env else r, effect=f"with {word}: {r.effect}")
+    words = first.edit.env if first.edit is not None and first.edit.flag is None else ()
+    more = [replace(_with_env_words(r, words), effect=f"with {' '.join(words) or first.change}: {r.effect}")
             for r in find_remedies(replace(inp, flags=first.flags or inp.flags), b)]
     return found + more if failed.error_text == conflict else more + found
 
 
-def _with_env_word(remedy: Remedy, word: str) -> Remedy:
-    """A flag-change remedy that also sets the environment word ``word`` when it launches (its note, if any, goes);
-    others as they are."""
-    if (flag := remedy.flag_change) is not None:
-        return replace(remedy, change=f"{flag[0]}{f' {flag[1]}' if flag[1] else ''} (env {word})")
-    if (env := re.fullmatch(r"(.+ \(env .+)\)", remedy.change)) is not None:
-        return replace(remedy, change=f"{env.group(1)} {word})")
-    return remedy
+def _with_env_words(remedy: Remedy, words: tuple[str, ...]) -> Remedy:
+    """A remedy that changes the launch's flags, also setting the environment ``words`` when it launches (its
+    budget already has them); others as they are."""
+    if not words or remedy.edit is None or remedy.flags is None:
+        return remedy
+    edit = remedy.edit.with_env(*words)
+    return replace(remedy, change=edit.words(), edit=edit)
 
 
 def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy], bool]:
@@ -1502,8 +1495,8 @@ def _scheduler_remedies(t: _Trials) -> list[Remedy]:
     if not (t.failed.error_text and "no_buffer" in t.failed.error_text):
         return []
     b = t.run(mamba_scheduler_strategy="extra_buffer")
-    return [Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)",
-                   t.flags.changed(mamba_scheduler_strategy="extra_buffer"), t.effect(b), 0)]
+    return [Remedy.of(FlagEdit("--mamba-scheduler-strategy", "extra_buffer", env=("SGLANG_ENABLE_SPEC_V2=1",)),
+                      t.flags.changed(mamba_scheduler_strategy="extra_buffer"), t.effect(b), 0)]
 
 
 def _fraction_remedies(t: _Trials) -> list[Remedy]:
@@ -1515,15 +1508,17 @@ def _fraction_remedies(t: _Trials) -> list[Remedy]:
             break
         b = t.run(mem_fraction_static=mfs)
         if t.good(b):
-            remedies.append(Remedy(f"--mem-fraction-static {mfs:.2f}", t.flags.changed(mem_fraction_static=mfs),
-                                   f"smallest value that helps: {t.effect(b)}", 1))
+            remedies.append(Remedy.of(FlagEdit("--mem-fraction-static", f"{mfs:.2f}"),
+                                      t.flags.changed(mem_fraction_static=mfs),
+                                      f"smallest value that helps: {t.effect(b)}", 1))
             break
     linear = t.model.linear
     if linear is not None and state_dtypes(t.model, t.flags, t.inp.version).ssm == "float32":
         b = t.run(mamba_ssm_dtype="bfloat16")
         if t.good(b) or (b.verdict is not VerdictKind.FAILS and (b.mamba_slots or 0) > (t.failed.mamba_slots or 0)):
-            remedies.append(Remedy("--mamba-ssm-dtype bfloat16", t.flags.changed(mamba_ssm_dtype="bfloat16"),
-                                   f"halves the hybrid state: {t.effect(b)}", 2))
+            remedies.append(Remedy.of(FlagEdit("--mamba-ssm-dtype", "bfloat16"),
+                                      t.flags.changed(mamba_ssm_dtype="bfloat16"),
+                                      f"halves the hybrid state: {t.effect(b)}", 2))
     return remedies
 
 
@@ -1536,20 +1531,22 @@ def _state_pool_remedies(t: _Trials) -> list[Remedy]:
         ratios = [r for r in (0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if r > base]
         lifted = next(((r, b) for r in ratios if t.good(b := t.run(mamba_full_memory_ratio=r))), None)
         if lifted is not None:
-            remedies.append(Remedy(f"--mamba-full-memory-ratio {lifted[0]:g}",
-                                   flags.changed(mamba_full_memory_ratio=lifted[0]),
-                                   f"smallest ratio that lifts the concurrency cap: {t.effect(lifted[1])}", 2))
+            remedies.append(Remedy.of(FlagEdit("--mamba-full-memory-ratio", f"{lifted[0]:g}"),
+                                      flags.changed(mamba_full_memory_ratio=lifted[0]),
+                                      f"smallest ratio that lifts the concurrency cap: {t.effect(lifted[1])}", 2))
         elif ratios and base < 2.0:
             b = t.run(mamba_full_memory_ratio=2.0)
             more = (b.max_running_requests or 0) > (failed.max_running_requests or 0)
             if b.verdict is not VerdictKind.FAILS and more:
-                remedies.append(Remedy("--mamba-full-memory-ratio 2", flags.changed(mamba_full_memory_ratio=2.0),
-                                       "more state slots for fewer KV tokens (no ratio reaches the requested "
-                                       f"concurrency): {t.effect(b)}", 2))
+                remedies.append(Remedy.of(FlagEdit("--mamba-full-memory-ratio", "2"),
+                                          flags.changed(mamba_full_memory_ratio=2.0),
+                                          "more state slots for fewer KV tokens (no ratio reaches the requested "
+                                          f"concurrency): {t.effect(b)}", 2))
         if failed.max_running_requests and failed.max_running_requests > 0:
             cap = failed.max_running_requests
-            remedies.append(Remedy(f"--max-running-requests {cap}", flags.changed(max_running_requests=cap),
-                                   f"accept the {cap} concurrent requests the state pool allows, explicitly", 3))
+            remedies.append(Remedy.of(FlagEdit("--max-running-requests", str(cap)),
+                                      flags.changed(max_running_requests=cap),
+                                      f"accept the {cap} concurrent requests the state pool allows, explicitly", 3))
     hybrid_failure = t.model.is_hybrid_linear and failed.verdict is VerdictKind.FAILS
     if hybrid_failure and (flags.speculative or flags.disable_radix_cache):
         start = flags.max_running_requests or 48
@@ -1558,8 +1555,9 @@ def _state_pool_remedies(t: _Trials) -> list[Remedy]:
                 continue
             b = t.run(max_running_requests=mrr)
             if t.good(b):
-                remedies.append(Remedy(f"--max-running-requests {mrr}", flags.changed(max_running_requests=mrr),
-                                       f"largest concurrency that fits: {t.effect(b)}", 3))
+                remedies.append(Remedy.of(FlagEdit("--max-running-requests", str(mrr)),
+                                          flags.changed(max_running_requests=mrr),
+                                          f"largest concurrency that fits: {t.effect(b)}", 3))
                 break
     return remedies
 
@@ -1579,8 +1577,9 @@ def _swa_remedies(t: _Trials) -> list[Remedy]:
             break
         b = t.run(swa_full_tokens_ratio=ratio)
         if b.verdict is not VerdictKind.FAILS and "swa" not in b.fixable and b.headroom_gib >= 0:
-            return [Remedy(f"--swa-full-tokens-ratio {ratio:g}", t.flags.changed(swa_full_tokens_ratio=ratio),
-                           f"smallest ratio whose sliding-window pool admits a request: {t.effect(b)}", 1)]
+            return [Remedy.of(FlagEdit("--swa-full-tokens-ratio", f"{ratio:g}"),
+                              t.flags.changed(swa_full_tokens_ratio=ratio),
+                              f"smallest ratio whose sliding-window pool admits a request: {t.effect(b)}", 1)]
     return []
 
 
@@ -1590,13 +1589,14 @@ def _context_remedies(t: _Trials) -> list[Remedy]:
     if "context" in t.failed.fixable and t.failed.kv_tokens:
         ctx = t.failed.kv_tokens // 1024 * 1024
         if ctx > 0:
-            remedies.append(Remedy(f"--context-length {ctx}", t.flags.changed(context_length=ctx),
-                                   f"fits the KV pool of {t.failed.kv_tokens:,} tokens", 4))
+            remedies.append(Remedy.of(FlagEdit("--context-length", str(ctx)), t.flags.changed(context_length=ctx),
+                                      f"fits the KV pool of {t.failed.kv_tokens:,} tokens", 4))
     if t.flags.kv_cache_dtype == "auto" and t.model.dtype in ("bfloat16", "float16"):
         b = t.run(kv_cache_dtype="fp8_e4m3")
         if t.good(b):
-            remedies.append(Remedy("--kv-cache-dtype fp8_e4m3", t.flags.changed(kv_cache_dtype="fp8_e4m3"),
-                                   f"halves KV bytes per token: {t.effect(b)}", 5))
+            remedies.append(Remedy.of(FlagEdit("--kv-cache-dtype", "fp8_e4m3"),
+                                      t.flags.changed(kv_cache_dtype="fp8_e4m3"),
+                                      f"halves KV bytes per token: {t.effect(b)}", 5))
     return remedies
 
 
@@ -1609,13 +1609,14 @@ def _split_remedies(t: _Trials) -> list[Remedy]:
     if t.model.moe is not None and flags.moe_tp > 1:
         b = t.run(ep=flags.tp, enable_ep_moe=False)
         if b.verdict is not VerdictKind.FAILS:
-            remedies.append(Remedy(f"--ep-size {flags.tp}", flags.changed(ep=flags.tp, enable_ep_moe=False),
-                                   f"expert parallelism keeps each expert whole on a rank: {t.effect(b)}", 1))
+            remedies.append(Remedy.of(FlagEdit("--ep-size", str(flags.tp)),
+                                      flags.changed(ep=flags.tp, enable_ep_moe=False),
+                                      f"expert parallelism keeps each expert whole on a rank: {t.effect(b)}", 1))
     for narrower in range(flags.tp - 1, 0, -1):
         b = t.run(tp=narrower)
         if not _is_split_error(b.error_text):
-            remedies.append(Remedy(f"--tp-size {narrower}", flags.changed(tp=narrower),
-                                   f"the largest tp the model splits over: {t.effect(b)}", 2))
+            remedies.append(Remedy.of(FlagEdit("--tp-size", str(narrower)), flags.changed(tp=narrower),
+                                      f"the largest tp the model splits over: {t.effect(b)}", 2))
             break
     return remedies
 
@@ -1627,7 +1628,8 @@ def _wider_tp_remedies(t: _Trials, found: list[Remedy]) -> list[Remedy]:
     if t.inp.gpus.count >= wider.gpus_needed:
         b = t.run(tp=flags.tp * 2)
         if t.good(b):
-            return [Remedy(f"--tp-size {flags.tp * 2}", wider, f"uses {wider.gpus_needed} GPUs: {t.effect(b)}", 6)]
+            return [Remedy.of(FlagEdit("--tp-size", str(flags.tp * 2)),
+                              wider, f"uses {wider.gpus_needed} GPUs: {t.effect(b)}", 6)]
     elif t.failed.verdict is VerdictKind.FAILS and not any(r.cost_rank < 6 for r in found):
         return [Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {t.inp.gpus.count} available)", None,
                        "more GPUs share the weights", 7)]
@@ -1639,8 +1641,9 @@ def _fp8_moe_remedies(inp: BudgetInput) -> list[Remedy]:
     or load another build of the model (int4 MoE runs on Marlin from 8.0; BF16 on any), each sized."""
     if inp.flags.quantization in ONLINE_QUANT and (inp.quant or inp.model.quant).method == "none":
         b = _compute(replace(inp, flags=inp.flags.changed(quantization=None)))
-        return [Remedy(f"drop --quantization {inp.flags.quantization}", inp.flags.changed(quantization=None),
-                       f"the checkpoint's own {inp.model.dtype} experts: {_effect(b)}", 1)]
+        return [Remedy.of(FlagEdit("--quantization", inp.flags.quantization, drop=True),
+                          inp.flags.changed(quantization=None),
+                          f"the checkpoint's own {inp.model.dtype} experts: {_effect(b)}", 1)]
     int4 = _compute(replace(inp, quant=quantization_from("awq"), weights_bytes_total=None, measured_load=None))
     bf16 = _compute(replace(inp, quant=NO_QUANT, weights_bytes_total=None, measured_load=None))
     return [Remedy("an AWQ/GPTQ int4 build of this model", None,
@@ -1654,8 +1657,8 @@ def _draft_path_remedies(inp: BudgetInput) -> list[Remedy]:
     b = _compute(replace(inp, flags=plain))
     return [Remedy("--speculative-draft-model-path <an EAGLE3 draft trained for this model>", None,
                    "the draft head EAGLE3 runs; `gpuops budget` sizes it from its config.json once given", 1),
-            Remedy(f"drop --speculative-algorithm {inp.flags.speculative_algorithm}", plain,
-                   f"no speculative decoding: {_effect(b)}", 2)]
+            Remedy.of(FlagEdit("--speculative-algorithm", inp.flags.speculative_algorithm, drop=True), plain,
+                      f"no speculative decoding: {_effect(b)}", 2)]
 
 
 def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
@@ -1667,8 +1670,9 @@ def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
     if topk == 1:
         steps = draft - 1 if draft and draft > 1 else 3
         chain = flags.changed(speculative_num_steps=steps)
-        remedies.append(Remedy(f"--speculative-num-steps {steps}", chain, f"a chain of {steps} steps verifying "
-                               f"{steps + 1} draft tokens: {_effect(_compute(replace(inp, flags=chain)))}", 1))
+        remedies.append(Remedy.of(FlagEdit("--speculative-num-steps", str(steps)), chain,
+                                  f"a chain of {steps} steps verifying {steps + 1} draft tokens: "
+                                  f"{_effect(_compute(replace(inp, flags=chain)))}", 1))
     elif topk is not None and draft is not None:
         remedies.append(Remedy("--speculative-num-steps <steps for this tree>", None,
                                f"SGLang takes steps, top-k ({topk}) and draft tokens ({draft}) together, or none", 1))
@@ -1678,9 +1682,10 @@ def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
     if len(given) == 1:
         name, value, field_name = given[0]
         auto = flags.changed(**{field_name: None})
-        remedies.append(Remedy(f"drop {name} {value}", auto, "SGLang chooses the three for the model (sized as "
-                               "3 steps, top-k 1, 4 draft tokens, its choice for most models in current releases): "
-                               f"{_effect(_compute(replace(inp, flags=auto)))}", 2))
+        remedies.append(Remedy.of(FlagEdit(name, str(value), drop=True), auto,
+                                  "SGLang chooses the three for the model (sized as 3 steps, top-k 1, 4 draft "
+                                  "tokens, its choice for most models in current releases): "
+                                  f"{_effect(_compute(replace(inp, flags=auto)))}", 2))
     return remedies
 
 

@@ -434,6 +434,37 @@ def without_flags(argv: Sequence[str], *flags: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class FlagEdit:
+    """One change to a launch's flags, as data: ``flag`` set to ``value`` (a switch when None) or, with ``drop``,
+    removed with its value (``value`` then only names it); ``env`` the NAME=VALUE words the launch needs with it.
+    An edit of environment words alone has no flag."""
+
+    flag: str | None = None
+    value: str | None = None
+    drop: bool = False
+    env: tuple[str, ...] = ()
+
+    def applied(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """``argv`` with this change made, nothing else changed."""
+        changed = tuple(argv)
+        if self.flag is not None:
+            changed = without_flags(changed, self.flag) if self.drop else with_flag(changed, self.flag, self.value)
+        for word in self.env:
+            changed = with_env(changed, word)
+        return changed
+
+    def words(self) -> str:
+        """As shown: ``--flag value``, ``drop --flag value``, ``--flag value (env A=1)``, ``A=1 (env)``."""
+        if self.flag is None:
+            return f"{' '.join(self.env)} (env)"
+        text = ("drop " if self.drop else "") + self.flag + (f" {self.value}" if self.value is not None else "")
+        return f"{text} (env {' '.join(self.env)})" if self.env else text
+
+    def with_env(self, *words: str) -> FlagEdit:
+        return replace(self, env=(*self.env, *words))
+
+
 # flags whose value is a secret: never shown (history, cards, threads, audit, errors), only passed on
 SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
 REDACTED = "<redacted>"

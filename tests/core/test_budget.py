@@ -17,7 +17,7 @@ from bot.core.budget import (
     parse_version,
     vlm_factor,
 )
-from bot.core.flags import LaunchFlags, parse_sglang_flags
+from bot.core.flags import FlagEdit, LaunchFlags, parse_sglang_flags
 from bot.core.model import (
     GIB,
     ModelConfigError,
@@ -291,7 +291,7 @@ def test_an_earlier_failure_stays_first_and_its_remedies_carry_the_conv_fix():
     """The conv state fails only at the first request: a launch that fails before it fails with that first, the
     conflict is listed beside it, and the earlier failure's remedies are computed with the conv state fixed (else
     every one would still fail at the first request)."""
-    from bot.core.budget import Remedy
+    from bot.core.budget import Remedy, _with_env_words
 
     q = spec("Qwen__Qwen3.6-27B")
     b = run(q, ["--tp", "2", "--context-length", "65536", "--mem-fraction-static", "0.50", "--dtype", "half"],
@@ -307,13 +307,23 @@ def test_an_earlier_failure_stays_first_and_its_remedies_carry_the_conv_fix():
         "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2", "--dtype", "half", "--mem-fraction-static",
         first.change.split()[1])
     # a remedy that needs its own variable keeps it beside this one; a switch takes no value
-    spec_v2 = Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1 "
-                     "SGLANG_MAMBA_CONV_DTYPE=float16)", first.flags, "", 0)
+    conv = ("SGLANG_MAMBA_CONV_DTYPE=float16",)
+    spec_v2 = _with_env_words(Remedy.of(FlagEdit("--mamba-scheduler-strategy", "extra_buffer",
+                                                 env=("SGLANG_ENABLE_SPEC_V2=1",)), first.flags, "", 0), conv)
+    assert spec_v2.change == ("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1 "
+                              "SGLANG_MAMBA_CONV_DTYPE=float16)")
     assert spec_v2.launch_flags(("--tp", "2")) == ("SGLANG_ENABLE_SPEC_V2=1", "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp",
                                                    "2", "--mamba-scheduler-strategy", "extra_buffer")
-    switch = Remedy("--disable-radix-cache (env SGLANG_MAMBA_CONV_DTYPE=float16)", first.flags, "", 1)
+    switch = _with_env_words(Remedy.of(FlagEdit("--disable-radix-cache"), first.flags, "", 1), conv)
+    assert switch.change == "--disable-radix-cache (env SGLANG_MAMBA_CONV_DTYPE=float16)"
     assert switch.launch_flags(("--tp", "2")) == ("SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2",
                                                   "--disable-radix-cache")
+    # a dropped flag's relaunch sets it too
+    plain = _with_env_words(Remedy.of(FlagEdit("--speculative-algorithm", "NEXTN", drop=True), first.flags, "", 2),
+                            conv)
+    assert plain.change == "drop --speculative-algorithm NEXTN (env SGLANG_MAMBA_CONV_DTYPE=float16)"
+    assert plain.launch_flags(("--tp", "2", "--speculative-algorithm", "NEXTN")) == (
+        "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2")
     assert rest[-2].change == "SGLANG_MAMBA_CONV_DTYPE=float16 (env)" and "still fails: Not enough memory" in \
         rest[-2].effect
 
@@ -1055,18 +1065,24 @@ def test_a_remedy_relaunches_the_launchs_own_flags_with_its_one_change():
     ssm = next(r for r in b.remedies if r.change == "--mamba-ssm-dtype bfloat16")
     assert ssm.launch_flags(argv) == (*argv, "--mamba-ssm-dtype", "bfloat16")
     flags = b.remedies[0].flags
-    drop = Remedy("drop --speculative-algorithm NEXTN", flags, "no speculative decoding", 2)
+    assert flags is not None
+    drop = Remedy.of(FlagEdit("--speculative-algorithm", "NEXTN", drop=True), flags, "no speculative decoding", 2)
+    assert drop.change == "drop --speculative-algorithm NEXTN" and drop.flag_change is None
     assert drop.launch_flags(argv) == ("--tp", "2", "--mem-fraction-static=0.85", "--enable-torch-compile")
-    switch = Remedy("--disable-radix-cache", flags, "", 1)
+    switch = Remedy.of(FlagEdit("--disable-radix-cache"), flags, "", 1)
+    assert switch.flag_change == ("--disable-radix-cache", None)
     assert switch.launch_flags(argv) == (*argv, "--disable-radix-cache")
-    needs_env = Remedy("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)", flags, "", 0)
+    needs_env = Remedy.of(FlagEdit("--mamba-scheduler-strategy", "extra_buffer", env=("SGLANG_ENABLE_SPEC_V2=1",)),
+                          flags, "", 0)
+    assert needs_env.change == "--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1)"
+    assert needs_env.flag_change is None  # one flag, but not alone: the button must set the variable too
     assert needs_env.launch_flags(("NCCL_P2P_DISABLE=1", *argv)) == (
         "NCCL_P2P_DISABLE=1", "SGLANG_ENABLE_SPEC_V2=1", *argv, "--mamba-scheduler-strategy", "extra_buffer")
-    noted = Remedy("--context-length 156672 (the KV pool's size)", flags, "", 1)
-    assert noted.launch_flags(argv)[-2:] == ("--context-length", "156672")
+    # what is shown is never parsed: a remedy without an edit launches nothing, whatever its words
     for other in ("free the GPUs first (/gpu status shows who holds them)", "tp 4 (needs 4 GPUs; 2 available)",
-                  "an AWQ/GPTQ int4 build of this model"):
+                  "an AWQ/GPTQ int4 build of this model", "--context-length 156672"):
         assert Remedy(other, None, "", 5).launch_flags(argv) is None
+        assert Remedy(other, flags, "", 5).launch_flags(argv) is None
 
 
 # --------------------------------------------------------------------------- what every rank holds whole
