@@ -37,7 +37,16 @@ from bot.core.gpu_faults import (
     server_kill,
     silent_death_note,
 )
-from bot.core.installed_flags import GPUOPS_TABLE, FlagProblem, InstalledFlags, corrected_argv, flag_problems
+from bot.core.installed_flags import (
+    GPUOPS_TABLE,
+    SGLANG_ENV_PREFIXES,
+    FlagProblem,
+    InstalledFlags,
+    corrected_argv,
+    flag_problems,
+    parse_env_names,
+    unread_env,
+)
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
 from bot.core.shm import shm_health
@@ -182,6 +191,10 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
     p2p_task = asyncio.ensure_future(read_peer_access(transport, target.node, target.vmid, flags.tp)) \
         if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
+    # SGLang ignores a variable it does not know: its own names, read from the installed package's source
+    env_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
+        target.vmid, remote.sglang_env_names(python)))) if any(w.startswith(SGLANG_ENV_PREFIXES) for w in flags.env) \
+        else None
     planned: PlannedBudget | None = None
     installed_task: asyncio.Future[InstalledFlags | str] | None = None
     try:
@@ -233,6 +246,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         problems = _flag_problems("not read", request.flags, settings)
         if problems:
             checks.append(Check("flags known", "fail", "; ".join(p.describe("gpuops' flag table") for p in problems)))
+    if env_task is not None:
+        checks.append(await _env_check(env_task, flags.env, planned.versions.get("sglang") if planned else None))
     holder = await store.lock_holder(target.node, target.vmid)
     if holder:
         checks.append(Check("no launch in progress", "fail", f"attempt {holder} holds the launch lock"))
@@ -267,6 +282,25 @@ def _flags_check(installed: InstalledFlags | str, problems: tuple[FlagProblem, .
         return Check("flags known", "warn", f"{unread}; let through unchecked (GPUOPS_ALLOW_UNKNOWN_FLAGS): "
                      + " ".join(outside_table))
     return Check("flags known", "warn", f"{unread}; checked against gpuops' flag table only")
+
+
+async def _env_check(env_task: asyncio.Future[CommandResult], env: tuple[str, ...], version: str | None) -> Check:
+    """The launch's SGLANG_*/SGL_* variables against the names the installed SGLang's source mentions: one it never
+    mentions would be ignored without a word (a typo's intent lost). A warning: a name built at run time is not
+    found in the source."""
+    sglang = f"SGLang {version}" if version else "the installed SGLang"
+    try:
+        known = parse_env_names((await env_task).stdout)
+    except RemoteError as exc:
+        return Check("environment known", "warn", f"{sglang}'s variables could not be read: {exc.last_word}")
+    except ValueError as exc:
+        return Check("environment known", "warn", f"{sglang}'s variables could not be read: {exc}")
+    if known is None:
+        return Check("environment known", "warn", "no SGLang package there to read its variables from")
+    if problems := unread_env(env, known):
+        return Check("environment known", "warn", "; ".join(p.describe(sglang) for p in problems))
+    names = ", ".join(w.partition("=")[0] for w in env if w.startswith(SGLANG_ENV_PREFIXES))
+    return Check("environment known", "ok", f"{sglang} here knows {names}")
 
 
 async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Check:

@@ -230,6 +230,31 @@ def sglang_flags(python: str) -> Argv:
     return ("env", "CUDA_VISIBLE_DEVICES=", python, "-c", SGLANG_FLAGS_SCRIPT)
 
 
+# prints, after a marker line, the SGLANG_*/SGL_* names the installed SGLang's own source mentions, as a JSON list:
+# the variables it can read. The package is found, not imported (no torch, no CUDA context); a fixed script with no
+# user text in it
+SGLANG_ENV_MARK = "gpuops-sglang-env:"
+SGLANG_ENV_SCRIPT = (
+    "import importlib.util, json, os, re\n"
+    "spec = importlib.util.find_spec('sglang')\n"
+    "names = set()\n"
+    "for root in (spec.submodule_search_locations or []) if spec else []:\n"
+    "    for folder, _, files in os.walk(root):\n"
+    "        for name in files:\n"
+    "            if name.endswith('.py'):\n"
+    "                try:\n"
+    "                    text = open(os.path.join(folder, name), encoding='utf-8', errors='ignore').read()\n"
+    "                except OSError:\n"
+    "                    continue\n"
+    "                names.update(re.findall(r'\\b(?:SGLANG|SGL)_[A-Z0-9_]*[A-Z0-9]\\b', text))\n"
+    f"print({SGLANG_ENV_MARK!r} + json.dumps(sorted(names) if spec else None), flush=True)\n"
+)
+
+
+def sglang_env_names(python: str) -> Argv:
+    return (python, "-c", SGLANG_ENV_SCRIPT)
+
+
 def python_package_versions(python: str, packages: Sequence[str]) -> Argv:
     for name in packages:
         if not re.match(PACKAGE_RE, name):

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bot.core.argv import SGLANG_FLAGS_MARK
+from bot.core.argv import SGLANG_ENV_MARK, SGLANG_FLAGS_MARK
 from bot.core.flags import ALIASES, MODELLED, PASSTHROUGH, SWITCH, flag_spans
 
 
@@ -141,3 +141,45 @@ def near_miss_notes(not_modelled: Sequence[str]) -> tuple[str, ...]:
     as that one (said as a note: the budget does not know every flag the installed SGLang has)."""
     return tuple(f"`{p.given}` is close to `{p.correction}`: if that was meant, this budget is without it"
                  for p in flag_problems(GPUOPS_TABLE, not_modelled) if p.correction)
+
+
+# the variables of SGLang's own namespace: a launch's other words (NCCL_*, CUDA_*, TORCH_*) are read by other code
+SGLANG_ENV_PREFIXES = ("SGLANG_", "SGL_")
+
+
+def parse_env_names(output: str) -> frozenset[str] | None:
+    """What ``argv.sglang_env_names`` printed: the names the installed SGLang's source mentions; None when no SGLang
+    package is there."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(SGLANG_ENV_MARK):
+            names = json.loads(line[len(SGLANG_ENV_MARK):])
+            if names is None:
+                return None
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ValueError("the name list is not a list of names")
+            return frozenset(names)
+    raise ValueError("no name list in the output")
+
+
+@dataclass(frozen=True)
+class UnreadEnv:
+    """A variable of a launch's environment that the installed SGLang never mentions: SGLang would not read it."""
+
+    name: str
+    meant: tuple[str, ...]  # the names it is a typo of, closest first
+
+    def describe(self, sglang: str) -> str:
+        guess = f" (did you mean {' or '.join(f'`{m}`' for m in self.meant)}?)" if self.meant else ""
+        return f"{sglang} never mentions `{self.name}`{guess}: it would be ignored"
+
+
+def unread_env(env: Sequence[str], known: frozenset[str]) -> tuple[UnreadEnv, ...]:
+    """The SGLANG_*/SGL_* words of ``env`` (NAME=VALUE) whose name the installed SGLang's source does not mention,
+    each with the names it is likely a typo of."""
+    problems = []
+    for word in env:
+        name = word.partition("=")[0]
+        if name.startswith(SGLANG_ENV_PREFIXES) and name not in known:
+            near = sorted((d, k) for k in known if (d := typo_distance(name, k)) <= TYPO_EDITS)
+            problems.append(UnreadEnv(name, tuple(k for _, k in near[:2])))
+    return tuple(problems)

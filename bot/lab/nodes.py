@@ -33,6 +33,11 @@ LAB_DIR = Path(__file__).resolve().parent
 SEED_TABLE = LAB_DIR / "data" / "gls-550.127.05-rtx_a6000_x9.txt"
 
 
+# SGLang variables the lab's SGLang knows: the ones gpuops models or advises
+LAB_SGLANG_ENV = ("SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTYPE", "SGLANG_ENABLE_SPEC_V2",
+                  "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+
+
 def seed_node_state(name: str = "pve5", vmid: int = 129) -> dict[str, Any]:
     """Two RTX A6000 passed to one container, built from the real A6000 output (see data/SOURCE.md)."""
     table = parse_table(SEED_TABLE.read_text())
@@ -97,6 +102,8 @@ def provision_containers(state_dir: Path, state: dict[str, Any]) -> None:
             (site / "sglang" / "srt" / "__init__.py").write_text("")
             (site / "sglang" / "srt" / "server_args.py").write_text(
                 "from bot.lab.fake_server_args import ServerArgs\n\n__all__ = ['ServerArgs']\n")
+            # the variables the stand-in's SGLang knows, named as SGLang's sglang/srt/environ.py names them
+            (site / "sglang" / "srt" / "environ.py").write_text(f"KNOWN = {LAB_SGLANG_ENV!r}\n")
             info = site / f"sglang-{version}.dist-info"
             info.mkdir(exist_ok=True)
             (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")

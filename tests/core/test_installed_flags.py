@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bot.core.argv import SGLANG_FLAGS_MARK
+from bot.core.argv import SGLANG_ENV_MARK, SGLANG_FLAGS_MARK
 from bot.core.flags import ALIASES, MODELLED, PASSTHROUGH
 from bot.core.installed_flags import (
     GPUOPS_TABLE,
@@ -15,8 +15,10 @@ from bot.core.installed_flags import (
     corrected_argv,
     flag_problems,
     near_miss_notes,
+    parse_env_names,
     parse_installed_flags,
     typo_distance,
+    unread_env,
 )
 
 
@@ -200,3 +202,45 @@ def test_environment_words_open_a_launch_and_only_the_families_that_configure_sg
     assert changes_between(("NCCL_P2P_DISABLE=1", "HF_TOKEN=a", "--tp", "2"),
                            ("NCCL_P2P_DISABLE=0", "SGLANG_ENABLE_SPEC_V2=1", "HF_TOKEN=b", "--tp", "2")) == (
         "NCCL_P2P_DISABLE=1 -> 0", "+ SGLANG_ENABLE_SPEC_V2=1")
+
+
+def test_the_env_script_lists_the_names_sglangs_own_source_mentions_without_importing_it(tmp_path):
+    """argv.sglang_env_names run as the container would run it: the SGLANG_*/SGL_* names in the package's Python
+    source (a definition, a getenv), found without importing it (the stand-in refuses to import); none outside its
+    .py files; null where no SGLang is installed."""
+    import os
+    import subprocess
+    import sys
+
+    from bot.core.argv import sglang_env_names
+
+    package = tmp_path / "site" / "sglang"
+    (package / "srt").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (package / "srt" / "environ.py").write_text("class Envs:\n    SGLANG_MAMBA_CONV_DTYPE = EnvStr('bfloat16')\n")
+    (package / "srt" / "jit.py").write_text("import os\nUSE = os.getenv('SGL_ENABLE_JIT_DEEPGEMM', '1')\n")
+    (package / "README.md").write_text("SGLANG_ONLY_IN_DOCS=1\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    out = subprocess.run(sglang_env_names(sys.executable), capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert parse_env_names(out.stdout) == {"SGLANG_MAMBA_CONV_DTYPE", "SGL_ENABLE_JIT_DEEPGEMM"}
+    bare = subprocess.run(sglang_env_names(sys.executable), capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert parse_env_names(bare.stdout) is None
+    with pytest.raises(ValueError):
+        parse_env_names("Traceback (most recent call last):\n")
+    with pytest.raises(ValueError):
+        parse_env_names(SGLANG_ENV_MARK + '{"SGLANG_X": 1}')
+
+
+def test_an_sglang_variable_its_source_never_mentions_is_named_with_the_one_it_likely_meant():
+    known = frozenset({"SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTYPE", "SGLANG_ENABLE_SPEC_V2"})
+    env = ("SGLANG_MAMBA_CONV_DTPYE=float16", "NCCL_P2P_DISABLE=1", "SGLANG_ENABLE_SPEC_V2=1", "SGLANG_NO_SUCH=1")
+    typo, unknown = unread_env(env, known)
+    assert (typo.name, typo.meant) == ("SGLANG_MAMBA_CONV_DTPYE", ("SGLANG_MAMBA_CONV_DTYPE",))
+    assert typo.describe("SGLang 0.5.9") == ("SGLang 0.5.9 never mentions `SGLANG_MAMBA_CONV_DTPYE` (did you mean "
+                                             "`SGLANG_MAMBA_CONV_DTYPE`?): it would be ignored")
+    assert (unknown.name, unknown.meant) == ("SGLANG_NO_SUCH", ())
+    # other families are read by other code (NCCL, CUDA, torch): not judged against SGLang's source
+    assert unread_env(("NCCL_P2P_DISABLE=1", "SGLANG_ENABLE_SPEC_V2=1"), known) == ()
+

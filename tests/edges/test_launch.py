@@ -73,6 +73,24 @@ async def test_preflight_refuses_the_seed_launch_at_085_with_the_real_reasons(se
     assert checks["transformers"].result == "ok" and "config written by 4.57.1" in checks["transformers"].detail
 
 
+async def test_an_sglang_variable_the_installed_sglang_never_mentions_is_named_before_the_launch(setup):
+    """The launch's SGLANG_* words against the names the container's SGLang source mentions, read over SSH: a typo
+    would be ignored by SGLang without a word, so the pre-flight names it and what it likely meant."""
+    node, inventory, transport, store = setup
+    flags = (*SEED, "--mem-fraction-static", "0.88")
+    _, typo = await run_launch(node, inventory, transport, store, ("SGLANG_ENABLE_SPEC_V3=1", *flags))
+    check = next(c for c in typo.checks if c.name == "environment known")
+    assert check.result == "warn"
+    assert check.detail == ("SGLang 0.5.9 never mentions `SGLANG_ENABLE_SPEC_V3` (did you mean "
+                            "`SGLANG_ENABLE_SPEC_V2`?): it would be ignored")
+    _, known = await run_launch(node, inventory, transport, store, ("SGLANG_ENABLE_SPEC_V2=1", *flags))
+    check = next(c for c in known.checks if c.name == "environment known")
+    assert (check.result, check.detail) == ("ok", "SGLang 0.5.9 here knows SGLANG_ENABLE_SPEC_V2")
+    # no SGLang variable, nothing to check (NCCL's are read by NCCL)
+    _, other = await run_launch(node, inventory, transport, store, ("NCCL_P2P_DISABLE=1", *flags))
+    assert "environment known" not in {c.name for c in other.checks}
+
+
 def test_transformers_older_than_the_checkpoint_is_a_warning():
     from bot.budget import PlannedBudget
     from bot.launch import _transformers_check
