@@ -215,9 +215,9 @@ class LaunchFlags:
 
     @property
     def draft_tokens_adjusted(self) -> int | None:
-        """steps + 1, when ``--speculative-num-draft-tokens`` is given otherwise for a chain (top-k 1) of given
-        steps: SGLang replaces it (``speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when
-        speculative_eagle_topk == 1``); None when it keeps the value."""
+        """steps + 1, when a chain (``--speculative-eagle-topk 1`` with ``--speculative-num-steps``) is given another
+        ``--speculative-num-draft-tokens``: SGLang replaces it (``speculative_num_draft_tokens is adjusted to
+        speculative_num_steps + 1 when speculative_eagle_topk == 1``); None when it keeps the value given."""
         steps, given = self.speculative_num_steps, self.speculative_num_draft_tokens
         if self.eagle_family and steps and given and self.speculative_eagle_topk == 1 and given != steps + 1:
             return steps + 1
