@@ -36,6 +36,15 @@ from bot.views import blocks_to_text
 LAB_DATA = Path(__file__).resolve().parent / "data"
 
 
+async def _cancel_others(timeout_s: float = 10.0) -> None:
+    """Cancel every task of this process but the caller's, and wait for them to end (at most ``timeout_s``)."""
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=timeout_s)
+
+
 @dataclass
 class Lab:
     workdir: Path
@@ -259,6 +268,10 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             status, ack, calls = await lab.slash(name, text)
             out(transcript(line.strip(), status, ack, calls) + "\n")
     finally:
+        # what the app still runs for a request (a pre-flight, a launch it follows) ends first: a launch cut short
+        # after its server started leaves that server to the nodes' stop, and nothing writes to Redis or starts a
+        # server once the lab's parts are gone
+        await _cancel_others()
         await lab.stop()
         with suppress(OSError):
             shutil.rmtree(workdir)
