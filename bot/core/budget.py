@@ -1086,10 +1086,8 @@ def _check_speculative_params(flags: LaunchFlags, w: _Work) -> None:
     are set to steps + 1."""
     if flags.partial_speculative_params:
         w.fail(PARTIAL_SPEC_PARAMS_TEXT, verbatim=False)
-        given = [f"{name} {value}" for name, value in (("--speculative-eagle-topk", flags.speculative_eagle_topk),
-                                                       ("--speculative-num-draft-tokens",
-                                                        flags.speculative_num_draft_tokens)) if value is not None]
-        w.line("speculative parameters", None, f"{' and '.join(given)} without --speculative-num-steps: SGLang "
+        given = " and ".join(f"{flag} {value}" for flag, _, value in flags.steps_companions)
+        w.line("speculative parameters", None, f"{given} without --speculative-num-steps: SGLang "
                "takes all three from its own defaults for the model or none")
     elif (adjusted := flags.draft_tokens_adjusted) is not None:
         w.line("speculative draft tokens", None, f"--speculative-num-draft-tokens {flags.speculative_num_draft_tokens} "
@@ -1676,13 +1674,10 @@ def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
     elif topk is not None and draft is not None:
         remedies.append(Remedy("--speculative-num-steps <steps for this tree>", None,
                                f"SGLang takes steps, top-k ({topk}) and draft tokens ({draft}) together, or none", 1))
-    given = [(name, value, field_name) for name, value, field_name in (
-        ("--speculative-eagle-topk", topk, "speculative_eagle_topk"),
-        ("--speculative-num-draft-tokens", draft, "speculative_num_draft_tokens")) if value is not None]
-    if len(given) == 1:
-        name, value, field_name = given[0]
+    if len(given := flags.steps_companions) == 1:
+        flag, field_name, value = given[0]
         auto = flags.changed(**{field_name: None})
-        remedies.append(Remedy.of(FlagEdit(name, str(value), drop=True), auto,
+        remedies.append(Remedy.of(FlagEdit(flag, str(value), drop=True), auto,
                                   "SGLang chooses the three for the model (sized as 3 steps, top-k 1, 4 draft "
                                   "tokens, its choice for most models in current releases): "
                                   f"{_effect(_compute(replace(inp, flags=auto)))}", 2))

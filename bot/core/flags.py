@@ -224,13 +224,20 @@ class LaunchFlags:
         return None
 
     @property
+    def steps_companions(self) -> tuple[tuple[str, str, int], ...]:
+        """(flag, field, value) of ``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``, those given."""
+        named = (("--speculative-eagle-topk", "speculative_eagle_topk"),
+                 ("--speculative-num-draft-tokens", "speculative_num_draft_tokens"))
+        return tuple((flag, name, value) for flag, name in named if (value := getattr(self, name)) is not None)
+
+    @property
     def partial_speculative_params(self) -> bool:
         """``--speculative-eagle-topk`` or ``--speculative-num-draft-tokens`` without ``--speculative-num-steps``:
         SGLang then chooses all three itself and first asserts that neither of the other two was given (a bare
         AssertionError in server_args), unless adaptive speculation (which gpuops does not model) picks the steps."""
-        given = self.speculative_eagle_topk is not None or self.speculative_num_draft_tokens is not None
         adaptive = "--speculative-adaptive" in self.passthrough or "--speculative-adaptive" in self.unknown
-        return self.eagle_family and self.speculative_num_steps is None and given and not adaptive
+        return self.eagle_family and self.speculative_num_steps is None and bool(self.steps_companions) \
+            and not adaptive
 
     def changed(self, **values: Any) -> LaunchFlags:
         return replace(self, **values)

@@ -11,7 +11,7 @@ with the flag it most likely meant.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.core.argv import SGLANG_ENV_MARK, SGLANG_FLAGS_MARK
@@ -97,10 +97,10 @@ def typo_distance(a: str, b: str) -> int:
     return previous[len(b)]
 
 
-def likely_meant(name: str, options: Sequence[str]) -> tuple[str, ...]:
-    """The flags ``name`` is a typo of (closest first, at most two)."""
-    near = sorted((d, o) for o in options if o.startswith("--") and (d := typo_distance(name, o)) <= TYPO_EDITS)
-    return tuple(o for _, o in near[:2])
+def likely_meant(name: str, candidates: Iterable[str]) -> tuple[str, ...]:
+    """The candidates (flags, variable names) ``name`` is a typo of (closest first, at most two)."""
+    near = sorted((d, c) for c in candidates if (d := typo_distance(name, c)) <= TYPO_EDITS)
+    return tuple(c for _, c in near[:2])
 
 
 def flag_problems(installed: InstalledFlags, argv: Sequence[str]) -> tuple[FlagProblem, ...]:
@@ -117,7 +117,8 @@ def flag_problems(installed: InstalledFlags, argv: Sequence[str]) -> tuple[FlagP
         if meant:
             problems.append(FlagProblem(name, meant[:6], ambiguous=True))
         else:
-            problems.append(FlagProblem(name, likely_meant(name, list(installed.options)), ambiguous=False))
+            flags = (o for o in installed.options if o.startswith("--"))
+            problems.append(FlagProblem(name, likely_meant(name, flags), ambiguous=False))
     return tuple(problems)
 
 
@@ -180,6 +181,5 @@ def unread_env(env: Sequence[str], known: frozenset[str]) -> tuple[UnreadEnv, ..
     for word in env:
         name = word.partition("=")[0]
         if name.startswith(SGLANG_ENV_PREFIXES) and name not in known:
-            near = sorted((d, k) for k in known if (d := typo_distance(name, k)) <= TYPO_EDITS)
-            problems.append(UnreadEnv(name, tuple(k for _, k in near[:2])))
+            problems.append(UnreadEnv(name, likely_meant(name, known)))
     return tuple(problems)
