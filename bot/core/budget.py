@@ -936,7 +936,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     model, flags, version = inp.model, inp.flags, inp.version
     era, tp, spec = version.era, flags.tp, flags.speculative
     w = _Work()
-    _check_speculative_params(flags, w)
+    _check_speculative_params(flags, version, w)
     _check_support(model, version, w)
 
     # defaults that depend on version and GPU size
@@ -1081,14 +1081,30 @@ PARTIAL_SPEC_PARAMS_TEXT = ("AssertionError in server_args: --speculative-eagle-
                             "asserts that neither of the other two was given")
 
 
-def _check_speculative_params(flags: LaunchFlags, w: _Work) -> None:
-    """The speculative parameters as server_args settles them: a partial set is refused, a chain's draft tokens
-    are set to steps + 1."""
+# server_args compares the top-k it left None with 1 (`speculative_eagle_topk > 1`, unguarded): Python's own words.
+# Seen for Qwen3.5 with NEXTN, 3 steps and 4 draft tokens on a nightly of 2026-03-10 (between 0.5.9 and 0.5.10),
+# reported again in sglang#22895 (2026-04) and #34361 (2026-08, still open); the 2025 releases tested page_size > 1
+# first and did not reach the comparison with --page-size 1, so only 0.5.9 on is known to stop here
+TOPK_MISSING_TEXT = "TypeError: '>' not supported between instances of 'NoneType' and 'int'"
+TOPK_MISSING_FROM = (0, 5, 9)
+
+
+def _check_speculative_params(flags: LaunchFlags, version: SglangVersion, w: _Work) -> None:
+    """The speculative parameters as server_args settles them: a partial set is refused, steps without a top-k
+    stop on a None, a chain's draft tokens are set to steps + 1."""
     if flags.partial_speculative_params:
         w.fail(PARTIAL_SPEC_PARAMS_TEXT, verbatim=False)
         given = " and ".join(f"{flag} {value}" for flag, _, value in flags.steps_companions)
         w.line("speculative parameters", None, f"{given} without --speculative-num-steps: SGLang "
                "takes all three from its own defaults for the model or none")
+    elif flags.topk_missing:
+        known = version.tuple >= TOPK_MISSING_FROM
+        if known:
+            w.fail(TOPK_MISSING_TEXT)
+        w.line("speculative parameters", None, f"--speculative-num-steps {flags.speculative_num_steps} without "
+               "--speculative-eagle-topk: SGLang fills in top-k only with the steps, so it stays None, "
+               + (f"and SGLang {version}'s server_args stops when it compares None with 1" if known else
+                  "which stops SGLang 0.5.9 and later (a TypeError); sized here as top-k 1"))
     elif (adjusted := flags.draft_tokens_adjusted) is not None:
         w.line("speculative draft tokens", None, f"--speculative-num-draft-tokens {flags.speculative_num_draft_tokens} "
                f"is replaced by {adjusted} (--speculative-num-steps {flags.speculative_num_steps} + 1): with "
@@ -1368,6 +1384,8 @@ def find_remedies(inp: BudgetInput, failed: Budget) -> list[Remedy]:
         return _draft_path_remedies(inp)
     if failed.error_text == PARTIAL_SPEC_PARAMS_TEXT:
         return _spec_params_remedies(inp)
+    if failed.error_text == TOPK_MISSING_TEXT:
+        return _topk_remedies(inp)
     if failed.error_text and "is greater than the derived context_length" in failed.error_text \
             and inp.model.max_context:
         return _context_limit_remedies(inp, failed, inp.model.max_context)
@@ -1659,6 +1677,9 @@ def _draft_path_remedies(inp: BudgetInput) -> list[Remedy]:
                       f"no speculative decoding: {_effect(b)}", 2)]
 
 
+AUTO_SPEC_PARAMS_WORDS = "sized as 3 steps, top-k 1, 4 draft tokens, its choice for most models in current releases"
+
+
 def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
     """Give the steps too (a chain: draft tokens - 1 of them), or leave the choice of all three to SGLang. A tree
     (top-k above 1) has no steps that follow from the other two: only the missing flag is named."""
@@ -1678,8 +1699,24 @@ def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
         flag, field_name, value = given[0]
         auto = flags.changed(**{field_name: None})
         remedies.append(Remedy.of(FlagEdit(flag, str(value), drop=True), auto,
-                                  "SGLang chooses the three for the model (sized as 3 steps, top-k 1, 4 draft "
-                                  "tokens, its choice for most models in current releases): "
+                                  f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
+                                  f"{_effect(_compute(replace(inp, flags=auto)))}", 2))
+    return remedies
+
+
+def _topk_remedies(inp: BudgetInput) -> list[Remedy]:
+    """Name the top-k: 1, a chain, as SGLang's MTP recipes give it; or, with no draft tokens given either, drop the
+    steps and let SGLang choose all three."""
+    flags = inp.flags
+    chain = flags.changed(speculative_eagle_topk=1)
+    steps = flags.speculative_num_steps or 0
+    remedies = [Remedy.of(FlagEdit("--speculative-eagle-topk", "1"), chain,
+                          f"a chain of {steps} steps verifying {steps + 1} draft tokens: "
+                          f"{_effect(_compute(replace(inp, flags=chain)))}", 1)]
+    if flags.speculative_num_draft_tokens is None:
+        auto = flags.changed(speculative_num_steps=None)
+        remedies.append(Remedy.of(FlagEdit("--speculative-num-steps", str(steps), drop=True), auto,
+                                  f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
                                   f"{_effect(_compute(replace(inp, flags=auto)))}", 2))
     return remedies
 

@@ -86,6 +86,9 @@ CONV_KERNEL_LINE = r"Expected conv_states_\.scalar_type\(\) == input_type"
 INDEX_PUT_LINE = r"Index put requires the source and destination dtypes match"
 CONV_DTYPE_LINE = f"{CONV_KERNEL_LINE}|{INDEX_PUT_LINE}"
 MAMBA_NEXT = "try --disable-radix-cache or another --mamba-scheduler-strategy"
+# Python's TypeError for a None compared with or combined with a number (a setting left unset)
+NONE_WITH_INT_LINE = (r"TypeError: (?:'[<>]=?' not supported between instances of 'NoneType' and 'int'|"
+                      r"unsupported operand type\(s\) for [-+*]: 'NoneType' and 'int')")
 OCCUPIED_NEXT = ("`/gpu status <container>` shows which processes hold the launch's GPUs; `/gpu free <container>` "
                  "stops them by PID after a confirmation; then relaunch unchanged")
 
@@ -609,6 +612,17 @@ RULES: tuple[Rule, ...] = (
     Rule("unsupported_feature_combination", (r"'HybridAttnBackend' object has no attribute",
                                              r"Unsupported io_backend"),
          "startup", "these flags are not implemented together for this model family", "drop one of the features", 3),
+    # a speculative parameter left None (--speculative-num-steps without --speculative-eagle-topk: SGLang fills in
+    # top-k only with the steps) compared or multiplied where the parameters are settled: server_args'
+    # `speculative_eagle_topk > 1`, the tokenizer's reserved tokens (sglang#22895, #34361). Python prints the
+    # statement just above its TypeError; the same TypeError elsewhere (a request's max_new_tokens) is not this
+    Rule("speculative_decoding_error", (NONE_WITH_INT_LINE,),
+         "startup", "a speculative parameter SGLang left unset (None) was compared with a number as the parameters "
+                    "were settled: --speculative-num-steps given without --speculative-eagle-topk (SGLang fills in "
+                    "top-k only when the steps are missing too)",
+         "give --speculative-eagle-topk 1 (a chain: --speculative-num-draft-tokens then steps + 1), or drop "
+         "--speculative-num-steps and let SGLang choose all three; /sglang budget flags this before the load", 3,
+         after=r"\bspeculative_(?:eagle_topk|num_steps|num_draft_tokens)\b"),
     # SGLang's own checks of the speculative parameters (server_args', a draft worker's), which name them: a
     # multi-layer EAGLE draft given the auto-chosen tree of another model (sglang#36536). The hybrid state pool's
     # RuntimeError that advises fewer draft tokens is a memory failure, not this

@@ -22,6 +22,7 @@ from bot.core.diagnosis import (
     HOST_OOM_KILL,
     NCCL_OOM_LINE,
     NCCL_SHM_LINE,
+    NONE_WITH_INT_LINE,
     PIECEWISE_LINE,
     Finding,
 )
@@ -84,7 +85,11 @@ MOVES: dict[str, tuple[_Move, ...]] = {
               "the same launch without CUDA graphs: if it starts, capture is the cause", unless=PIECEWISE_LINE)),
     "torch_compile_error": (_Move(False, ("--enable-torch-compile", "--torch-compile-max-bs"),
                                   "the same launch without torch.compile: if it starts, the compiler is the cause"),),
+    # a top-k left None where SGLang settles the parameters: name it (1, a chain), as the budget's remedy does
     "speculative_decoding_error": (_Move(
+        True, ("--speculative-eagle-topk",), "the same launch with its top-k named (1, a chain of the steps given): "
+        "if it starts, the unset top-k was the cause", value="1", when=NONE_WITH_INT_LINE,
+        not_with=("--speculative-eagle-topk",)), _Move(
         False, SPECULATIVE_FLAGS,
         "the same launch without speculative decoding: if it starts, the draft/verify path is the cause",
         "--speculative-algorithm (and its settings)"),),

@@ -231,13 +231,24 @@ class LaunchFlags:
         return tuple((flag, name, value) for flag, name in named if (value := getattr(self, name)) is not None)
 
     @property
+    def speculative_adaptive(self) -> bool:
+        """``--speculative-adaptive``: SGLang picks the steps as it serves (gpuops does not model it)."""
+        return "--speculative-adaptive" in self.passthrough or "--speculative-adaptive" in self.unknown
+
+    @property
     def partial_speculative_params(self) -> bool:
         """``--speculative-eagle-topk`` or ``--speculative-num-draft-tokens`` without ``--speculative-num-steps``:
         SGLang then chooses all three itself and first asserts that neither of the other two was given (a bare
-        AssertionError in server_args), unless adaptive speculation (which gpuops does not model) picks the steps."""
-        adaptive = "--speculative-adaptive" in self.passthrough or "--speculative-adaptive" in self.unknown
+        AssertionError in server_args), unless adaptive speculation picks the steps."""
         return self.eagle_family and self.speculative_num_steps is None and bool(self.steps_companions) \
-            and not adaptive
+            and not self.speculative_adaptive
+
+    @property
+    def topk_missing(self) -> bool:
+        """``--speculative-num-steps`` without ``--speculative-eagle-topk``: SGLang fills in top-k only when the steps
+        are missing too, so it stays None, and server_args compares it with 1."""
+        return self.eagle_family and self.speculative_num_steps is not None and self.speculative_eagle_topk is None \
+            and not self.speculative_adaptive
 
     def changed(self, **values: Any) -> LaunchFlags:
         return replace(self, **values)

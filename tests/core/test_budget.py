@@ -1874,6 +1874,42 @@ def test_speculative_parameters_given_in_part_are_refused_before_anything_loads(
     assert PARTIAL_SPEC_PARAMS_TEXT not in (ngram.error_text, adaptive.error_text)
 
 
+def test_steps_without_a_top_k_stop_sglang_from_0_5_9_on_a_none_it_compares():
+    """--speculative-num-steps without --speculative-eagle-topk: SGLang fills in top-k only when the steps are missing
+    too, and server_args compares the None it left with 1 (a TypeError in Python's words, reported for Qwen3.5 with
+    NEXTN, sglang#22895). The remedies name top-k 1, or drop the steps when no draft tokens were given either."""
+    from bot.core.budget import TOPK_MISSING_TEXT
+
+    qwen = spec("Qwen__Qwen3.6-27B")
+    base = ["--tp", "2", "--context-length", "32768", "--mem-fraction-static", "0.88", "--speculative-algorithm",
+            "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"]
+    steps = [*base, "--speculative-num-steps", "3"]
+    with_draft = run(qwen, [*steps, "--speculative-num-draft-tokens", "4"], version="0.5.10")
+    assert with_draft.verdict is VerdictKind.FAILS and with_draft.error_text == TOPK_MISSING_TEXT
+    assert with_draft.error_verbatim  # the TypeError is what SGLang's traceback ends with
+    assert [r.change for r in with_draft.remedies] == ["--speculative-eagle-topk 1"]
+    fixed = with_draft.remedies[0].flags
+    assert fixed is not None and fixed.speculative_eagle_topk == 1
+    chain = run(qwen, [*steps, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+                version="0.5.10")
+    assert chain.error_text is None and f"{chain.kv_tokens:,} KV tokens" in with_draft.remedies[0].effect
+    # only the steps: the top-k, or no steps at all (SGLang's own choice of the three)
+    alone = run(qwen, steps, version="0.5.10")
+    assert [r.change for r in alone.remedies] == ["--speculative-eagle-topk 1", "drop --speculative-num-steps 3"]
+    assert alone.remedies[1].launch_flags(steps) == tuple(base)
+    # before 0.5.9 (which Qwen3.5/3.6 need) it is not known to stop there: sized as top-k 1, the line saying so
+    eagle = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "/m/eagle",
+             "--speculative-num-steps", "3"]
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    older = run(llama, eagle, version="0.5.8", count=1)
+    assert older.error_text is None and run(llama, eagle, version="0.5.9", count=1).error_text == TOPK_MISSING_TEXT
+    assert "sized here as top-k 1" in next(x.why for x in older.lines if x.label == "speculative parameters")
+    # a top-k given, NGRAM (no top-k of its own) and adaptive speculation are not this
+    for flags in ([*steps, "--speculative-eagle-topk", "1"], ["--speculative-algorithm", "NGRAM"],
+                  [*steps, "--speculative-adaptive"]):
+        assert run(qwen, flags, version="0.5.10").error_text != TOPK_MISSING_TEXT, flags
+
+
 def test_a_chain_verifies_steps_plus_one_draft_tokens_whatever_was_given():
     """With top-k 1 SGLang sets --speculative-num-draft-tokens to steps + 1 (and warns): 8 given with 3 steps
     sizes the hybrid model's speculative state for 4 tokens per request, the same launch as 4 given."""

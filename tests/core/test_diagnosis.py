@@ -496,6 +496,19 @@ def test_a_draft_that_cannot_take_the_target_s_embeddings_is_a_speculative_failu
     assert diagnose("AttributeError: 'Qwen2ForCausalLM' object has no attribute 'set_embedder'").label == "unknown"
 
 
+def test_a_top_k_left_none_where_sglang_settles_the_parameters_is_a_speculative_failure():
+    """--speculative-num-steps without --speculative-eagle-topk: Python's TypeError under the statement of SGLang's
+    that compares or multiplies the None (server_args' check, the tokenizer's reserved tokens). The same TypeError
+    under another statement (sglang-4048: a request's max_new_tokens, the echo of a KV pool too small) is not it."""
+    for block in (FIXTURES / "other-logs" / "spec-topk-none.txt").read_text().strip().split("\n====\n"):
+        found = diagnose(block)
+        assert (found.label, found.confidence, found.phase) == ("speculative_decoding_error", "high", "startup")
+        assert found.evidence[0].text.startswith("TypeError: ") and "--speculative-eagle-topk 1" in found.next_step
+    request = "    if self.sampling_params.max_new_tokens > 0:\n" \
+              "TypeError: '>' not supported between instances of 'NoneType' and 'int'"
+    assert diagnose(request).label == "unknown"
+
+
 def test_the_hybrid_state_pool_failing_in_its_own_words_or_under_its_frames_is_mamba_cache_error():
     blocks = (FIXTURES / "other-logs" / "mamba-cache-lines.txt").read_text().strip().split("\n====\n")
     init, no_slot, sanity, *asserted = blocks

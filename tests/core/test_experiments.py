@@ -45,6 +45,20 @@ def test_a_backend_sglang_chose_itself_is_replaced_by_the_portable_one():
         ["drop --attention-backend"]
 
 
+def test_a_top_k_left_none_gets_top_k_1_before_speculation_is_turned_off():
+    """The TypeError of a top-k SGLang left None: the cheapest experiment names it (1, a chain of the steps given);
+    a launch that named one gets only the experiment without speculative decoding."""
+    block = (FIXTURES / "other-logs" / "spec-topk-none.txt").read_text().split("\n====\n")[0]
+    finding = diagnose(block)
+    argv = ("--model-path", "/models/Qwen3.6-27B", "--tp", "2", "--speculative-algorithm", "NEXTN",
+            "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4")
+    first, off = finding_experiments(finding, argv)
+    assert (first.change, first.argv) == ("--speculative-eagle-topk 1", (*argv, "--speculative-eagle-topk", "1"))
+    assert parse_sglang_flags(first.argv).speculative_eagle_topk == 1
+    assert off.argv == argv[:4]
+    assert [e.argv for e in finding_experiments(finding, first.argv)] == [argv[:4]]
+
+
 def test_a_conv_state_dtype_mismatch_sets_the_variable_to_the_dtype_the_error_names():
     """sglang#31719: the conv state in the model's dtype (the source the error names), an environment word before the
     flags, not the radix-cache switch of the state pool's other failures; made, it decides the hypothesis."""
