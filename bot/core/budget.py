@@ -253,26 +253,45 @@ class Remedy:
     flags: LaunchFlags | None  # the launch with the change made, for the budget; None when it is not a launch
     effect: str
     cost_rank: int  # lower is cheaper: keeps capability, then trades capacity, then hardware
-    edit: FlagEdit | None = None  # the change to the launch's own flags; None for anything else (free the GPUs ...)
+    # the changes to the launch's own flags, made in order; none for anything else (free the GPUs ...)
+    edits: tuple[FlagEdit, ...] = ()
 
     @classmethod
     def of(cls, edit: FlagEdit, flags: LaunchFlags, effect: str, cost_rank: int) -> Remedy:
         """A remedy that is a change of the launch's flags, shown as the edit's words."""
-        return cls(edit.words(), flags, effect, cost_rank, edit)
+        return cls(edit.words(), flags, effect, cost_rank, (edit,))
 
     @property
     def flag_change(self) -> tuple[str, str | None] | None:
         """(flag, value) when the remedy is one launch flag set and nothing else; None for anything else (free GPUs,
-        more GPUs, a dropped flag, a flag that also needs an environment variable)."""
-        edit = self.edit
-        if self.flags is None or edit is None or edit.flag is None or edit.drop or edit.env:
+        more GPUs, a dropped flag, a flag that also needs an environment variable, two changes)."""
+        if self.flags is None or len(self.edits) != 1:
+            return None
+        edit = self.edits[0]
+        if edit.flag is None or edit.drop or edit.env:
             return None
         return edit.flag, edit.value
 
     def launch_flags(self, argv: Sequence[str]) -> tuple[str, ...] | None:
-        """The launch's own flags ``argv`` with this remedy's change (one flag set or dropped, with the environment
-        words it needs) and nothing else changed; None when the remedy is not a flag change."""
-        return None if self.flags is None or self.edit is None else self.edit.applied(argv)
+        """The launch's own flags ``argv`` with this remedy's changes (flags set or dropped, with the environment
+        words they need) and nothing else changed; None when the remedy is not a flag change."""
+        if self.flags is None or not self.edits:
+            return None
+        changed = tuple(argv)
+        for edit in self.edits:
+            changed = edit.applied(changed)
+        return changed
+
+    def on_top_of(self, first: Remedy) -> Remedy:
+        """This remedy as computed for the launch with ``first``'s change made: its button makes both changes (an
+        environment-only ``first`` joins this one's words as ``(env ...)``), its effect says it was computed so."""
+        env_only = bool(first.edits) and all(e.flag is None for e in first.edits)
+        words = tuple(w for e in first.edits for w in e.env) if env_only else ()
+        effect = f"with {' '.join(words) or first.change}: {self.effect}"
+        if self.flags is None or not self.edits or not first.edits:
+            return replace(self, effect=effect)
+        edits = (*self.edits[:-1], self.edits[-1].with_env(*words)) if env_only else (*first.edits, *self.edits)
+        return replace(self, change=" + ".join(e.words() for e in edits), effect=effect, edits=edits)
 
 
 @dataclass(frozen=True)
@@ -1440,8 +1459,7 @@ def _context_limit_remedies(inp: BudgetInput, failed: Budget, limit: int) -> lis
                       f"the longest the config allows: {_effect(b, failed)}", 0)
     if b.verdict is not VerdictKind.FAILS:
         return [first]
-    return [first] + [replace(r, effect=f"with --context-length {limit}: {r.effect}")
-                      for r in find_remedies(at_limit, b)]
+    return [first] + [r.on_top_of(first) for r in find_remedies(at_limit, b)]
 
 
 def _conv_dtype_remedies(inp: BudgetInput, model: ModelSpec, failed: Budget, conflict: str) -> list[Remedy]:
@@ -1468,19 +1486,8 @@ def _conv_dtype_remedies(inp: BudgetInput, model: ModelSpec, failed: Budget, con
     found = [r for r, _ in remedies]
     if b.verdict is VerdictKind.FITS:
         return found
-    words = first.edit.env if first.edit is not None and first.edit.flag is None else ()
-    more = [replace(_with_env_words(r, words), effect=f"with {' '.join(words) or first.change}: {r.effect}")
-            for r in find_remedies(replace(inp, flags=first.flags or inp.flags), b)]
+    more = [r.on_top_of(first) for r in find_remedies(replace(inp, flags=first.flags or inp.flags), b)]
     return found + more if failed.error_text == conflict else more + found
-
-
-def _with_env_words(remedy: Remedy, words: tuple[str, ...]) -> Remedy:
-    """A remedy that changes the launch's flags, also setting the environment ``words`` when it launches (its
-    budget already has them); others as they are."""
-    if not words or remedy.edit is None or remedy.flags is None:
-        return remedy
-    edit = remedy.edit.with_env(*words)
-    return replace(remedy, change=edit.words(), edit=edit)
 
 
 def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy], bool]:

@@ -291,7 +291,7 @@ def test_an_earlier_failure_stays_first_and_its_remedies_carry_the_conv_fix():
     """The conv state fails only at the first request: a launch that fails before it fails with that first, the
     conflict is listed beside it, and the earlier failure's remedies are computed with the conv state fixed (else
     every one would still fail at the first request)."""
-    from bot.core.budget import Remedy, _with_env_words
+    from bot.core.budget import Remedy
 
     q = spec("Qwen__Qwen3.6-27B")
     b = run(q, ["--tp", "2", "--context-length", "65536", "--mem-fraction-static", "0.50", "--dtype", "half"],
@@ -307,20 +307,19 @@ def test_an_earlier_failure_stays_first_and_its_remedies_carry_the_conv_fix():
         "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2", "--dtype", "half", "--mem-fraction-static",
         first.change.split()[1])
     # a remedy that needs its own variable keeps it beside this one; a switch takes no value
-    conv = ("SGLANG_MAMBA_CONV_DTYPE=float16",)
-    spec_v2 = _with_env_words(Remedy.of(FlagEdit("--mamba-scheduler-strategy", "extra_buffer",
-                                                 env=("SGLANG_ENABLE_SPEC_V2=1",)), first.flags, "", 0), conv)
+    conv = Remedy.of(FlagEdit(env=("SGLANG_MAMBA_CONV_DTYPE=float16",)), first.flags, "", 0)
+    spec_v2 = Remedy.of(FlagEdit("--mamba-scheduler-strategy", "extra_buffer", env=("SGLANG_ENABLE_SPEC_V2=1",)),
+                        first.flags, "", 0).on_top_of(conv)
     assert spec_v2.change == ("--mamba-scheduler-strategy extra_buffer (env SGLANG_ENABLE_SPEC_V2=1 "
                               "SGLANG_MAMBA_CONV_DTYPE=float16)")
     assert spec_v2.launch_flags(("--tp", "2")) == ("SGLANG_ENABLE_SPEC_V2=1", "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp",
                                                    "2", "--mamba-scheduler-strategy", "extra_buffer")
-    switch = _with_env_words(Remedy.of(FlagEdit("--disable-radix-cache"), first.flags, "", 1), conv)
+    switch = Remedy.of(FlagEdit("--disable-radix-cache"), first.flags, "", 1).on_top_of(conv)
     assert switch.change == "--disable-radix-cache (env SGLANG_MAMBA_CONV_DTYPE=float16)"
     assert switch.launch_flags(("--tp", "2")) == ("SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2",
                                                   "--disable-radix-cache")
     # a dropped flag's relaunch sets it too
-    plain = _with_env_words(Remedy.of(FlagEdit("--speculative-algorithm", "NEXTN", drop=True), first.flags, "", 2),
-                            conv)
+    plain = Remedy.of(FlagEdit("--speculative-algorithm", "NEXTN", drop=True), first.flags, "", 2).on_top_of(conv)
     assert plain.change == "drop --speculative-algorithm NEXTN (env SGLANG_MAMBA_CONV_DTYPE=float16)"
     assert plain.launch_flags(("--tp", "2", "--speculative-algorithm", "NEXTN")) == (
         "SGLANG_MAMBA_CONV_DTYPE=float16", "--tp", "2")
@@ -1813,6 +1812,24 @@ def test_memory_held_on_one_launch_gpu_fails_sglangs_balance_check_before_anythi
     assert free.effect.startswith("5.0 GiB of the fullest GPU is in use before the launch")  # 49140 - 44000 MiB
     # 44500 MiB -> 42.36 GiB: within 90 % of the other, SGLang starts (and the launch fits)
     assert on((49139, 44500)).error_text is None
+
+
+def test_a_remedy_computed_at_the_configs_context_limit_relaunches_at_that_limit():
+    """A context beyond the config's is refused; when the launch still fails at the limit, the next remedies are
+    computed there, so each button launches with the limit too (before, they kept the refused 1,048,576 and would
+    have been refused again). Every remedy's relaunch reads back to exactly the flags it was sized with."""
+    qwq = spec("Qwen__QwQ-32B")
+    argv = ["--tp", "2", "--context-length", "1048576", "--mem-fraction-static", "0.5"]
+    b = run(qwq, argv, version="0.5.9")
+    limit, *rest = b.remedies
+    assert limit.change == "--context-length 131072" and "still fails" in limit.effect
+    assert rest and all(r.change.startswith("--context-length 131072 + ") and r.effect.startswith(
+        "with --context-length 131072: ") for r in rest if r.flags is not None)
+    for remedy in b.remedies:
+        if (relaunch := remedy.launch_flags(argv)) is not None:
+            assert parse_sglang_flags(relaunch) == remedy.flags, remedy.change
+            assert relaunch[relaunch.index("--context-length") + 1] == "131072"
+    assert all(r.flag_change is None for r in rest)  # two changes: no single flag to show
 
 
 def test_the_environment_lets_a_context_beyond_the_configs_through_as_sglang_does():
