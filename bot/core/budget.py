@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from bot.core.flags import FlagEdit, LaunchFlags, redacted, with_env
+from bot.core.flags import FlagEdit, LaunchFlags, redacted
 from bot.core.gpus import gpu_compute_capability
 from bot.core.model import (
     DTYPE_BYTES,
@@ -257,9 +257,10 @@ class Remedy:
     edits: tuple[FlagEdit, ...] = ()
 
     @classmethod
-    def of(cls, edit: FlagEdit, flags: LaunchFlags, effect: str, cost_rank: int) -> Remedy:
-        """A remedy that is a change of the launch's flags, shown as the edit's words."""
-        return cls(edit.words(), flags, effect, cost_rank, (edit,))
+    def of(cls, edit: FlagEdit, base: LaunchFlags, effect: str, cost_rank: int) -> Remedy:
+        """A remedy that is ``edit`` made to the launch's flags ``base``: shown as the edit's words, its budget's flags
+        read from the same edit."""
+        return cls(edit.words(), base.edited(edit), effect, cost_rank, (edit,))
 
     @property
     def flag_change(self) -> tuple[str, str | None] | None:
@@ -1113,7 +1114,7 @@ def _check_speculative_params(flags: LaunchFlags, version: SglangVersion, w: _Wo
     stop on a None, a chain's draft tokens are set to steps + 1."""
     if flags.partial_speculative_params:
         w.fail(PARTIAL_SPEC_PARAMS_TEXT, verbatim=False)
-        given = " and ".join(f"{flag} {value}" for flag, _, value in flags.steps_companions)
+        given = " and ".join(f"{flag} {value}" for flag, value in flags.steps_companions)
         w.line("speculative parameters", None, f"{given} without --speculative-num-steps: SGLang "
                "takes all three from its own defaults for the model or none")
     elif flags.topk_missing:
@@ -1440,8 +1441,9 @@ class _Trials:
     def model(self) -> ModelSpec:
         return self.inp.model
 
-    def run(self, **changes: object) -> Budget:
-        return _compute(replace(self.inp, flags=self.flags.changed(**changes)))
+    def run(self, edit: FlagEdit) -> Budget:
+        """The launch with ``edit`` made, relaunched on paper."""
+        return _compute(_edited(self.inp, edit))
 
     def good(self, b: Budget) -> bool:
         """It helps, and still holds a useful context (32K, or the one asked for if shorter)."""
@@ -1451,12 +1453,17 @@ class _Trials:
         return _effect(b, self.failed)
 
 
+def _edited(inp: BudgetInput, edit: FlagEdit) -> BudgetInput:
+    """The same budget question for the launch with ``edit`` made."""
+    return replace(inp, flags=inp.flags.edited(edit))
+
+
 def _context_limit_remedies(inp: BudgetInput, failed: Budget, limit: int) -> list[Remedy]:
     """The config's own context limit first; whatever else fails is then computed at that length."""
-    at_limit = replace(inp, flags=inp.flags.changed(context_length=limit))
+    edit = FlagEdit("--context-length", str(limit))
+    at_limit = _edited(inp, edit)
     b = _compute(at_limit)
-    first = Remedy.of(FlagEdit("--context-length", str(limit)), at_limit.flags,
-                      f"the longest the config allows: {_effect(b, failed)}", 0)
+    first = Remedy.of(edit, inp.flags, f"the longest the config allows: {_effect(b, failed)}", 0)
     if b.verdict is not VerdictKind.FAILS:
         return [first]
     return [first] + [r.on_top_of(first) for r in find_remedies(at_limit, b)]
@@ -1469,17 +1476,14 @@ def _conv_dtype_remedies(inp: BudgetInput, model: ModelSpec, failed: Budget, con
     ``model``: the model as it loads (in the dtype it runs in)."""
     remedies = []
     if inp.version.tuple >= STATE_DTYPES_FROM:
-        word = f"{MAMBA_CONV_ENV}={model.dtype}"
-        flags = inp.flags.changed(env=with_env(inp.flags.env, word))
-        b = _compute(replace(inp, flags=flags))
-        remedies.append((Remedy.of(FlagEdit(env=(word,)), flags,
-                                   f"the conv state in the model's dtype: {_effect(b, failed)}", 0), b))
+        b = _compute(_edited(inp, edit := FlagEdit(env=(f"{MAMBA_CONV_ENV}={model.dtype}",))))
+        remedies.append((Remedy.of(edit, inp.flags, f"the conv state in the model's dtype: {_effect(b, failed)}", 0),
+                         b))
     if (inp.quant or inp.model.quant).method == "none" and state_dtypes(model, inp.flags, inp.version).conv == \
             "bfloat16":
-        flags = inp.flags.changed(dtype="bfloat16")
-        b = _compute(replace(inp, flags=flags))
-        remedies.append((Remedy.of(FlagEdit("--dtype", "bfloat16"), flags,
-                                   f"the model in the conv state's dtype: {_effect(b, failed)}", 1), b))
+        b = _compute(_edited(inp, edit := FlagEdit("--dtype", "bfloat16")))
+        remedies.append((Remedy.of(edit, inp.flags, f"the model in the conv state's dtype: {_effect(b, failed)}", 1),
+                         b))
     if not remedies:
         return []
     first, b = remedies[0]
@@ -1517,9 +1521,8 @@ def _scheduler_remedies(t: _Trials) -> list[Remedy]:
     """Speculative decoding on a hybrid model with the radix cache needs the extra_buffer strategy."""
     if not (t.failed.error_text and "no_buffer" in t.failed.error_text):
         return []
-    b = t.run(mamba_scheduler_strategy="extra_buffer")
-    return [Remedy.of(FlagEdit("--mamba-scheduler-strategy", "extra_buffer", env=("SGLANG_ENABLE_SPEC_V2=1",)),
-                      t.flags.changed(mamba_scheduler_strategy="extra_buffer"), t.effect(b), 0)]
+    edit = FlagEdit("--mamba-scheduler-strategy", "extra_buffer", env=("SGLANG_ENABLE_SPEC_V2=1",))
+    return [Remedy.of(edit, t.flags, t.effect(t.run(edit)), 0)]
 
 
 def _fraction_remedies(t: _Trials) -> list[Remedy]:
@@ -1529,19 +1532,15 @@ def _fraction_remedies(t: _Trials) -> list[Remedy]:
         mfs = round(t.failed.mem_fraction_static + 0.01 * step, 2)
         if mfs > 0.95:
             break
-        b = t.run(mem_fraction_static=mfs)
+        b = t.run(edit := FlagEdit("--mem-fraction-static", f"{mfs:.2f}"))
         if t.good(b):
-            remedies.append(Remedy.of(FlagEdit("--mem-fraction-static", f"{mfs:.2f}"),
-                                      t.flags.changed(mem_fraction_static=mfs),
-                                      f"smallest value that helps: {t.effect(b)}", 1))
+            remedies.append(Remedy.of(edit, t.flags, f"smallest value that helps: {t.effect(b)}", 1))
             break
     linear = t.model.linear
     if linear is not None and state_dtypes(t.model, t.flags, t.inp.version).ssm == "float32":
-        b = t.run(mamba_ssm_dtype="bfloat16")
+        b = t.run(edit := FlagEdit("--mamba-ssm-dtype", "bfloat16"))
         if t.good(b) or (b.verdict is not VerdictKind.FAILS and (b.mamba_slots or 0) > (t.failed.mamba_slots or 0)):
-            remedies.append(Remedy.of(FlagEdit("--mamba-ssm-dtype", "bfloat16"),
-                                      t.flags.changed(mamba_ssm_dtype="bfloat16"),
-                                      f"halves the hybrid state: {t.effect(b)}", 2))
+            remedies.append(Remedy.of(edit, t.flags, f"halves the hybrid state: {t.effect(b)}", 2))
     return remedies
 
 
@@ -1551,24 +1550,21 @@ def _state_pool_remedies(t: _Trials) -> list[Remedy]:
     remedies = []
     if "capped" in failed.fixable or "admit" in failed.fixable:
         base = flags.mamba_full_memory_ratio or 0.9
-        ratios = [r for r in (0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if r > base]
-        lifted = next(((r, b) for r in ratios if t.good(b := t.run(mamba_full_memory_ratio=r))), None)
+        ratios = [FlagEdit("--mamba-full-memory-ratio", f"{r:g}") for r in (0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+                  if r > base]
+        lifted = next(((edit, b) for edit in ratios if t.good(b := t.run(edit))), None)
         if lifted is not None:
-            remedies.append(Remedy.of(FlagEdit("--mamba-full-memory-ratio", f"{lifted[0]:g}"),
-                                      flags.changed(mamba_full_memory_ratio=lifted[0]),
-                                      f"smallest ratio that lifts the concurrency cap: {t.effect(lifted[1])}", 2))
+            remedies.append(Remedy.of(lifted[0], flags, "smallest ratio that lifts the concurrency cap: "
+                                      f"{t.effect(lifted[1])}", 2))
         elif ratios and base < 2.0:
-            b = t.run(mamba_full_memory_ratio=2.0)
+            b = t.run(edit := FlagEdit("--mamba-full-memory-ratio", "2"))
             more = (b.max_running_requests or 0) > (failed.max_running_requests or 0)
             if b.verdict is not VerdictKind.FAILS and more:
-                remedies.append(Remedy.of(FlagEdit("--mamba-full-memory-ratio", "2"),
-                                          flags.changed(mamba_full_memory_ratio=2.0),
-                                          "more state slots for fewer KV tokens (no ratio reaches the requested "
-                                          f"concurrency): {t.effect(b)}", 2))
+                remedies.append(Remedy.of(edit, flags, "more state slots for fewer KV tokens (no ratio reaches the "
+                                          f"requested concurrency): {t.effect(b)}", 2))
         if failed.max_running_requests and failed.max_running_requests > 0:
             cap = failed.max_running_requests
-            remedies.append(Remedy.of(FlagEdit("--max-running-requests", str(cap)),
-                                      flags.changed(max_running_requests=cap),
+            remedies.append(Remedy.of(FlagEdit("--max-running-requests", str(cap)), flags,
                                       f"accept the {cap} concurrent requests the state pool allows, explicitly", 3))
     hybrid_failure = t.model.is_hybrid_linear and failed.verdict is VerdictKind.FAILS
     if hybrid_failure and (flags.speculative or flags.disable_radix_cache):
@@ -1576,11 +1572,9 @@ def _state_pool_remedies(t: _Trials) -> list[Remedy]:
         for mrr in (32, 24, 16, 12, 8, 6, 4, 2, 1):
             if mrr >= start:
                 continue
-            b = t.run(max_running_requests=mrr)
+            b = t.run(edit := FlagEdit("--max-running-requests", str(mrr)))
             if t.good(b):
-                remedies.append(Remedy.of(FlagEdit("--max-running-requests", str(mrr)),
-                                          flags.changed(max_running_requests=mrr),
-                                          f"largest concurrency that fits: {t.effect(b)}", 3))
+                remedies.append(Remedy.of(edit, flags, f"largest concurrency that fits: {t.effect(b)}", 3))
                 break
     return remedies
 
@@ -1598,11 +1592,10 @@ def _swa_remedies(t: _Trials) -> list[Remedy]:
     for ratio in (round(start + 0.01 * step, 2) for step in range(100)):
         if ratio > 1.0:
             break
-        b = t.run(swa_full_tokens_ratio=ratio)
+        b = t.run(edit := FlagEdit("--swa-full-tokens-ratio", f"{ratio:g}"))
         if b.verdict is not VerdictKind.FAILS and "swa" not in b.fixable and b.headroom_gib >= 0:
-            return [Remedy.of(FlagEdit("--swa-full-tokens-ratio", f"{ratio:g}"),
-                              t.flags.changed(swa_full_tokens_ratio=ratio),
-                              f"smallest ratio whose sliding-window pool admits a request: {t.effect(b)}", 1)]
+            return [Remedy.of(edit, t.flags, f"smallest ratio whose sliding-window pool admits a request: "
+                              f"{t.effect(b)}", 1)]
     return []
 
 
@@ -1612,14 +1605,12 @@ def _context_remedies(t: _Trials) -> list[Remedy]:
     if "context" in t.failed.fixable and t.failed.kv_tokens:
         ctx = t.failed.kv_tokens // 1024 * 1024
         if ctx > 0:
-            remedies.append(Remedy.of(FlagEdit("--context-length", str(ctx)), t.flags.changed(context_length=ctx),
+            remedies.append(Remedy.of(FlagEdit("--context-length", str(ctx)), t.flags,
                                       f"fits the KV pool of {t.failed.kv_tokens:,} tokens", 4))
     if t.flags.kv_cache_dtype == "auto" and t.model.dtype in ("bfloat16", "float16"):
-        b = t.run(kv_cache_dtype="fp8_e4m3")
+        b = t.run(edit := FlagEdit("--kv-cache-dtype", "fp8_e4m3"))
         if t.good(b):
-            remedies.append(Remedy.of(FlagEdit("--kv-cache-dtype", "fp8_e4m3"),
-                                      t.flags.changed(kv_cache_dtype="fp8_e4m3"),
-                                      f"halves KV bytes per token: {t.effect(b)}", 5))
+            remedies.append(Remedy.of(edit, t.flags, f"halves KV bytes per token: {t.effect(b)}", 5))
     return remedies
 
 
@@ -1630,16 +1621,14 @@ def _split_remedies(t: _Trials) -> list[Remedy]:
         return []
     remedies = []
     if t.model.moe is not None and flags.moe_tp > 1:
-        b = t.run(ep=flags.tp, enable_ep_moe=False)
+        b = t.run(edit := FlagEdit("--ep-size", str(flags.tp)))
         if b.verdict is not VerdictKind.FAILS:
-            remedies.append(Remedy.of(FlagEdit("--ep-size", str(flags.tp)),
-                                      flags.changed(ep=flags.tp, enable_ep_moe=False),
-                                      f"expert parallelism keeps each expert whole on a rank: {t.effect(b)}", 1))
+            remedies.append(Remedy.of(edit, flags, "expert parallelism keeps each expert whole on a rank: "
+                                      f"{t.effect(b)}", 1))
     for narrower in range(flags.tp - 1, 0, -1):
-        b = t.run(tp=narrower)
+        b = t.run(edit := FlagEdit("--tp-size", str(narrower)))
         if not _is_split_error(b.error_text):
-            remedies.append(Remedy.of(FlagEdit("--tp-size", str(narrower)), flags.changed(tp=narrower),
-                                      f"the largest tp the model splits over: {t.effect(b)}", 2))
+            remedies.append(Remedy.of(edit, flags, f"the largest tp the model splits over: {t.effect(b)}", 2))
             break
     return remedies
 
@@ -1647,12 +1636,12 @@ def _split_remedies(t: _Trials) -> list[Remedy]:
 def _wider_tp_remedies(t: _Trials, found: list[Remedy]) -> list[Remedy]:
     """Twice the tp when the GPUs are there; else, when nothing cheaper was ``found``, what it would take."""
     flags = t.flags
-    wider = flags.changed(tp=flags.tp * 2)
+    edit = FlagEdit("--tp-size", str(flags.tp * 2))
+    wider = flags.edited(edit)
     if t.inp.gpus.count >= wider.gpus_needed:
-        b = t.run(tp=flags.tp * 2)
+        b = t.run(edit)
         if t.good(b):
-            return [Remedy.of(FlagEdit("--tp-size", str(flags.tp * 2)),
-                              wider, f"uses {wider.gpus_needed} GPUs: {t.effect(b)}", 6)]
+            return [Remedy.of(edit, flags, f"uses {wider.gpus_needed} GPUs: {t.effect(b)}", 6)]
     elif t.failed.verdict is VerdictKind.FAILS and not any(r.cost_rank < 6 for r in found):
         return [Remedy(f"tp {flags.tp * 2} (needs {wider.gpus_needed} GPUs; {t.inp.gpus.count} available)", None,
                        "more GPUs share the weights", 7)]
@@ -1663,10 +1652,8 @@ def _fp8_moe_remedies(inp: BudgetInput) -> list[Remedy]:
     """No flag makes FP8 experts run below compute capability 8.9: drop an online --quantization fp8,
     or load another build of the model (int4 MoE runs on Marlin from 8.0; BF16 on any), each sized."""
     if inp.flags.quantization in ONLINE_QUANT and (inp.quant or inp.model.quant).method == "none":
-        b = _compute(replace(inp, flags=inp.flags.changed(quantization=None)))
-        return [Remedy.of(FlagEdit("--quantization", inp.flags.quantization, drop=True),
-                          inp.flags.changed(quantization=None),
-                          f"the checkpoint's own {inp.model.dtype} experts: {_effect(b)}", 1)]
+        b = _compute(_edited(inp, edit := FlagEdit("--quantization", inp.flags.quantization, drop=True)))
+        return [Remedy.of(edit, inp.flags, f"the checkpoint's own {inp.model.dtype} experts: {_effect(b)}", 1)]
     int4 = _compute(replace(inp, quant=quantization_from("awq"), weights_bytes_total=None, measured_load=None))
     bf16 = _compute(replace(inp, quant=NO_QUANT, weights_bytes_total=None, measured_load=None))
     return [Remedy("an AWQ/GPTQ int4 build of this model", None,
@@ -1676,12 +1663,11 @@ def _fp8_moe_remedies(inp: BudgetInput) -> list[Remedy]:
 
 def _draft_path_remedies(inp: BudgetInput) -> list[Remedy]:
     """No memory change helps an EAGLE3 launch without its draft: name the draft, or launch without speculation."""
-    plain = inp.flags.changed(speculative_algorithm=None)
-    b = _compute(replace(inp, flags=plain))
+    b = _compute(_edited(inp, edit := FlagEdit("--speculative-algorithm", inp.flags.speculative_algorithm,
+                                                drop=True)))
     return [Remedy("--speculative-draft-model-path <an EAGLE3 draft trained for this model>", None,
                    "the draft head EAGLE3 runs; `gpuops budget` sizes it from its config.json once given", 1),
-            Remedy.of(FlagEdit("--speculative-algorithm", inp.flags.speculative_algorithm, drop=True), plain,
-                      f"no speculative decoding: {_effect(b)}", 2)]
+            Remedy.of(edit, inp.flags, f"no speculative decoding: {_effect(b)}", 2)]
 
 
 AUTO_SPEC_PARAMS_WORDS = "sized as 3 steps, top-k 1, 4 draft tokens, its choice for most models in current releases"
@@ -1695,19 +1681,17 @@ def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
     remedies = []
     if topk == 1:
         steps = draft - 1 if draft and draft > 1 else 3
-        chain = flags.changed(speculative_num_steps=steps)
-        remedies.append(Remedy.of(FlagEdit("--speculative-num-steps", str(steps)), chain,
-                                  f"a chain of {steps} steps verifying {steps + 1} draft tokens: "
-                                  f"{_effect(_compute(replace(inp, flags=chain)))}", 1))
+        b = _compute(_edited(inp, edit := FlagEdit("--speculative-num-steps", str(steps))))
+        remedies.append(Remedy.of(edit, flags, f"a chain of {steps} steps verifying {steps + 1} draft tokens: "
+                                  f"{_effect(b)}", 1))
     elif topk is not None and draft is not None:
         remedies.append(Remedy("--speculative-num-steps <steps for this tree>", None,
                                f"SGLang takes steps, top-k ({topk}) and draft tokens ({draft}) together, or none", 1))
     if len(given := flags.steps_companions) == 1:
-        flag, field_name, value = given[0]
-        auto = flags.changed(**{field_name: None})
-        remedies.append(Remedy.of(FlagEdit(flag, str(value), drop=True), auto,
-                                  f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
-                                  f"{_effect(_compute(replace(inp, flags=auto)))}", 2))
+        flag, value = given[0]
+        b = _compute(_edited(inp, edit := FlagEdit(flag, str(value), drop=True)))
+        remedies.append(Remedy.of(edit, flags, f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
+                                  f"{_effect(b)}", 2))
     return remedies
 
 
@@ -1715,16 +1699,14 @@ def _topk_remedies(inp: BudgetInput) -> list[Remedy]:
     """Name the top-k: 1, a chain, as SGLang's MTP recipes give it; or, with no draft tokens given either, drop the
     steps and let SGLang choose all three."""
     flags = inp.flags
-    chain = flags.changed(speculative_eagle_topk=1)
     steps = flags.speculative_num_steps or 0
-    remedies = [Remedy.of(FlagEdit("--speculative-eagle-topk", "1"), chain,
-                          f"a chain of {steps} steps verifying {steps + 1} draft tokens: "
-                          f"{_effect(_compute(replace(inp, flags=chain)))}", 1)]
+    b = _compute(_edited(inp, edit := FlagEdit("--speculative-eagle-topk", "1")))
+    remedies = [Remedy.of(edit, flags, f"a chain of {steps} steps verifying {steps + 1} draft tokens: {_effect(b)}",
+                          1)]
     if flags.speculative_num_draft_tokens is None:
-        auto = flags.changed(speculative_num_steps=None)
-        remedies.append(Remedy.of(FlagEdit("--speculative-num-steps", str(steps), drop=True), auto,
-                                  f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
-                                  f"{_effect(_compute(replace(inp, flags=auto)))}", 2))
+        b = _compute(_edited(inp, edit := FlagEdit("--speculative-num-steps", str(steps), drop=True)))
+        remedies.append(Remedy.of(edit, flags, f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
+                                  f"{_effect(b)}", 2))
     return remedies
 
 

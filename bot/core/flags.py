@@ -224,11 +224,11 @@ class LaunchFlags:
         return None
 
     @property
-    def steps_companions(self) -> tuple[tuple[str, str, int], ...]:
-        """(flag, field, value) of ``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``, those given."""
-        named = (("--speculative-eagle-topk", "speculative_eagle_topk"),
-                 ("--speculative-num-draft-tokens", "speculative_num_draft_tokens"))
-        return tuple((flag, name, value) for flag, name in named if (value := getattr(self, name)) is not None)
+    def steps_companions(self) -> tuple[tuple[str, int], ...]:
+        """(flag, value) of ``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``, those given."""
+        named = (("--speculative-eagle-topk", self.speculative_eagle_topk),
+                 ("--speculative-num-draft-tokens", self.speculative_num_draft_tokens))
+        return tuple((flag, value) for flag, value in named if value is not None)
 
     @property
     def speculative_adaptive(self) -> bool:
@@ -250,8 +250,24 @@ class LaunchFlags:
         return self.eagle_family and self.speculative_num_steps is not None and self.speculative_eagle_topk is None \
             and not self.speculative_adaptive
 
-    def changed(self, **values: Any) -> LaunchFlags:
-        return replace(self, **values)
+    def edited(self, edit: FlagEdit) -> LaunchFlags:
+        """These flags with ``edit`` made, as :func:`parse_sglang_flags` reads the edited launch: a flag set is parsed
+        as it would be there, a dropped one is back at its default, the environment words are joined. Raises
+        ValueError for a flag the budget does not model (an edit of one would not change what it computes)."""
+        values: dict[str, Any] = {}
+        if edit.flag is not None:
+            name = _resolve(edit.flag)
+            if name not in MODELLED:
+                raise ValueError(f"{edit.flag} is not a flag the budget models")
+            target, parser = MODELLED[name]
+            if edit.drop:
+                values[target] = next(f.default for f in fields(self) if f.name == target)
+            else:
+                values[target] = True if parser is SWITCH else _algorithm_as_run(target, parser(edit.value or ""))
+        env = self.env
+        for word in edit.env:
+            env = with_env(env, word)
+        return replace(self, **values, env=env)
 
     def env_value(self, name: str) -> str | None:
         """The value the launch's environment gives ``name`` (its last word for it), or None when it sets none."""
@@ -395,9 +411,14 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
             values[target] = value
         else:
             passthrough += [name, str(text)]
-    if values.get("speculative_algorithm") in ("NEXTN", "MTP"):
-        values["speculative_algorithm"] = "EAGLE"  # SGLang rewrites NEXTN to EAGLE
+    if "speculative_algorithm" in values:
+        values["speculative_algorithm"] = _algorithm_as_run("speculative_algorithm", values["speculative_algorithm"])
     return LaunchFlags(**values, passthrough=tuple(passthrough), unknown=tuple(unknown), env=env)
+
+
+def _algorithm_as_run(target: str, value: Any) -> Any:
+    """SGLang rewrites NEXTN (and its MTP alias) to EAGLE; any other value as given."""
+    return "EAGLE" if target == "speculative_algorithm" and value in ("NEXTN", "MTP") else value
 
 
 def command_flags(tokens: Sequence[str]) -> tuple[str, ...]:

@@ -252,6 +252,27 @@ def test_hybrid_state_dtypes_follow_sglangs_precedence_by_version():
                                                                        if x.label == "hybrid state per request")
 
 
+def test_an_edit_reads_onto_typed_flags_as_the_edited_launch_parses():
+    """A remedy states its change once, as a FlagEdit: the budget's flags are read from it (LaunchFlags.edited) and the
+    relaunch's argv made from it (FlagEdit.applied), and the two agree for a value, an alias, a switch, a drop (back
+    to the default), NEXTN's rename, and environment words; a flag the budget does not model is refused."""
+    argv = ("NCCL_P2P_DISABLE=1", "--tp", "2", "--quantization", "fp8", "--speculative-algorithm", "NEXTN",
+            "--speculative-num-steps", "3", "--mem-fraction-static", "0.85")
+    flags = parse_sglang_flags(argv)
+    edits = (FlagEdit("--mem-fraction-static", "0.91"), FlagEdit("--tensor-parallel-size", "4"),
+             FlagEdit("--disable-radix-cache"), FlagEdit("--quantization", "fp8", drop=True),
+             FlagEdit("--tp-size", "2", drop=True), FlagEdit("--speculative-algorithm", "NEXTN", drop=True),
+             FlagEdit("--speculative-algorithm", "MTP"), FlagEdit("--speculative-eagle-topk", "1"),
+             FlagEdit(env=("SGLANG_MAMBA_CONV_DTYPE=float16",)),
+             FlagEdit("--mamba-scheduler-strategy", "extra_buffer", env=("SGLANG_ENABLE_SPEC_V2=1",)))
+    for edit in edits:
+        assert flags.edited(edit) == parse_sglang_flags(edit.applied(argv)), edit.words()
+    assert flags.edited(edits[0]).mem_fraction_static == 0.91 and flags.edited(edits[4]).tp == 1
+    assert flags.edited(edits[6]).speculative_algorithm == "EAGLE"
+    with pytest.raises(ValueError, match="--attention-backend is not a flag the budget models"):
+        flags.edited(FlagEdit("--attention-backend", "triton"))
+
+
 def test_a_hybrid_model_run_in_float16_fails_at_its_first_request_with_the_env_fix_first():
     """sglang#19773, #30178, #31719: the conv state stays bfloat16 (SGLANG_MAMBA_CONV_DTYPE's default) whatever the
     model runs in, and a float16 model (--dtype half, or an AWQ build whose config says float16) fails its first
