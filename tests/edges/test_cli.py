@@ -95,6 +95,37 @@ def test_lab_script_plays_the_skeleton_end_to_end():
     assert "Traceback" not in out.stderr
 
 
+def test_quitting_the_lab_during_a_launch_leaves_no_traceback_and_no_server(tmp_path):
+    """`quit` typed while a launch's pre-flight still runs: the console cancels what the app runs for the request
+    before the lab's Redis, Slack stand-in and nodes stop, so nothing reports a vanished Redis, no stand-in server is
+    left running, and the lab's directory is gone."""
+    import os
+    import re
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUOPS_DATA_DIR": str(tmp_path / "data"), "HOME": str(tmp_path)}
+    console = subprocess.Popen([sys.executable, "-m", "bot.cli", "lab"], cwd=ROOT, env=env, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert console.stdout is not None and console.stdin is not None
+        lines = iter(console.stdout.readline, "")
+        next(line for line in lines if "Container 129's model is at" in line)
+        model = next(lines).strip()
+        workdir = re.match(r"(/\S*?/gpuops-lab-[^/]+)/", model)
+        assert workdir, model
+        console.stdin.write(f"/sglang launch sglang-a6000 {model} --tp 2 --context-length 32768 "
+                            "--mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16\nquit\n")
+        console.stdin.flush()
+        _, stderr = console.communicate(timeout=120)
+    finally:
+        if console.poll() is None:
+            console.kill()
+    assert console.returncode == 0, stderr[-2000:]
+    assert "Traceback" not in stderr and "ConnectionError" not in stderr, stderr[-2000:]
+    left = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert not [row for row in left.splitlines() if workdir.group(1) in row], left
+    assert not os.path.exists(workdir.group(1))
+
+
 SEED_FLAGS = ["--tp", "2", "--context-length", "65536", "--enable-torch-compile", "--speculative-algorithm", "NEXTN",
               "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
               "--mamba-full-memory-ratio", "0.5"]
