@@ -344,10 +344,15 @@ class Budget:
 
     @property
     def summary(self) -> str:
-        """The verdict in one line; a split that fails before any weight loads says which layer."""
+        """The verdict in one line; a split that fails before any weight loads says which layer, a top-k left None
+        which flag."""
         split = next((x.why for x in self.lines if x.label.endswith("over tp")), None)
         if split and self.error_text:
             return f"{split}: SGLang stops with {self.error_text}"
+        # Python's words alone do not say which flag: the line that does comes first
+        spec = next((x.why for x in self.lines if x.label == "speculative parameters"), None)
+        if spec and self.error_text == TOPK_MISSING_TEXT:
+            return f"{spec}: SGLang stops with {self.error_text}"
         if self.error_text:
             return self.error_text
         # SGLang's support for the model is its own pre-flight line; here, what the memory allows
@@ -1123,7 +1128,7 @@ def _check_speculative_params(flags: LaunchFlags, version: SglangVersion, w: _Wo
             w.fail(TOPK_MISSING_TEXT)
         w.line("speculative parameters", None, f"--speculative-num-steps {flags.speculative_num_steps} without "
                "--speculative-eagle-topk: SGLang fills in top-k only with the steps, so it stays None, "
-               + (f"and SGLang {version}'s server_args stops when it compares None with 1" if known else
+               + (f"and SGLang {version}'s server_args compares that None with 1" if known else
                   "which stops SGLang 0.5.9 and later (a TypeError); sized here as top-k 1"))
     elif (adjusted := flags.draft_tokens_adjusted) is not None:
         w.line("speculative draft tokens", None, f"--speculative-num-draft-tokens {flags.speculative_num_draft_tokens} "

@@ -1925,6 +1925,9 @@ def test_steps_without_a_top_k_stop_sglang_from_0_5_9_on_a_none_it_compares():
     with_draft = run(qwen, [*steps, "--speculative-num-draft-tokens", "4"], version="0.5.10")
     assert with_draft.verdict is VerdictKind.FAILS and with_draft.error_text == TOPK_MISSING_TEXT
     assert with_draft.error_verbatim  # the TypeError is what SGLang's traceback ends with
+    assert with_draft.summary == ("--speculative-num-steps 3 without --speculative-eagle-topk: SGLang fills in top-k "
+                                  "only with the steps, so it stays None, and SGLang 0.5.10's server_args compares "
+                                  f"that None with 1: SGLang stops with {TOPK_MISSING_TEXT}")
     assert [r.change for r in with_draft.remedies] == ["--speculative-eagle-topk 1"]
     fixed = with_draft.remedies[0].flags
     assert fixed is not None and fixed.speculative_eagle_topk == 1
