@@ -1108,8 +1108,9 @@ PARTIAL_SPEC_PARAMS_TEXT = ("AssertionError in server_args: --speculative-eagle-
 
 # server_args compares the top-k it left None with 1 (`speculative_eagle_topk > 1`, unguarded): Python's own words.
 # Seen for Qwen3.5 with NEXTN, 3 steps and 4 draft tokens on a nightly of 2026-03-10 (between 0.5.9 and 0.5.10),
-# reported again in sglang#22895 (2026-04) and #34361 (2026-08, still open); the 2025 releases tested page_size > 1
-# first and did not reach the comparison with --page-size 1, so only 0.5.9 on is known to stop here
+# reported again in sglang#22895 (2026-04) and #34361 (2026-08, still open). An early-2025 tree tested page_size > 1
+# first and did not reach the comparison with --page-size 1; a report against 0.5.5 (gpustack#3392) names a top-k
+# None error but not where it stopped. So only 0.5.9 on is known to stop here
 TOPK_MISSING_TEXT = "TypeError: '>' not supported between instances of 'NoneType' and 'int'"
 TOPK_MISSING_FROM = (0, 5, 9)
 
