@@ -303,11 +303,21 @@ def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced:
     return [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text("\n".join(lines))]
 
 
+BUTTON_TEXT_LIMIT = 75  # Slack's limit for a button's text
+
+
+def button_text(label: str) -> str:
+    """A button's text within Slack's limit; a longer label is cut with an ellipsis, so a cut never reads as a whole
+    (the message above the buttons lists each change in full)."""
+    return label if len(label) <= BUTTON_TEXT_LIMIT else label[:BUTTON_TEXT_LIMIT - 1] + "…"
+
+
 def remedy_buttons(choices: Sequence[tuple[str, str]]) -> list[Block]:
     """(label, value) pairs -> an actions block; each click starts the changed launch's pre-flight."""
     if not choices:
         return []
-    buttons = [ButtonElement(text=PlainTextObject(text=label[:75]), action_id=f"gpuops_remedy_{i}", value=value)
+    buttons = [ButtonElement(text=PlainTextObject(text=button_text(label)), action_id=f"gpuops_remedy_{i}",
+                             value=value)
                for i, (label, value) in enumerate(choices[:5])]
     return [SectionBlock(text=MarkdownTextObject(text="*Try next* (each button runs the pre-flight first):")),
             ActionsBlock(elements=buttons)]

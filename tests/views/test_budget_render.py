@@ -39,3 +39,22 @@ def test_gpuops_account_of_a_failure_is_not_shown_as_sglang_s_line():
     assert line.strip() == f"SGLang would fail (gpuops' words, not its message): {b.error_text}"
     assert slack == f":x: SGLang would fail (gpuops' words, not its message): `{b.error_text}`"
     assert "SGLang would print" not in budget_text(b, "t")
+
+
+def test_a_remedy_button_cut_to_slacks_limit_says_it_is_cut():
+    """A remedy computed on top of the config's context limit names both changes and the variable it needs, longer
+    than Slack's 75 characters for a button: the button ends in an ellipsis; a short one is shown whole."""
+    from bot.views import BUTTON_TEXT_LIMIT, remedy_buttons
+
+    lfm = read_config(json.loads((CONFIG.parent / "LiquidAI__LFM2-700M/config.json").read_text()), "lfm2")
+    argv = ["--tp", "2", "--context-length", "131072", "--mem-fraction-static", "0.6", "--speculative-algorithm",
+            "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
+            "4"]
+    b = compute_budget(BudgetInput(lfm, parse_sglang_flags(argv), GpuPlan("NVIDIA GeForce RTX 3090", 24576, 2),
+                                   parse_version("0.5.10")))
+    long = next(r for r in b.remedies if " + " in r.change and "(env " in r.change)
+    labels = [f"launch with {b.remedies[0].change}", f"launch with {long.change}"]
+    actions = remedy_buttons([(label, str(i)) for i, label in enumerate(labels)])[1].to_dict()
+    short, cut = (e["text"]["text"] for e in actions["elements"])
+    assert short == labels[0] and len(labels[1]) > BUTTON_TEXT_LIMIT
+    assert len(cut) == BUTTON_TEXT_LIMIT and cut.endswith("…") and labels[1].startswith(cut[:-1])
