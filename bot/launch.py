@@ -39,12 +39,12 @@ from bot.core.gpu_faults import (
 )
 from bot.core.installed_flags import (
     GPUOPS_TABLE,
-    SGLANG_ENV_PREFIXES,
     FlagProblem,
     InstalledFlags,
     corrected_argv,
     flag_problems,
     parse_env_names,
+    sglang_variables,
     unread_env,
 )
 from bot.core.inventory import Container, Inventory, Target
@@ -193,8 +193,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
     # SGLang ignores a variable it does not know: its own names, read from the installed package's source
     env_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
-        target.vmid, remote.sglang_env_names(python)))) if any(w.startswith(SGLANG_ENV_PREFIXES) for w in flags.env) \
-        else None
+        target.vmid, remote.sglang_env_names(python)))) if sglang_variables(flags.env) else None
     planned: PlannedBudget | None = None
     installed_task: asyncio.Future[InstalledFlags | str] | None = None
     try:
@@ -299,8 +298,7 @@ async def _env_check(env_task: asyncio.Future[CommandResult], env: tuple[str, ..
         return Check("environment known", "warn", "no SGLang package there to read its variables from")
     if problems := unread_env(env, known):
         return Check("environment known", "warn", "; ".join(p.describe(sglang) for p in problems))
-    names = ", ".join(w.partition("=")[0] for w in env if w.startswith(SGLANG_ENV_PREFIXES))
-    return Check("environment known", "ok", f"{sglang} here knows {names}")
+    return Check("environment known", "ok", f"{sglang} here knows {', '.join(sglang_variables(env))}")
 
 
 async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Check:

@@ -332,6 +332,8 @@ class Budget:
     # False when error_text is gpuops' own account of the failure (SGLang's message for it is not fixed, or not
     # public): it is not shown as the line SGLang prints
     error_verbatim: bool = True
+    # which flag or layer leads to error_text, when SGLang's words do not say (a split, a top-k left None)
+    error_why: str | None = None
 
     @property
     def fixable(self) -> frozenset[str]:
@@ -344,15 +346,10 @@ class Budget:
 
     @property
     def summary(self) -> str:
-        """The verdict in one line; a split that fails before any weight loads says which layer, a top-k left None
-        which flag."""
-        split = next((x.why for x in self.lines if x.label.endswith("over tp")), None)
-        if split and self.error_text:
-            return f"{split}: SGLang stops with {self.error_text}"
-        # Python's words alone do not say which flag: the line that does comes first
-        spec = next((x.why for x in self.lines if x.label == "speculative parameters"), None)
-        if spec and self.error_text == TOPK_MISSING_TEXT:
-            return f"{spec}: SGLang stops with {self.error_text}"
+        """The verdict in one line; a failure whose words do not say what leads to it (which layer does not split,
+        which flag left a None) says that first."""
+        if self.error_why and self.error_text:
+            return f"{self.error_why}: SGLang stops with {self.error_text}"
         if self.error_text:
             return self.error_text
         # SGLang's support for the model is its own pre-flight line; here, what the memory allows
@@ -657,16 +654,18 @@ class _Work:
     lines: list[BudgetLine] = field(default_factory=list)
     error: str | None = None
     error_verbatim: bool = True
+    error_why: str | None = None
     # (kind, text); kinds: support, radix, admit, capped, context, headroom, state_dtype
     degraded: list[tuple[str, str]] = field(default_factory=list)
 
     def line(self, label: str, gib: float | None, why: str, value: str | None = None) -> None:
         self.lines.append(BudgetLine(label, gib, why, value))
 
-    def fail(self, error: str, verbatim: bool = True) -> None:
-        """``verbatim``: ``error`` is SGLang's own text (its numbers filled in), not a description of the failure."""
+    def fail(self, error: str, verbatim: bool = True, why: str | None = None) -> None:
+        """``verbatim``: ``error`` is SGLang's own text (its numbers filled in), not a description of the failure;
+        ``why``: what leads to it, when its words do not say."""
         if self.error is None:
-            self.error, self.error_verbatim = error, verbatim
+            self.error, self.error_verbatim, self.error_why = error, verbatim, why
 
     def degrade(self, kind: str, text: str) -> None:
         self.degraded.append((kind, text))
@@ -1083,6 +1082,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
         weights_source=weights_source,
         weights_format=f"quant={quant.method}" if quant.method != "none" else f"dtype={model.dtype}",
         error_verbatim=w.error_verbatim,
+        error_why=w.error_why,
     )
 
 
@@ -1125,12 +1125,13 @@ def _check_speculative_params(flags: LaunchFlags, version: SglangVersion, w: _Wo
                "takes all three from its own defaults for the model or none")
     elif flags.topk_missing:
         known = version.tuple >= TOPK_MISSING_FROM
-        if known:
-            w.fail(TOPK_MISSING_TEXT)
-        w.line("speculative parameters", None, f"--speculative-num-steps {flags.speculative_num_steps} without "
-               "--speculative-eagle-topk: SGLang fills in top-k only with the steps, so it stays None, "
+        why = (f"--speculative-num-steps {flags.speculative_num_steps} without --speculative-eagle-topk: SGLang fills "
+               "in top-k only with the steps, so it stays None, "
                + (f"and SGLang {version}'s server_args compares that None with 1" if known else
                   "which stops SGLang 0.5.9 and later (a TypeError); sized here as top-k 1"))
+        if known:
+            w.fail(TOPK_MISSING_TEXT, why=why)
+        w.line("speculative parameters", None, why)
     elif (adjusted := flags.draft_tokens_adjusted) is not None:
         w.line("speculative draft tokens", None, f"--speculative-num-draft-tokens {flags.speculative_num_draft_tokens} "
                f"is replaced by {adjusted} (--speculative-num-steps {flags.speculative_num_steps} + 1): with "
@@ -1207,14 +1208,14 @@ def _refuse_before_load(inp: BudgetInput, quant: Quantization, attn_tp: int, w: 
     if w.error is not None:
         return
     if (heads := tp_misfit(model, tp, attn_tp, flags.moe_tp)) is not None:
-        w.fail(split_error_text(model, attn_tp))
+        w.fail(split_error_text(model, attn_tp), why=heads)
         w.line("layers over tp", None, heads)
     elif (misfit := split_misfit(model, tp, quant, attn_tp, flags.moe_tp)) is not None:
-        w.fail(AWQ_SPLIT_TEXT)
+        w.fail(AWQ_SPLIT_TEXT, why=misfit)
         w.line("quantized layers over tp", None, misfit)
     elif (blocks := block_misfit(model, tp, flags.moe_tp, quant)) is not None:
         error, why = blocks
-        w.fail(error)
+        w.fail(error, why=why)
         w.line("quantized layers over tp", None, why)
 
 
@@ -1687,17 +1688,13 @@ def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
     remedies = []
     if topk == 1:
         steps = draft - 1 if draft and draft > 1 else 3
-        b = _compute(_edited(inp, edit := FlagEdit("--speculative-num-steps", str(steps))))
-        remedies.append(Remedy.of(edit, flags, f"a chain of {steps} steps verifying {steps + 1} draft tokens: "
-                                  f"{_effect(b)}", 1))
+        remedies.append(_chain_remedy(inp, FlagEdit("--speculative-num-steps", str(steps)), steps))
     elif topk is not None and draft is not None:
         remedies.append(Remedy("--speculative-num-steps <steps for this tree>", None,
                                f"SGLang takes steps, top-k ({topk}) and draft tokens ({draft}) together, or none", 1))
     if len(given := flags.steps_companions) == 1:
         flag, value = given[0]
-        b = _compute(_edited(inp, edit := FlagEdit(flag, str(value), drop=True)))
-        remedies.append(Remedy.of(edit, flags, f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
-                                  f"{_effect(b)}", 2))
+        remedies.append(_sglang_chooses_remedy(inp, FlagEdit(flag, str(value), drop=True)))
     return remedies
 
 
@@ -1706,14 +1703,23 @@ def _topk_remedies(inp: BudgetInput) -> list[Remedy]:
     steps and let SGLang choose all three."""
     flags = inp.flags
     steps = flags.speculative_num_steps or 0
-    b = _compute(_edited(inp, edit := FlagEdit("--speculative-eagle-topk", "1")))
-    remedies = [Remedy.of(edit, flags, f"a chain of {steps} steps verifying {steps + 1} draft tokens: {_effect(b)}",
-                          1)]
+    remedies = [_chain_remedy(inp, FlagEdit("--speculative-eagle-topk", "1"), steps)]
     if flags.speculative_num_draft_tokens is None:
-        b = _compute(_edited(inp, edit := FlagEdit("--speculative-num-steps", str(steps), drop=True)))
-        remedies.append(Remedy.of(edit, flags, f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
-                                  f"{_effect(b)}", 2))
+        remedies.append(_sglang_chooses_remedy(inp, FlagEdit("--speculative-num-steps", str(steps), drop=True)))
     return remedies
+
+
+def _chain_remedy(inp: BudgetInput, edit: FlagEdit, steps: int) -> Remedy:
+    """The speculative parameters completed as a chain of ``steps`` by ``edit``, sized."""
+    b = _compute(_edited(inp, edit))
+    return Remedy.of(edit, inp.flags, f"a chain of {steps} steps verifying {steps + 1} draft tokens: {_effect(b)}", 1)
+
+
+def _sglang_chooses_remedy(inp: BudgetInput, edit: FlagEdit) -> Remedy:
+    """A speculative parameter dropped by ``edit`` so that SGLang chooses all three, sized."""
+    b = _compute(_edited(inp, edit))
+    return Remedy.of(edit, inp.flags, f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
+                     f"{_effect(b)}", 2)
 
 
 def _is_split_error(text: str | None) -> bool:

@@ -174,12 +174,12 @@ class UnreadEnv:
         return f"{sglang} never mentions `{self.name}`{guess}: it would be ignored"
 
 
+def sglang_variables(env: Sequence[str]) -> tuple[str, ...]:
+    """The names of ``env``'s NAME=VALUE words in SGLang's own namespace (SGLANG_*, SGL_*), in order."""
+    return tuple(name for word in env if (name := word.partition("=")[0]).startswith(SGLANG_ENV_PREFIXES))
+
+
 def unread_env(env: Sequence[str], known: frozenset[str]) -> tuple[UnreadEnv, ...]:
     """The SGLANG_*/SGL_* words of ``env`` (NAME=VALUE) whose name the installed SGLang's source does not mention,
     each with the names it is likely a typo of."""
-    problems = []
-    for word in env:
-        name = word.partition("=")[0]
-        if name.startswith(SGLANG_ENV_PREFIXES) and name not in known:
-            problems.append(UnreadEnv(name, likely_meant(name, known)))
-    return tuple(problems)
+    return tuple(UnreadEnv(name, likely_meant(name, known)) for name in sglang_variables(env) if name not in known)
