@@ -530,6 +530,146 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return _with_services(args, work)
 
 
+def _cli_user() -> str:
+    """Who acts from this terminal, as the history and the audit name them."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no login name for this uid (a bare container)
+        return f"cli:uid {os.getuid()}"
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    """/sglang launch from a terminal: the pre-flight; then, when it passes (or --force), the launch with its own log
+    and PID, followed until the server answers or fails. Recorded in the same history as Slack's launches. Exit 0
+    ready, 4 refused or failed; Ctrl-C stops following the launch, not the server."""
+    import time
+
+    from bot.core.attempts import AttemptStatus
+    from bot.core.flags import redacted
+    from bot.core.startup_log import Progress
+    from bot.launch import (
+        LaunchRequest,
+        follow,
+        launch_command,
+        launch_title,
+        next_launches,
+        preflight,
+        record_refused,
+        start,
+    )
+    from bot.views import blocks_to_text, preflight_message, progress_message
+
+    user = _cli_user()
+    started: list[str] = []  # the attempt's id, to name it when the person stops following
+
+    async def work(services: Any) -> int:
+        target = _one_container(args.container, services.inventory, f"`{args.container}` is not one container")
+        request = LaunchRequest(target, args.model, tuple(_flag_args(args)), user=user, channel="", force=args.force)
+        pre = await preflight(services.transport, services.inventory, services.attempts, request, services.limits,
+                              services.launch)
+        title, command = launch_title(request), launch_command(services.inventory, pre)
+        budget = pre.planned.budget if pre.planned is not None else None
+        if pre.blocked and not args.force:
+            refused = await record_refused(services.attempts, services.inventory, pre, time.time())
+            # refused over its flags: the budget's remedies are for a launch SGLang would refuse
+            print(blocks_to_text(preflight_message(title, pre.checks, None if pre.flag_problems else budget, True,
+                                                   False, command=command).blocks))
+            launches = [shlex.join(("gpuops", "launch", "--container", args.container, "--model", args.model, "--",
+                                    *redacted(flags))) for _, flags in next_launches(pre)]
+            if launches:
+                print("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in launches))
+            print(f"Attempt {refused.id} recorded as refused; --force launches it anyway.")
+            await services.store.audit(action="sglang.launch", user=user, channel="", target=target.label,
+                                       attempt=refused.id, result="refused by pre-flight")
+            return 4
+        print(blocks_to_text(preflight_message(title, pre.checks, budget, pre.blocked, pre.blocked,
+                                               command=command).blocks))
+        attempt = await start(services.transport, services.inventory, services.attempts, pre, services.launch,
+                              time.time())
+        started.append(attempt.id)
+        await services.store.audit(action="sglang.launch", user=user, channel="", target=target.label,
+                                   attempt=attempt.id, argv=list(redacted(attempt.argv)), forced=str(attempt.forced),
+                                   result=f"started PID {attempt.pid}")
+        print(f"Started attempt {attempt.id}: PID {attempt.pid}, log {attempt.log_path}", flush=True)
+        began, seen = time.monotonic(), [Progress()]
+
+        async def notify(current: Any, progress: Progress, final: bool) -> None:
+            if progress.stage != seen[0].stage:  # one line a stage; the card at the end has the figures
+                print(f"  {time.monotonic() - began:6.0f}s  {progress.label}", flush=True)
+            seen[0] = progress
+
+        end = await follow(services.transport, services.inventory, services.attempts, attempt, notify,
+                           services.launch, services.replica)
+        print(blocks_to_text(progress_message(end, seen[0]).blocks))
+        if end.status is AttemptStatus.READY:
+            print(f"`gpuops stop {end.id}` stops it.")
+            return 0
+        print(f"`gpuops triage {end.id}` names the first cause; `gpuops log {end.id}` shows the last lines.")
+        return 4
+
+    try:
+        return _with_services(args, work)
+    except KeyboardInterrupt:
+        if started:
+            print(f"\nStopped following attempt {started[0]}; the server itself was not stopped. `gpuops log "
+                  f"{started[0]}` shows where it is, `gpuops stop {started[0]}` stops it, and a running gpuops bot "
+                  "follows it from here.", file=sys.stderr)
+        return 130
+
+
+async def _answer(prompt: str) -> str:
+    """A line the person types ("" at the end of the input). Read on a daemon thread, so that Ctrl-C at the prompt
+    ends the command at once instead of waiting for a line."""
+    import threading
+
+    loop = asyncio.get_running_loop()
+    line: asyncio.Future[str] = loop.create_future()
+
+    def answered(text: str) -> None:
+        if not line.done():
+            line.set_result(text)
+
+    def read() -> None:
+        text = sys.stdin.readline()
+        with contextlib.suppress(RuntimeError):  # the command ended meanwhile and its loop is closed
+            loop.call_soon_threadsafe(answered, text)
+
+    print(prompt, end="", flush=True)
+    threading.Thread(target=read, daemon=True).start()
+    return await line
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """/sglang stop from a terminal: the attempt's process group is signalled only after the person answers y (or
+    gives --yes), never on an empty or closed input; then nvidia-smi shows whether the memory came back."""
+    from bot.core.attempts import is_attempt_id
+    from bot.launch import attempt_to_stop, stop, stop_plan
+    from bot.views import stopped_text
+
+    user = _cli_user()
+
+    async def work(services: Any) -> int:
+        target = None if is_attempt_id(args.what) else _one_container(
+            args.what, services.inventory, f"{args.what} names no one container or attempt")
+        attempt = await attempt_to_stop(services.attempts, args.what, target)
+        print(f"Stop attempt {attempt.id} on {attempt.target_label}?")
+        print("\n".join(f"  - {line}" for line in stop_plan(attempt, services.launch)))
+        if not args.yes:
+            answer = await _answer("Type y to stop it: ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("\nNothing was done." if not answer else "Nothing was done.")
+                return 3
+        result = await stop(services.transport, services.inventory, services.attempts, attempt, services.launch, user)
+        text = stopped_text(result)
+        print(text)
+        await services.store.audit(action="sglang.stop", user=user, channel="", requested_by=user, result=text[:500])
+        return 0
+
+    return _with_services(args, work)
+
+
 def cmd_triage(args: argparse.Namespace) -> int:
     """A log file (or stdin) is diagnosed as it is; an attempt id or a container gets the answer /sglang triage
     gives: that attempt's own log read over SSH (stale logs refused), the evidence and the next experiments."""
@@ -764,6 +904,25 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     pre.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
     pre.set_defaults(func=cmd_preflight)
+
+    launch = sub.add_parser("launch", help="the pre-flight, then the launch with its own log and PID, followed "
+                            "until the server answers (same as /sglang launch)")
+    launch.add_argument("--container", required=True, help="the container (its name, or node:vmid)")
+    launch.add_argument("--model", required=True, help="the model's directory in the container, or its Hugging Face "
+                        "id")
+    launch.add_argument("--force", action="store_true", help="launch even when the pre-flight refuses (recorded as "
+                        "forced)")
+    launch.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    launch.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
+    launch.set_defaults(func=cmd_launch)
+
+    stop_cmd = sub.add_parser("stop", help="stop an attempt's server by its recorded process group, after you answer "
+                              "y (same as /sglang stop)")
+    stop_cmd.add_argument("what", metavar="ATTEMPT|CONTAINER", help="an attempt id, or a container (its running "
+                          "attempt)")
+    stop_cmd.add_argument("--yes", action="store_true", help="do not ask; stop it")
+    stop_cmd.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    stop_cmd.set_defaults(func=cmd_stop)
 
     log_cmd = sub.add_parser("log", help="the last lines of an attempt's own log, read in its container (same answer "
                              "as /sglang log)")

@@ -21,7 +21,7 @@ from typing import Any
 
 from bot.budget import PlannedBudget, plan_budget, read_installed_flags
 from bot.core import argv as remote
-from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
+from bot.core.attempts import ACTIVE, GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
 from bot.core.flags import LaunchFlags, env_words, parse_sglang_flags, redacted, secret_value
@@ -614,6 +614,26 @@ class StopResult:
     attempt: Attempt
     signal_used: str
     memory_note: str
+
+
+async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None) -> Attempt:
+    """The attempt ``spec`` names (``target`` None), or the newest running one on the container ``target``."""
+    if target is None:
+        attempt = await store.get(spec)
+        if attempt is None:
+            raise UsageError(f"no attempt `{spec}` is recorded (the history lists them)")
+        return attempt
+    assert target.vmid is not None
+    active = [a for a in await store.recent(target.node, target.vmid, 20) if a.status in ACTIVE and a.pid]
+    if not active:
+        raise UsageError(f"no running attempt on {target.label} (its history lists what ran there)")
+    return active[0]
+
+
+def stop_plan(attempt: Attempt, settings: LaunchSettings) -> list[str]:
+    """What stopping ``attempt`` will do, for the person asked to confirm it."""
+    return [f"SIGTERM to process group {attempt.pid}, SIGKILL after {settings.stop_timeout_s:g}s",
+            f"then nvidia-smi checks the memory came back; status now: {attempt.status.value}"]
 
 
 async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, attempt: Attempt,

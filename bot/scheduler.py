@@ -103,9 +103,10 @@ class Scheduler:
             attempt = report.attempt
             if self.client is not None:
                 try:
-                    await post_messages(self.client, attempt.channel,
-                                        [views.server_exited_message(attempt, report.finding)],
-                                        pace=self.services.pace, thread_ts=attempt.thread_ts, broadcast=True)
+                    if attempt.channel:  # none when launched from a terminal: the history and threads still say it
+                        await post_messages(self.client, attempt.channel,
+                                            [views.server_exited_message(attempt, report.finding)],
+                                            pace=self.services.pace, thread_ts=attempt.thread_ts, broadcast=True)
                     if attempt.message_ts:  # its launch card no longer says "ready"
                         card = views.progress_message(attempt, report.progress)
                         await self.client.chat_update(channel=attempt.channel, ts=attempt.message_ts, text=card.text,
@@ -230,7 +231,7 @@ class Scheduler:
             seconds = _generation_s(health)
             misses = await self.services.attempts.streak("unanswered", attempt.id, "error" in health, ttl)
             slows = await self.services.attempts.streak("slow", attempt.id, self._slow(seconds), ttl)
-            if self.client is None:
+            if self.client is None or not attempt.channel:  # no channel: launched from a terminal
                 continue
             if misses == 2:
                 message = views.server_unanswering_message(attempt, str(health.get("error", "")), now)

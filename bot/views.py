@@ -37,6 +37,7 @@ from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
 from bot.core.startup_log import STAGE_LABEL, Progress, Stage
+from bot.launch import StopResult
 from bot.status import StatusReport
 from bot.triage import TriageReport
 
@@ -455,6 +456,13 @@ def confirm_message(title: str, lines: Sequence[str], pending_id: str, ttl_s: in
     blocks.append(ContextBlock(elements=[MarkdownTextObject(
         text=f"Needs an operator's click within {ttl_s // 60} min; nothing happens until then.")]))
     return SlackMessage(title, [b.to_dict() for b in blocks])
+
+
+def stopped_text(result: StopResult) -> str:
+    """What a confirmed stop did: the signal it took, and whether the GPU memory came back."""
+    a = result.attempt
+    return (f":black_square_for_stop: Stopped attempt `{a.id}` on {escape_mrkdwn(a.target_label)} "
+            f"({result.signal_used}); {result.memory_note}")
 
 
 def note_message(text: str) -> SlackMessage:

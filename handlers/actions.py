@@ -87,8 +87,7 @@ async def _stop(services: Services, pending: dict[str, Any], user: str) -> str:
     if attempt is None:
         return f":warning: attempt {pending['attempt']} is no longer recorded"
     result = await stop(services.transport, services.inventory, services.attempts, attempt, services.launch, user)
-    return (f":black_square_for_stop: Stopped attempt `{attempt.id}` on {views.escape_mrkdwn(attempt.target_label)} "
-            f"({result.signal_used}); {result.memory_note}")
+    return views.stopped_text(result)
 
 
 async def _free(services: Services, pending: dict[str, Any]) -> str:

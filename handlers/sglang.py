@@ -15,7 +15,7 @@ from bot.app import Services
 from bot.attempt_log import read_attempt_log
 from bot.budget import flag_refusals, plan_budget
 from bot.chart import budget_png
-from bot.core.attempts import ACTIVE, Attempt, is_attempt_id, user_flags
+from bot.core.attempts import Attempt, is_attempt_id, user_flags
 from bot.core.commands import (
     SGLANG_USAGE,
     SglangBudgetRequest,
@@ -35,6 +35,7 @@ from bot.incidents import container_changed, triage_answered
 from bot.launch import (
     HISTORY_FOR_WEIGHTS,
     LaunchRequest,
+    attempt_to_stop,
     follow,
     launch_command,
     launch_title,
@@ -45,6 +46,7 @@ from bot.launch import (
     remedy_launches,
     request_key,
     start,
+    stop_plan,
 )
 from bot.slack import post_messages, upload_png
 from bot.triage import TriageReport, find_attempt, record_triage, triage_attempt
@@ -244,25 +246,13 @@ async def resume_tracking(services: Services, client: Any) -> int:
 
 async def ask_stop(services: Services, client: Any, respond: Any, spec: str, target: Target | None, user: str,
                    channel: str) -> None:
-    attempts = services.attempts
-    if target is None:
-        attempt = await attempts.get(spec)
-        if attempt is None:
-            raise UsageError(f"no attempt `{spec}` is recorded (`/sglang history` lists them)")
-    else:
-        assert target.vmid is not None
-        active = [a for a in await attempts.recent(target.node, target.vmid, 20) if a.status in ACTIVE and a.pid]
-        if not active:
-            raise UsageError(f"no running attempt on {target.label} (see `/sglang history {spec}`)")
-        attempt = active[0]
+    attempt = await attempt_to_stop(services.attempts, spec, target)
     pending = secrets.token_hex(8)
-    await attempts.put_pending(pending, {"action": "stop", "attempt": attempt.id, "user": user, "channel": channel,
-                                         "created": time.time()}, services.settings.confirm_ttl_s)
-    message = views.confirm_message(
-        f"Stop attempt {attempt.id} on {attempt.target_label}?",
-        [f"SIGTERM to process group {attempt.pid}, SIGKILL after {services.settings.stop_timeout_s:g}s",
-         f"then nvidia-smi checks the memory came back; status now: {attempt.status.value}"],
-        pending, services.settings.confirm_ttl_s)
+    await services.attempts.put_pending(pending, {"action": "stop", "attempt": attempt.id, "user": user,
+                                                  "channel": channel, "created": time.time()},
+                                        services.settings.confirm_ttl_s)
+    message = views.confirm_message(f"Stop attempt {attempt.id} on {attempt.target_label}?",
+                                    stop_plan(attempt, services.launch), pending, services.settings.confirm_ttl_s)
     await post_messages(client, channel, [message], respond=respond, pace=services.pace)
 
 

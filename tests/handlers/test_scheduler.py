@@ -186,6 +186,23 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
     assert (await one.tick()).exited == [] and (await two.tick()).exited == []
 
 
+async def test_a_ready_server_launched_from_a_terminal_that_exits_is_recorded_and_posted_nowhere(replicas, caplog):
+    """`gpuops launch` records no channel (the terminal was told): the sampler still records the exit, and sends
+    Slack nothing for it, rather than a post to no channel that fails."""
+    from dataclasses import replace
+
+    lab, one, two, clock = replicas
+    attempt = await ready_server(lab)
+    await lab.services.attempts.save(replace(attempt, user="cli:root", channel="", message_ts=None, thread_ts=None))
+    calls_before = len(lab.standin.calls)
+    await killed_and_sampled(attempt, replicas)
+    stored = await lab.services.attempts.get(attempt.id)
+    assert stored.status.value == "failed" and "exited while serving" in stored.transitions[-1].note
+    sent = [c for c in lab.standin.calls[calls_before:] if c.method in ("chat.postMessage", "chat.update")]
+    assert not [c for c in sent if not c.params.get("channel")], sent
+    assert "announcing exited server" not in caplog.text
+
+
 async def test_a_ready_server_the_oom_killer_ended_is_announced_with_the_kill_as_its_cause(replicas):
     """A serving server killed by the kernel writes nothing: its announcement names the kill from the node's
     kernel log, which the lab's kernel stand-in writes as the kernel words it."""

@@ -1,0 +1,129 @@
+"""`gpuops launch` and `gpuops stop` in a terminal: their own processes, against the lab's nodes over real SSH and the
+same Redis as the bot, so what a terminal launched is in the history the team reads in Slack."""
+
+import asyncio
+import re
+import subprocess
+import sys
+
+from bot.core.attempts import AttemptStatus
+from bot.core.startup_log import STAGE_LABEL
+from tests.conftest import ROOT
+from tests.handlers.test_launch_flow import SEED, model
+
+FITS = f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16"  # the seed launch the budget lets start
+
+
+def terminal(lab, tmp_path, *args, answer=""):
+    """``gpuops ARGS`` as a person runs it, ``answer`` typed at its prompt (then the input ends)."""
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path),
+           "GPUOPS_PROGRESS_POLL_S": "0.3"}
+    command, *rest = args
+    return asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", command, "--inventory",
+                                              str(lab.workdir / "inventory.yml"), *rest],
+                             input=answer, capture_output=True, text=True, cwd=ROOT, timeout=180, env=env)
+
+
+async def test_a_terminal_launch_is_refused_then_launched_followed_and_stopped_only_after_a_yes(lab, tmp_path):
+    path = model(lab)
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.1)
+
+    refused = await terminal(lab, tmp_path, "launch", "--container", "sglang-a6000", "--model", path, "--",
+                             *SEED.split(), "--mem-fraction-static", "0.85")
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert "Pre-flight refused the launch" in refused.stdout and "Not enough memory" in refused.stdout
+    nexts = refused.stdout.split("Next, each through the pre-flight again:")[1]
+    assert f"  gpuops launch --container sglang-a6000 --model {path} -- " in nexts
+    assert "--mamba-ssm-dtype bfloat16" in nexts
+    assert lab.nodes["pve5"].launched_pids() == []
+
+    launched = await terminal(lab, tmp_path, "launch", "--container", "sglang-a6000", "--model", path, "--",
+                              *FITS.split())
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    out = launched.stdout
+    assert "Pre-flight passed" in out and "Started attempt a" in out
+    # a line each time the server's own log reaches a further stage (as many as the polls saw), then the card
+    seen = re.findall(r"^ +\d+s  (.+)$", out, re.MULTILINE)
+    order = list(STAGE_LABEL.values())
+    assert seen[-1] == "ready" and [order.index(s) for s in seen] == sorted({order.index(s) for s in seen}), seen
+    assert out.index("  ready\n") < out.index("*Launch `")
+    assert "KV pool 422,310 tokens observed" in out and "healthy: /health 200" in out
+    ready, first = await lab.services.attempts.recent("pve5", 129, 2)
+    assert first.status is AttemptStatus.FAILED and first.transitions[-1].note == "refused by pre-flight"
+    assert ready.status is AttemptStatus.READY and ready.user.startswith("cli:") and ready.channel == ""
+    assert f"`gpuops stop {ready.id}` stops it." in out
+    (pid,) = lab.nodes["pve5"].launched_pids()
+    assert ready.pid == pid
+
+    # nothing typed (the input ends): nothing is stopped
+    kept = await terminal(lab, tmp_path, "stop", "sglang-a6000")
+    assert kept.returncode == 3, kept.stdout + kept.stderr
+    assert f"Stop attempt {ready.id} on pve5:129 (sglang-a6000)?" in kept.stdout
+    assert f"SIGTERM to process group {pid}, SIGKILL after" in kept.stdout and "Nothing was done." in kept.stdout
+    assert (await lab.services.attempts.get(ready.id)).status is AttemptStatus.READY
+    assert lab.nodes["pve5"].launched_pids() == [pid]
+    declined = await terminal(lab, tmp_path, "stop", ready.id, answer="n\n")
+    assert declined.returncode == 3 and "Nothing was done." in declined.stdout
+
+    stopped = await terminal(lab, tmp_path, "stop", ready.id, answer="y\n")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert f"Stopped attempt `{ready.id}` on pve5:129 (sglang-a6000) (SIGTERM); memory returned" in stopped.stdout
+    after = await lab.services.attempts.get(ready.id)
+    assert after.status is AttemptStatus.STOPPED and after.transitions[-1].note.startswith("stopped by cli:")
+    assert lab.nodes["pve5"].launched_pids() == []
+    audit = await lab.services.store.audit_entries(10)
+    assert [(e["action"], e["result"].split(" ")[0]) for e in audit if e["user"].startswith("cli:")] == [
+        ("sglang.stop", ":black_square_for_stop:"), ("sglang.launch", "started"), ("sglang.launch", "refused")]
+
+
+async def test_a_forced_terminal_launch_that_fails_names_its_first_error_and_the_triage_to_run(lab, tmp_path):
+    lab.nodes["pve5"].set_scenario(129, ["sigquit_after_oom"], delay_s=0.02)
+    failed = await terminal(lab, tmp_path, "launch", "--container", "sglang-a6000", "--model", model(lab), "--force",
+                            "--", *SEED.split(), "--mem-fraction-static", "0.85")
+    assert failed.returncode == 4, failed.stdout + failed.stderr
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert attempt.status is AttemptStatus.FAILED and attempt.forced
+    assert "Pre-flight refused the launch" not in failed.stdout and "forced" in failed.stdout.lower()
+    assert ":x: first error: `RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.`" \
+        in failed.stdout
+    assert f"`gpuops triage {attempt.id}` names the first cause" in failed.stdout
+
+
+async def test_ctrl_c_stops_following_a_terminal_launch_not_the_server_and_the_bot_can_take_it_over(lab, tmp_path):
+    import signal
+
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, "-m", "bot.cli", "launch", "--inventory",
+                                str(lab.workdir / "inventory.yml"), "--container", "sglang-a6000", "--model",
+                                model(lab), "--", *FITS.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT, env=env)
+    try:
+        started = await asyncio.to_thread(_line_with, process.stdout, "Started attempt ")
+        attempt_id = started.split()[2].rstrip(":")
+        await asyncio.sleep(1.0)  # following: at least one read of the log
+        process.send_signal(signal.SIGINT)
+        stderr = await asyncio.to_thread(process.stderr.read)
+        code = await asyncio.to_thread(process.wait, 30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 130, stderr
+    assert "Traceback" not in stderr
+    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in stderr
+    attempt = await lab.services.attempts.get(attempt_id)
+    assert attempt.status is AttemptStatus.LAUNCHING and lab.nodes["pve5"].launched_pids() == [attempt.pid]
+    # its tracking lease was given back: a bot replica's next tick follows it from here, not 30 s later
+    assert not await lab.services.store.redis.exists(f"gpuops:tracker:{attempt_id}")
+    stopped = await terminal(lab, tmp_path, "stop", "--yes", attempt_id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert (await lab.services.attempts.get(attempt_id)).status is AttemptStatus.STOPPED
+    assert lab.nodes["pve5"].launched_pids() == []
+
+
+def _line_with(stream, needle: str) -> str:
+    for line in stream:
+        if needle in line:
+            return line
+    raise AssertionError(f"the command ended before printing {needle!r}")
