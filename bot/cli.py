@@ -638,7 +638,10 @@ async def _answer(prompt: str) -> str:
 
     print(prompt, end="", flush=True)
     threading.Thread(target=read, daemon=True).start()
-    return await line
+    text = await line
+    if not text:
+        print()  # the input ended: end the prompt's line
+    return text
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -656,15 +659,46 @@ def cmd_stop(args: argparse.Namespace) -> int:
         attempt = await attempt_to_stop(services.attempts, args.what, target)
         print(f"Stop attempt {attempt.id} on {attempt.target_label}?")
         print("\n".join(f"  - {line}" for line in stop_plan(attempt, services.launch)))
-        if not args.yes:
-            answer = await _answer("Type y to stop it: ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("\nNothing was done." if not answer else "Nothing was done.")
-                return 3
+        if not args.yes and (await _answer("Type y to stop it: ")).strip().lower() not in ("y", "yes"):
+            print("Nothing was done.")
+            return 3
         result = await stop(services.transport, services.inventory, services.attempts, attempt, services.launch, user)
         text = stopped_text(result)
         print(text)
         await services.store.audit(action="sglang.stop", user=user, channel="", requested_by=user, result=text[:500])
+        return 0
+
+    return _with_services(args, work)
+
+
+def cmd_free(args: argparse.Namespace) -> int:
+    """/gpu free from a terminal: the processes holding GPU memory on a node or container, by PID (a recorded
+    launch's are left to `gpuops stop`); they are signalled only after the person answers y (or gives --yes), and
+    only those listed that still hold memory then."""
+    from bot.core.inventory import resolve_targets
+    from bot.launch import free, free_plan
+    from bot.views import free_plan_lines, free_question, freed_text, nothing_to_free_text
+
+    user = _cli_user()
+
+    async def work(services: Any) -> int:
+        targets = resolve_targets(args.target, services.inventory)
+        if len(targets) != 1:
+            raise UsageError(f"`{args.target}` is not one node or container")
+        plan = await free_plan(services.transport, services.inventory, services.attempts, targets[0],
+                               services.limits)
+        if not plan.pids:
+            print(nothing_to_free_text(plan, "gpuops stop"))
+            return 0
+        print(free_question(plan))
+        print("\n".join(f"  - {line}" for line in free_plan_lines(plan, "gpuops stop")))
+        if not args.yes and (await _answer("Type y to stop them: ")).strip().lower() not in ("y", "yes"):
+            print("Nothing was done.")
+            return 3
+        result = await free(services.transport, services.inventory, plan.target.node, plan.pids, services.launch)
+        text = freed_text(result, plan.target.node)
+        print(text)
+        await services.store.audit(action="gpu.free", user=user, channel="", requested_by=user, result=text[:500])
         return 0
 
     return _with_services(args, work)
@@ -923,6 +957,13 @@ def build_parser() -> argparse.ArgumentParser:
     stop_cmd.add_argument("--yes", action="store_true", help="do not ask; stop it")
     stop_cmd.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     stop_cmd.set_defaults(func=cmd_stop)
+
+    free_cmd = sub.add_parser("free", help="stop, by PID after you answer y, the processes holding GPU memory on a "
+                              "node or container (same as /gpu free)")
+    free_cmd.add_argument("target", metavar="NODE|CONTAINER")
+    free_cmd.add_argument("--yes", action="store_true", help="do not ask; stop the processes listed")
+    free_cmd.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    free_cmd.set_defaults(func=cmd_free)
 
     log_cmd = sub.add_parser("log", help="the last lines of an attempt's own log, read in its container (same answer "
                              "as /sglang log)")

@@ -49,10 +49,11 @@ from bot.core.installed_flags import (
 )
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
+from bot.core.report import launch_key
 from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance
 from bot.core.status import Thresholds
-from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
+from bot.errors import CommandFailed, GpuopsError, RemoteError, StoreError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
 from bot.ssh import CommandResult
@@ -64,6 +65,7 @@ from bot.status import (
     read_node,
     read_pct_config,
     read_peer_access,
+    running_launches,
 )
 from bot.store import AttemptStore
 
@@ -683,6 +685,44 @@ async def gpu_holders(transport: Transport, inventory: Inventory, target: Target
     if target.kind == "container":
         holders = [h for h in holders if h.vmid == target.vmid]
     return holders, host
+
+
+@dataclass(frozen=True)
+class FreePlan:
+    """What freeing a target's GPUs would stop: the processes holding GPU memory there, by PID, except a recorded
+    launch's. Those are left to stopping the launch, which ends its whole process group and records it; killing them
+    here would leave a broken server and a history that says it failed while serving."""
+
+    target: Target
+    holders: tuple[Holder, ...]  # what a confirmation stops
+    launches: tuple[Attempt, ...]  # recorded launches holding memory there, left alone
+    orphaned: tuple[tuple[int, int], ...]  # (GPU index, MiB) held with no process listed: no PID to stop
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(sorted({h.pid for h in self.holders if h.pid is not None}))
+
+
+async def free_plan(transport: Transport, inventory: Inventory, store: AttemptStore, target: Target,
+                    limits: Thresholds) -> FreePlan:
+    """Exactly which PIDs freeing ``target`` would stop, read now; nothing is stopped here."""
+    holders, host = await gpu_holders(transport, inventory, target)
+    try:
+        launches = await running_launches(store)
+    except GpuopsError as exc:
+        raise StoreError(f"cannot tell recorded launches apart ({exc.user_message}): nothing listed") from None
+    owned: dict[str, Attempt] = {}
+    loose = []
+    for h in holders:
+        key = launch_key(target.node, h.vmid, h.group)
+        launch = None if key is None else launches.get(key)
+        if launch is None:
+            loose.append(h)
+        else:
+            owned[launch.id] = launch
+    orphaned = tuple((g.index, g.memory_used_mib or 0) for g in host.gpus
+                     if not host.processes_of(g) and (g.memory_used_mib or 0) >= limits.orphaned_memory_mib)
+    return FreePlan(target, tuple(loose), tuple(owned.values()), orphaned)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
 from bot.core.startup_log import STAGE_LABEL, Progress, Stage
-from bot.launch import StopResult
-from bot.status import StatusReport
+from bot.launch import FreePlan, FreeResult, StopResult
+from bot.status import StatusReport, launch_ref
 from bot.triage import TriageReport
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -463,6 +463,38 @@ def stopped_text(result: StopResult) -> str:
     a = result.attempt
     return (f":black_square_for_stop: Stopped attempt `{a.id}` on {escape_mrkdwn(a.target_label)} "
             f"({result.signal_used}); {result.memory_note}")
+
+
+def free_question(plan: FreePlan) -> str:
+    return f"Stop these {len(plan.pids)} process(es) on {plan.target.node}?"
+
+
+def _left_to_others(plan: FreePlan, stop_command: str) -> list[str]:
+    """What freeing leaves alone and why: recorded launches (stopped as launches), memory held with no process."""
+    return [f"{launch_ref(a).label} on {a.target_label} holds GPU memory: `{stop_command} {a.id}` stops its whole "
+            "process group and records it (not listed here)" for a in plan.launches] + [
+        f"GPU {gpu}: {mib} MiB held with no process listed (a PID-less leak: only a driver reset or reboot frees it)"
+        for gpu, mib in plan.orphaned]
+
+
+def free_plan_lines(plan: FreePlan, stop_command: str = "/sglang stop") -> list[str]:
+    """Each PID a confirmation stops, then what it leaves alone."""
+    return [f"PID {h.pid} on GPU {h.gpu_index} ({f'CT {h.vmid}' if h.vmid else 'host'}): {h.name}, {h.used_mib} MiB"
+            for h in plan.holders] + _left_to_others(plan, stop_command)
+
+
+def nothing_to_free_text(plan: FreePlan, stop_command: str = "/sglang stop") -> str:
+    """The answer when no process but a recorded launch's holds GPU memory on the target."""
+    others = _left_to_others(plan, stop_command)
+    text = (f"Only recorded launches hold GPU memory on {plan.target.label}." if plan.launches
+            else f"No process holds GPU memory on {plan.target.label}.")
+    return "\n".join([text, *others])
+
+
+def freed_text(result: FreeResult, node: str) -> str:
+    """What a confirmed free did: the PIDs it stopped, those it left (no longer holding), the memory after."""
+    lines = [f":broom: Stopped PIDs {', '.join(map(str, result.killed)) or 'none'} on {node}; {result.memory_note}"]
+    return "\n".join(lines + [f"• {s}" for s in result.skipped])
 
 
 def note_message(text: str) -> SlackMessage:

@@ -93,7 +93,4 @@ async def _stop(services: Services, pending: dict[str, Any], user: str) -> str:
 async def _free(services: Services, pending: dict[str, Any]) -> str:
     result = await free(services.transport, services.inventory, pending["node"], tuple(pending["pids"]),
                         services.launch)
-    lines = [f":broom: Stopped PIDs {', '.join(map(str, result.killed)) or 'none'} on {pending['node']}; "
-             f"{result.memory_note}"]
-    lines += [f"• {s}" for s in result.skipped]
-    return "\n".join(lines)
+    return views.freed_text(result, pending["node"])

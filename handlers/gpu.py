@@ -10,14 +10,12 @@ from slack_bolt.async_app import AsyncApp
 
 from bot import views
 from bot.app import Services
-from bot.core.attempts import Attempt
 from bot.core.commands import GpuFreeRequest, GpuHealthRequest, GpuHelpRequest, parse_gpu_command
 from bot.core.inventory import Target, resolve_targets
-from bot.core.report import launch_key
 from bot.errors import GpuopsError, StoreError
-from bot.launch import gpu_holders
+from bot.launch import free_plan
 from bot.slack import post_messages
-from bot.status import launch_ref, read_status, report_record, running_launches, with_launches
+from bot.status import read_status, report_record, with_launches
 from handlers.common import authorize
 
 
@@ -69,47 +67,18 @@ async def ask_free(services: Services, client: Any, respond: Any, target: Target
         await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral")
         return
     try:
-        holders, host = await gpu_holders(services.transport, services.inventory, target)
+        plan = await free_plan(services.transport, services.inventory, services.attempts, target, services.limits)
     except GpuopsError as exc:
         await respond(text=f":warning: {exc.user_message}", response_type="ephemeral")
         return
-    # a recorded launch's processes are left to /sglang stop: it ends the whole group and records it, where
-    # killing them here would leave a broken server and a history that says it failed while serving
-    try:
-        launches = await running_launches(services.attempts)
-    except GpuopsError as exc:
-        await respond(text=f":warning: cannot tell recorded launches apart ({exc.user_message}): nothing listed",
-                      response_type="ephemeral")
-        return
-    owned: dict[str, Attempt] = {}
-    loose = []
-    for h in holders:
-        key = launch_key(target.node, h.vmid, h.group)
-        launch = None if key is None else launches.get(key)
-        if launch is None:
-            loose.append(h)
-        else:
-            owned[launch.id] = launch
-    holders = loose
-    by_launch = [f"{launch_ref(a).label} on {a.target_label} holds GPU memory: `/sglang stop {a.id}` stops its whole "
-                 "process group and records it (not listed here)" for a in owned.values()]
-    pids = sorted({h.pid for h in holders if h.pid is not None})
-    orphaned = [f"GPU {g.index}: {g.memory_used_mib} MiB held with no process listed (a PID-less leak: "
-                "only a driver reset or reboot frees it)" for g in host.gpus
-                if not host.processes_of(g) and (g.memory_used_mib or 0) >= services.limits.orphaned_memory_mib]
-    if not pids:
-        text = (f"Only recorded launches hold GPU memory on {target.label}." if by_launch
-                else f"No process holds GPU memory on {target.label}.")
-        if by_launch or orphaned:
-            text += "\n" + "\n".join(by_launch + orphaned)
-        await post_messages(client, channel, [views.note_message(text)], respond=respond, pace=services.pace)
+    if not plan.pids:
+        await post_messages(client, channel, [views.note_message(views.nothing_to_free_text(plan))], respond=respond,
+                            pace=services.pace)
         return
     pending = secrets.token_hex(8)
-    await services.attempts.put_pending(pending, {"action": "free", "node": target.node, "pids": pids, "user": user,
-                                                  "channel": channel, "created": time.time()},
+    await services.attempts.put_pending(pending, {"action": "free", "node": target.node, "pids": list(plan.pids),
+                                                  "user": user, "channel": channel, "created": time.time()},
                                         services.settings.confirm_ttl_s)
-    lines = [f"PID {h.pid} on GPU {h.gpu_index} ({f'CT {h.vmid}' if h.vmid else 'host'}): {h.name}, "
-             f"{h.used_mib} MiB" for h in holders] + by_launch + orphaned
-    message = views.confirm_message(f"Stop these {len(pids)} process(es) on {target.node}?", lines, pending,
+    message = views.confirm_message(views.free_question(plan), views.free_plan_lines(plan), pending,
                                     services.settings.confirm_ttl_s)
     await post_messages(client, channel, [message], respond=respond, pace=services.pace)

@@ -127,3 +127,42 @@ def _line_with(stream, needle: str) -> str:
         if needle in line:
             return line
     raise AssertionError(f"the command ended before printing {needle!r}")
+
+
+async def test_a_terminal_free_stops_only_the_listed_loose_pids_after_a_yes_and_leaves_a_launch_to_stop(lab,
+                                                                                                        tmp_path):
+    import os
+
+    from tests.handlers.test_scheduler import ready_server
+
+    attempt = await ready_server(lab)
+    node = lab.nodes["pve5"]
+    stray = node.spawn_holder(0, "python3 train.py", 3000, 129)
+    kept = await terminal(lab, tmp_path, "free", "sglang-a6000")
+    assert kept.returncode == 3, kept.stdout + kept.stderr
+    assert "Stop these 1 process(es) on pve5?" in kept.stdout
+    assert f"  - PID {stray} on GPU 0 (CT 129): python3 train.py, 3000 MiB" in kept.stdout
+    assert f"`gpuops stop {attempt.id}` stops its whole process group" in kept.stdout
+    assert kept.stdout.rstrip().endswith("Nothing was done.")
+    os.kill(stray, 0)  # alive: nobody typed y
+    # the stray is this test's child: reaped as soon as it dies, as init reaps a container's processes
+    reaped = asyncio.ensure_future(asyncio.to_thread(node._children[-1].wait, 60))
+    freed = await terminal(lab, tmp_path, "free", "pve5", answer="y\n")
+    assert freed.returncode == 0, freed.stdout + freed.stderr
+    # (the lab's nvidia-smi lists a holder it was given until the test ends, so the memory note is not asserted)
+    assert f"Stopped PIDs {stray} on pve5;" in freed.stdout
+    assert await reaped == -15  # it ended by the SIGTERM
+    assert node.launched_pids() == [attempt.pid]  # the launch is not a loose process: left running
+    (entry,) = [e for e in await lab.services.store.audit_entries(20) if e["action"] == "gpu.free"]
+    assert entry["user"].startswith("cli:") and str(stray) in entry["result"]
+
+
+async def test_a_terminal_free_of_memory_no_process_holds_names_the_leak_and_stops_nothing(lab, tmp_path):
+    node = lab.nodes["pve5"]
+    state = node.read_state()
+    state["gpus"][1]["orphaned_mib"] = 12000
+    node.write_state(state)
+    answer = await terminal(lab, tmp_path, "free", "pve5", answer="y\n")
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert answer.stdout == ("No process holds GPU memory on pve5.\nGPU 1: 12001 MiB held with no process listed "
+                             "(a PID-less leak: only a driver reset or reboot frees it)\n")
