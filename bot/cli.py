@@ -498,18 +498,19 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     import shlex
 
     from bot.core.flags import redacted
-    from bot.launch import LaunchRequest, launch_command, launch_title, next_launches, preflight
+    from bot.launch import launch_command, launch_title, next_launches, preflight
     from bot.views import blocks_to_text, preflight_message
 
     async def work(services: Any) -> int:
-        target = _one_container(args.container, services.inventory, f"`{args.container}` is not one container")
-        request = LaunchRequest(target, args.model, tuple(_flag_args(args)), user="cli", channel="cli")
+        request = _launch_request(args, services.inventory, user="cli", channel="cli")
+        target = request.target
         pre = await preflight(services.transport, services.inventory, services.attempts, request, services.limits,
                               services.launch)
         # refused over its flags: the budget's remedies are for a launch SGLang would refuse
         budget = pre.planned.budget if pre.planned is not None and not pre.flag_problems else None
         where = target.name or f"{target.node}:{target.vmid}"
-        commands = [f"/sglang launch {shlex.join((where, args.model, *redacted(f)))}" for _, f in next_launches(pre)]
+        commands = [f"/sglang launch {shlex.join((where, request.model_path, *redacted(f)))}"
+                    for _, f in next_launches(pre)]
         command = launch_command(services.inventory, pre)
         if args.json:
             print(json.dumps({"passed": not pre.blocked, "command": command,
@@ -528,6 +529,27 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         return 3 if any(c.result == "warn" for c in pre.checks) else 0
 
     return _with_services(args, work)
+
+
+def _launch_request(args: argparse.Namespace, inventory: Inventory, user: str, channel: str) -> Any:
+    """The launch ``--profile`` names, or the one ``--container``, ``--model`` and the flags after ``--`` spell."""
+    from bot.launch import LaunchRequest
+
+    force = bool(getattr(args, "force", False))
+    if args.profile:
+        if args.container or args.model or _flag_args(args):
+            raise UsageError("--profile is the whole launch: give it alone, or --container and --model with flags")
+        profile = inventory.profiles.get(args.profile)
+        if profile is None:
+            known = ", ".join(sorted(inventory.profiles)) or "none are configured"
+            raise UsageError(f"no launch profile `{args.profile}` (profiles: {known})")
+        target = _one_container(profile.container, inventory, f"profile {args.profile}: `{profile.container}` is not "
+                                "one container")
+        return LaunchRequest(target, profile.model_path, tuple(profile.flags), user, channel, force)
+    if not args.container or not args.model:
+        raise UsageError("give --container and --model (then -- and the SGLang flags), or --profile")
+    target = _one_container(args.container, inventory, f"`{args.container}` is not one container")
+    return LaunchRequest(target, args.model, tuple(_flag_args(args)), user, channel, force)
 
 
 def _cli_user() -> str:
@@ -550,7 +572,6 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from bot.core.flags import redacted
     from bot.core.startup_log import Progress
     from bot.launch import (
-        LaunchRequest,
         follow,
         launch_command,
         launch_title,
@@ -565,8 +586,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     started: list[str] = []  # the attempt's id, to name it when the person stops following
 
     async def work(services: Any) -> int:
-        target = _one_container(args.container, services.inventory, f"`{args.container}` is not one container")
-        request = LaunchRequest(target, args.model, tuple(_flag_args(args)), user=user, channel="", force=args.force)
+        request = _launch_request(args, services.inventory, user, channel="")
+        target = request.target
         pre = await preflight(services.transport, services.inventory, services.attempts, request, services.limits,
                               services.launch)
         title, command = launch_title(request), launch_command(services.inventory, pre)
@@ -576,7 +597,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
             # refused over its flags: the budget's remedies are for a launch SGLang would refuse
             print(blocks_to_text(preflight_message(title, pre.checks, None if pre.flag_problems else budget, True,
                                                    False, command=command).blocks))
-            launches = [shlex.join(("gpuops", "launch", "--container", args.container, "--model", args.model, "--",
+            where = target.name or f"{target.node}:{target.vmid}"
+            launches = [shlex.join(("gpuops", "launch", "--container", where, "--model", request.model_path, "--",
                                     *redacted(flags))) for _, flags in next_launches(pre)]
             if launches:
                 print("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in launches))
@@ -931,9 +953,9 @@ def build_parser() -> argparse.ArgumentParser:
     pre = sub.add_parser("preflight", help="the checks /sglang launch makes, without launching: GPUs clean, port, "
                          "hardware, container memory, SGLang and transformers, peer access, the memory budget, every "
                          "flag against the installed SGLang's parser")
-    pre.add_argument("--container", required=True, help="the container (its name, or node:vmid)")
-    pre.add_argument("--model", required=True, help="the model's directory in the container, or its Hugging Face id "
-                     "cached there")
+    pre.add_argument("--container", help="the container (its name, or node:vmid)")
+    pre.add_argument("--model", help="the model's directory in the container, or its Hugging Face id cached there")
+    pre.add_argument("--profile", help="a launch profile of the inventory instead of --container, --model and flags")
     pre.add_argument("--json", action="store_true")
     pre.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     pre.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
@@ -941,9 +963,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     launch = sub.add_parser("launch", help="the pre-flight, then the launch with its own log and PID, followed "
                             "until the server answers (same as /sglang launch)")
-    launch.add_argument("--container", required=True, help="the container (its name, or node:vmid)")
-    launch.add_argument("--model", required=True, help="the model's directory in the container, or its Hugging Face "
-                        "id")
+    launch.add_argument("--container", help="the container (its name, or node:vmid)")
+    launch.add_argument("--model", help="the model's directory in the container, or its Hugging Face id cached there")
+    launch.add_argument("--profile", help="a launch profile of the inventory instead of --container, --model and "
+                        "flags")
     launch.add_argument("--force", action="store_true", help="launch even when the pre-flight refuses (recorded as "
                         "forced)")
     launch.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")

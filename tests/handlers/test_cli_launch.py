@@ -166,3 +166,30 @@ async def test_a_terminal_free_of_memory_no_process_holds_names_the_leak_and_sto
     assert answer.returncode == 0, answer.stdout + answer.stderr
     assert answer.stdout == ("No process holds GPU memory on pve5.\nGPU 1: 12001 MiB held with no process listed "
                              "(a PID-less leak: only a driver reset or reboot frees it)\n")
+
+
+async def test_a_launch_profile_of_the_inventory_is_the_whole_launch_in_a_terminal(lab, tmp_path):
+    import yaml
+
+    inventory = yaml.safe_load((lab.workdir / "inventory.yml").read_text())
+    inventory["profiles"] = {"qwen36": {"container": "sglang-a6000", "model_path": model(lab),
+                                        "flags": FITS.split()}}
+    with_profile = tmp_path / "inventory.yml"
+    with_profile.write_text(yaml.safe_dump(inventory))
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
+
+    def gpuops(*args):
+        return asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", *args, "--inventory",
+                                                  str(with_profile)], capture_output=True, text=True, cwd=ROOT,
+                                 timeout=180, env=env)
+
+    checked = await gpuops("preflight", "--profile", "qwen36")
+    assert checked.returncode == 3, checked.stdout + checked.stderr  # passed, with 0.5.9's warning
+    assert "Pre-flight passed" in checked.stdout and "--mamba-ssm-dtype bfloat16 --port 30000`" in checked.stdout
+    unknown = await gpuops("launch", "--profile", "qwen3")
+    assert unknown.returncode == 2 and "no launch profile `qwen3` (profiles: qwen36)" in unknown.stderr
+    both = await gpuops("launch", "--profile", "qwen36", "--container", "sglang-a6000")
+    assert both.returncode == 2 and "--profile is the whole launch" in both.stderr
+    neither = await gpuops("launch", "--model", model(lab))
+    assert neither.returncode == 2 and "give --container and --model" in neither.stderr
+    assert await lab.services.attempts.recent("pve5", 129, 5) == [] and lab.nodes["pve5"].launched_pids() == []
