@@ -27,6 +27,7 @@ from bot.core.model import CheckpointIndex, ModelSpec, read_index
 from bot.errors import GpuopsError, UsageError
 
 if TYPE_CHECKING:
+    from bot.core.attempts import Attempt
     from bot.core.inventory import Inventory, Target
 
 
@@ -615,16 +616,26 @@ def cmd_launch(args: argparse.Namespace) -> int:
                                    attempt=attempt.id, argv=list(redacted(attempt.argv)), forced=str(attempt.forced),
                                    result=f"started PID {attempt.pid}")
         print(f"Started attempt {attempt.id}: PID {attempt.pid}, log {attempt.log_path}", flush=True)
-        began, seen = time.monotonic(), [Progress()]
+        began = shown_at = time.monotonic()
+        last, shown = Progress(), ""
 
-        async def notify(current: Any, progress: Progress, final: bool) -> None:
-            if progress.stage != seen[0].stage:  # one line a stage; the card at the end has the figures
-                print(f"  {time.monotonic() - began:6.0f}s  {progress.label}", flush=True)
-            seen[0] = progress
+        async def notify(current: Attempt, progress: Progress, final: bool) -> None:
+            """A line at each further stage, and within a long one (the weights, the graphs) how far it got, every
+            PROGRESS_LINE_S; the card at the end has the figures."""
+            nonlocal last, shown, shown_at
+            now = time.monotonic()
+            if progress.stage != last.stage or (progress.label != shown and now - shown_at >= PROGRESS_LINE_S):
+                print(f"  {now - began:6.0f}s  {progress.label}", flush=True)
+                shown, shown_at = progress.label, now
+            last = progress
 
-        end = await follow(services.transport, services.inventory, services.attempts, attempt, notify,
-                           services.launch, services.replica)
-        print(blocks_to_text(progress_message(end, seen[0]).blocks))
+        try:
+            end = await follow(services.transport, services.inventory, services.attempts, attempt, notify,
+                               services.launch, services.replica)
+        except GpuopsError:
+            print(_still_running(attempt.id), file=sys.stderr)
+            raise
+        print(blocks_to_text(progress_message(end, last).blocks))
         if end.status is AttemptStatus.READY:
             print(f"`gpuops stop {end.id}` stops it.")
             return 0
@@ -635,10 +646,16 @@ def cmd_launch(args: argparse.Namespace) -> int:
         return _with_services(args, work)
     except KeyboardInterrupt:
         if started:
-            print(f"\nStopped following attempt {started[0]}; the server itself was not stopped. `gpuops log "
-                  f"{started[0]}` shows where it is, `gpuops stop {started[0]}` stops it, and a running gpuops bot "
-                  "follows it from here.", file=sys.stderr)
+            print("\n" + _still_running(started[0]), file=sys.stderr)
         return 130
+
+
+PROGRESS_LINE_S = 15.0  # a terminal following a launch hears from a long stage this often
+
+
+def _still_running(attempt_id: str) -> str:
+    return (f"Stopped following attempt {attempt_id}; the server itself was not stopped. `gpuops log {attempt_id}` "
+            f"shows where it is, `gpuops stop {attempt_id}` stops it, and a running gpuops bot follows it from here.")
 
 
 async def _answer(prompt: str) -> str:
@@ -666,6 +683,14 @@ async def _answer(prompt: str) -> str:
     return text
 
 
+async def _confirmed(yes: bool, prompt: str) -> bool:
+    """--yes, or a typed y; anything else (an empty or closed input too) is a no, and says nothing was done."""
+    if yes or (await _answer(prompt)).strip().lower() in ("y", "yes"):
+        return True
+    print("Nothing was done.")
+    return False
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """/sglang stop from a terminal: the attempt's process group is signalled only after the person answers y (or
     gives --yes), never on an empty or closed input; then nvidia-smi shows whether the memory came back."""
@@ -681,8 +706,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         attempt = await attempt_to_stop(services.attempts, args.what, target)
         print(f"Stop attempt {attempt.id} on {attempt.target_label}?")
         print("\n".join(f"  - {line}" for line in stop_plan(attempt, services.launch)))
-        if not args.yes and (await _answer("Type y to stop it: ")).strip().lower() not in ("y", "yes"):
-            print("Nothing was done.")
+        if not await _confirmed(args.yes, "Type y to stop it: "):
             return 3
         result = await stop(services.transport, services.inventory, services.attempts, attempt, services.launch, user)
         text = stopped_text(result)
@@ -714,8 +738,7 @@ def cmd_free(args: argparse.Namespace) -> int:
             return 0
         print(free_question(plan))
         print("\n".join(f"  - {line}" for line in free_plan_lines(plan, "gpuops stop")))
-        if not args.yes and (await _answer("Type y to stop them: ")).strip().lower() not in ("y", "yes"):
-            print("Nothing was done.")
+        if not await _confirmed(args.yes, "Type y to stop them: "):
             return 3
         result = await free(services.transport, services.inventory, plan.target.node, plan.pids, services.launch)
         text = freed_text(result, plan.target.node)

@@ -14,13 +14,14 @@ from tests.handlers.test_launch_flow import SEED, model
 FITS = f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16"  # the seed launch the budget lets start
 
 
-def terminal(lab, tmp_path, *args, answer=""):
-    """``gpuops ARGS`` as a person runs it, ``answer`` typed at its prompt (then the input ends)."""
+def terminal(lab, tmp_path, *args, answer="", inventory=None):
+    """``gpuops ARGS`` as a person runs it against the lab (or ``inventory``), ``answer`` typed at its prompt (then
+    the input ends)."""
     env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path),
            "GPUOPS_PROGRESS_POLL_S": "0.3"}
     command, *rest = args
     return asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", command, "--inventory",
-                                              str(lab.workdir / "inventory.yml"), *rest],
+                                              str(inventory or lab.workdir / "inventory.yml"), *rest],
                              input=answer, capture_output=True, text=True, cwd=ROOT, timeout=180, env=env)
 
 
@@ -42,10 +43,11 @@ async def test_a_terminal_launch_is_refused_then_launched_followed_and_stopped_o
     assert launched.returncode == 0, launched.stdout + launched.stderr
     out = launched.stdout
     assert "Pre-flight passed" in out and "Started attempt a" in out
-    # a line each time the server's own log reaches a further stage (as many as the polls saw), then the card
-    seen = re.findall(r"^ +\d+s  (.+)$", out, re.MULTILINE)
+    # a line each time the server's own log reaches a further stage (as many as the polls saw; within a stage, how
+    # far it got), then the card
+    seen = [re.sub(r" (\d+%|\(.*\))$", "", s) for s in re.findall(r"^ +\d+s  (.+)$", out, re.MULTILINE)]
     order = list(STAGE_LABEL.values())
-    assert seen[-1] == "ready" and [order.index(s) for s in seen] == sorted({order.index(s) for s in seen}), seen
+    assert seen[-1] == "ready" and [order.index(s) for s in seen] == sorted(order.index(s) for s in seen), seen
     assert out.index("  ready\n") < out.index("*Launch `")
     assert "KV pool 422,310 tokens observed" in out and "healthy: /health 200" in out
     ready, first = await lab.services.attempts.recent("pve5", 129, 2)
@@ -122,6 +124,40 @@ async def test_ctrl_c_stops_following_a_terminal_launch_not_the_server_and_the_b
     assert lab.nodes["pve5"].launched_pids() == []
 
 
+async def test_a_node_that_stops_answering_while_a_terminal_follows_says_the_server_was_not_stopped(lab, tmp_path):
+    """`pct exec` failing mid-launch (here: the container reported stopped) ends the following with the node's own
+    words and what to do next, never a traceback; the record stays `launching` for whoever can read it again."""
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path),
+           "GPUOPS_PROGRESS_POLL_S": "0.3"}
+    process = subprocess.Popen([sys.executable, "-m", "bot.cli", "launch", "--inventory",
+                                str(lab.workdir / "inventory.yml"), "--container", "sglang-a6000", "--model",
+                                model(lab), "--", *FITS.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT, env=env)
+    node = lab.nodes["pve5"]
+    try:
+        started = await asyncio.to_thread(_line_with, process.stdout, "Started attempt ")
+        attempt_id = started.split()[2].rstrip(":")
+        state = node.read_state()
+        state["containers"]["129"]["status"] = "stopped"
+        node.write_state(state)
+        stderr = await asyncio.to_thread(process.stderr.read)
+        code = await asyncio.to_thread(process.wait, 60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        state = node.read_state()
+        state["containers"]["129"]["status"] = "running"
+        node.write_state(state)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in stderr
+    assert "CT 129 not running" in stderr.splitlines()[-1] and stderr.splitlines()[-1].startswith("gpuops: ")
+    assert (await lab.services.attempts.get(attempt_id)).status is AttemptStatus.LAUNCHING
+    stopped = await terminal(lab, tmp_path, "stop", "--yes", attempt_id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
 def _line_with(stream, needle: str) -> str:
     for line in stream:
         if needle in line:
@@ -176,12 +212,9 @@ async def test_a_launch_profile_of_the_inventory_is_the_whole_launch_in_a_termin
                                         "flags": FITS.split()}}
     with_profile = tmp_path / "inventory.yml"
     with_profile.write_text(yaml.safe_dump(inventory))
-    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
 
     def gpuops(*args):
-        return asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", *args, "--inventory",
-                                                  str(with_profile)], capture_output=True, text=True, cwd=ROOT,
-                                 timeout=180, env=env)
+        return terminal(lab, tmp_path, *args, inventory=with_profile)
 
     checked = await gpuops("preflight", "--profile", "qwen36")
     assert checked.returncode == 3, checked.stdout + checked.stderr  # passed, with 0.5.9's warning
