@@ -14,11 +14,15 @@ from tests.handlers.test_launch_flow import SEED, model
 FITS = f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16"  # the seed launch the budget lets start
 
 
+def terminal_env(lab, tmp_path):
+    return {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path),
+            "GPUOPS_PROGRESS_POLL_S": "0.3"}
+
+
 def terminal(lab, tmp_path, *args, answer="", inventory=None):
     """``gpuops ARGS`` as a person runs it against the lab (or ``inventory``), ``answer`` typed at its prompt (then
     the input ends)."""
-    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path),
-           "GPUOPS_PROGRESS_POLL_S": "0.3"}
+    env = terminal_env(lab, tmp_path)
     command, *rest = args
     return asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", command, "--inventory",
                                               str(inventory or lab.workdir / "inventory.yml"), *rest],
@@ -91,26 +95,38 @@ async def test_a_forced_terminal_launch_that_fails_names_its_first_error_and_the
     assert f"`gpuops triage {attempt.id}` names the first cause" in failed.stdout
 
 
-async def test_ctrl_c_stops_following_a_terminal_launch_not_the_server_and_the_bot_can_take_it_over(lab, tmp_path):
-    import signal
-
+async def following_a_hang(lab, tmp_path, interrupt) -> tuple[str, int, str]:
+    """``gpuops launch`` of a server that never gets ready, in its own process; once it follows the attempt,
+    ``interrupt(process)``. Its attempt id, exit code and stderr."""
     lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
-    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
     process = subprocess.Popen([sys.executable, "-m", "bot.cli", "launch", "--inventory",
                                 str(lab.workdir / "inventory.yml"), "--container", "sglang-a6000", "--model",
                                 model(lab), "--", *FITS.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT, env=env)
+                               text=True, cwd=ROOT, env=terminal_env(lab, tmp_path))
     try:
         started = await asyncio.to_thread(_line_with, process.stdout, "Started attempt ")
-        attempt_id = started.split()[2].rstrip(":")
         await asyncio.sleep(1.0)  # following: at least one read of the log
-        process.send_signal(signal.SIGINT)
+        interrupt(process)
         stderr = await asyncio.to_thread(process.stderr.read)
-        code = await asyncio.to_thread(process.wait, 30)
+        code = await asyncio.to_thread(process.wait, 60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+    return started.split()[2].rstrip(":"), code, stderr
+
+
+def _line_with(stream, needle: str) -> str:
+    for line in stream:
+        if needle in line:
+            return line
+    raise AssertionError(f"the command ended before printing {needle!r}")
+
+
+async def test_ctrl_c_stops_following_a_terminal_launch_not_the_server_and_the_bot_can_take_it_over(lab, tmp_path):
+    import signal
+
+    attempt_id, code, stderr = await following_a_hang(lab, tmp_path, lambda p: p.send_signal(signal.SIGINT))
     assert code == 130, stderr
     assert "Traceback" not in stderr
     assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in stderr
@@ -127,42 +143,23 @@ async def test_ctrl_c_stops_following_a_terminal_launch_not_the_server_and_the_b
 async def test_a_node_that_stops_answering_while_a_terminal_follows_says_the_server_was_not_stopped(lab, tmp_path):
     """`pct exec` failing mid-launch (here: the container reported stopped) ends the following with the node's own
     words and what to do next, never a traceback; the record stays `launching` for whoever can read it again."""
-    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
-    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path),
-           "GPUOPS_PROGRESS_POLL_S": "0.3"}
-    process = subprocess.Popen([sys.executable, "-m", "bot.cli", "launch", "--inventory",
-                                str(lab.workdir / "inventory.yml"), "--container", "sglang-a6000", "--model",
-                                model(lab), "--", *FITS.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT, env=env)
     node = lab.nodes["pve5"]
+
+    def container_status(status):
+        state = node.read_state()
+        state["containers"]["129"]["status"] = status
+        node.write_state(state)
+
     try:
-        started = await asyncio.to_thread(_line_with, process.stdout, "Started attempt ")
-        attempt_id = started.split()[2].rstrip(":")
-        state = node.read_state()
-        state["containers"]["129"]["status"] = "stopped"
-        node.write_state(state)
-        stderr = await asyncio.to_thread(process.stderr.read)
-        code = await asyncio.to_thread(process.wait, 60)
+        attempt_id, code, stderr = await following_a_hang(lab, tmp_path, lambda p: container_status("stopped"))
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        state = node.read_state()
-        state["containers"]["129"]["status"] = "running"
-        node.write_state(state)
+        container_status("running")
     assert code == 2 and "Traceback" not in stderr, stderr
     assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in stderr
     assert "CT 129 not running" in stderr.splitlines()[-1] and stderr.splitlines()[-1].startswith("gpuops: ")
     assert (await lab.services.attempts.get(attempt_id)).status is AttemptStatus.LAUNCHING
     stopped = await terminal(lab, tmp_path, "stop", "--yes", attempt_id)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-
-
-def _line_with(stream, needle: str) -> str:
-    for line in stream:
-        if needle in line:
-            return line
-    raise AssertionError(f"the command ended before printing {needle!r}")
 
 
 async def test_a_terminal_free_stops_only_the_listed_loose_pids_after_a_yes_and_leaves_a_launch_to_stop(lab,
