@@ -119,8 +119,10 @@ class Lab:
         redis = self.services.settings.redis_url or (
             self.services.embedded_redis.url if self.services.embedded_redis is not None else "")
         env = {**os.environ, "GPUOPS_INVENTORY": str(self.workdir / "inventory.yml"), "REDIS_URL": redis}
+        # no input: a question (`gpuops stop`, `gpuops free`) is answered no at once, instead of taking the
+        # console's next line unseen (its prompt is shown only when the command ends); --yes answers it
         done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", *args], capture_output=True,
-                                       text=True, env=env, timeout=300, check=False)
+                                       stdin=subprocess.DEVNULL, text=True, env=env, timeout=300, check=False)
         return done.returncode, (done.stdout + done.stderr).rstrip("\n")
 
     async def click(self, action_id: str, value: str, user_id: str = "U0ALICE") -> tuple[int, list[Call]]:
@@ -245,7 +247,8 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             out(f"\nseed arc: {'all steps happened as scripted' if ok else 'a step did not happen'}")
             return 0 if ok else 1
         model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
-        out("Type a slash command (e.g. `/gpu status`), a terminal command (e.g. `gpuops history`), or `quit`.\n"
+        out("Type a slash command (e.g. `/gpu status`), a terminal command (e.g. `gpuops history`; `gpuops stop` and "
+            "`gpuops free` act here only with --yes), or `quit`.\n"
             f"Container 129's model is at\n  {model}\n"
             f"  e.g. /sglang budget sglang-a6000 {model} --tp 2 --mem-fraction-static 0.85")
         while True:

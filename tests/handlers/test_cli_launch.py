@@ -223,3 +223,17 @@ async def test_a_launch_profile_of_the_inventory_is_the_whole_launch_in_a_termin
     neither = await gpuops("launch", "--model", model(lab))
     assert neither.returncode == 2 and "give --container and --model" in neither.stderr
     assert await lab.services.attempts.recent("pve5", 129, 5) == [] and lab.nodes["pve5"].launched_pids() == []
+
+
+async def test_the_labs_terminal_answers_a_stop_no_at_once_and_stops_with_yes(lab):
+    """In `gpuops lab`, a terminal command has no input of its own: its question is answered no at once, and the
+    console keeps its lines; --yes stops the server."""
+    from tests.handlers.test_scheduler import ready_server
+
+    attempt = await ready_server(lab)
+    status, text = await asyncio.wait_for(lab.terminal(["stop", "sglang-a6000"]), 60)
+    assert status == 3 and text.endswith("Type y to stop it: \nNothing was done."), text
+    assert lab.nodes["pve5"].launched_pids() == [attempt.pid]
+    status, text = await lab.terminal(["stop", "--yes", attempt.id])
+    assert status == 0 and f"Stopped attempt `{attempt.id}`" in text, text
+    assert lab.nodes["pve5"].launched_pids() == []
