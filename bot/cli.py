@@ -695,8 +695,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     """/sglang stop from a terminal: the attempt's process group is signalled only after the person answers y (or
     gives --yes), never on an empty or closed input; then nvidia-smi shows whether the memory came back."""
     from bot.core.attempts import is_attempt_id
-    from bot.launch import attempt_to_stop, stop, stop_plan
-    from bot.views import stopped_text
+    from bot.launch import attempt_to_stop, stop
+    from bot.views import stop_plan_lines, stop_question, stopped_text
 
     user = _cli_user()
 
@@ -704,8 +704,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
         target = None if is_attempt_id(args.what) else _one_container(
             args.what, services.inventory, f"{args.what} names no one container or attempt")
         attempt = await attempt_to_stop(services.attempts, args.what, target)
-        print(f"Stop attempt {attempt.id} on {attempt.target_label}?")
-        print("\n".join(f"  - {line}" for line in stop_plan(attempt, services.launch)))
+        print(stop_question(attempt))
+        print("\n".join(f"  - {line}" for line in stop_plan_lines(attempt, services.launch.stop_timeout_s)))
         if not await _confirmed(args.yes, "Type y to stop it: "):
             return 3
         result = await stop(services.transport, services.inventory, services.attempts, attempt, services.launch, user)

@@ -632,12 +632,6 @@ async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None)
     return active[0]
 
 
-def stop_plan(attempt: Attempt, settings: LaunchSettings) -> list[str]:
-    """What stopping ``attempt`` will do, for the person asked to confirm it."""
-    return [f"SIGTERM to process group {attempt.pid}, SIGKILL after {settings.stop_timeout_s:g}s",
-            f"then nvidia-smi checks the memory came back; status now: {attempt.status.value}"]
-
-
 async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, attempt: Attempt,
                settings: LaunchSettings, by: str) -> StopResult:
     """SIGTERM the attempt's process group, SIGKILL after the timeout, then check the memory came back."""

@@ -458,6 +458,16 @@ def confirm_message(title: str, lines: Sequence[str], pending_id: str, ttl_s: in
     return SlackMessage(title, [b.to_dict() for b in blocks])
 
 
+def stop_question(attempt: Attempt) -> str:
+    return f"Stop attempt {attempt.id} on {attempt.target_label}?"
+
+
+def stop_plan_lines(attempt: Attempt, stop_timeout_s: float) -> list[str]:
+    """What stopping ``attempt`` will do, for the person asked to confirm it."""
+    return [f"SIGTERM to process group {attempt.pid}, SIGKILL after {stop_timeout_s:g}s",
+            f"then nvidia-smi checks the memory came back; status now: {attempt.status.value}"]
+
+
 def stopped_text(result: StopResult) -> str:
     """What a confirmed stop did: the signal it took, and whether the GPU memory came back."""
     a = result.attempt

@@ -46,7 +46,6 @@ from bot.launch import (
     remedy_launches,
     request_key,
     start,
-    stop_plan,
 )
 from bot.slack import post_messages, upload_png
 from bot.triage import TriageReport, find_attempt, record_triage, triage_attempt
@@ -251,8 +250,9 @@ async def ask_stop(services: Services, client: Any, respond: Any, spec: str, tar
     await services.attempts.put_pending(pending, {"action": "stop", "attempt": attempt.id, "user": user,
                                                   "channel": channel, "created": time.time()},
                                         services.settings.confirm_ttl_s)
-    message = views.confirm_message(f"Stop attempt {attempt.id} on {attempt.target_label}?",
-                                    stop_plan(attempt, services.launch), pending, services.settings.confirm_ttl_s)
+    message = views.confirm_message(views.stop_question(attempt),
+                                    views.stop_plan_lines(attempt, services.launch.stop_timeout_s), pending,
+                                    services.settings.confirm_ttl_s)
     await post_messages(client, channel, [message], respond=respond, pace=services.pace)
 
 
