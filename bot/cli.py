@@ -703,7 +703,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     async def work(services: Any) -> int:
         target = None if is_attempt_id(args.what) else _one_container(
             args.what, services.inventory, f"{args.what} names no one container or attempt")
-        attempt = await attempt_to_stop(services.attempts, args.what, target)
+        attempt = await attempt_to_stop(services.attempts, args.what, target, "gpuops history")
         print(stop_question(attempt))
         print("\n".join(f"  - {line}" for line in stop_plan_lines(attempt, services.launch.stop_timeout_s)))
         if not await _confirmed(args.yes, "Type y to stop it: "):

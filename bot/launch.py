@@ -618,17 +618,18 @@ class StopResult:
     memory_note: str
 
 
-async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None) -> Attempt:
-    """The attempt ``spec`` names (``target`` None), or the newest running one on the container ``target``."""
+async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None, history: str) -> Attempt:
+    """The attempt ``spec`` names (``target`` None), or the newest running one on the container ``target``;
+    ``history``: the command that lists them, for the answer when there is none."""
     if target is None:
         attempt = await store.get(spec)
         if attempt is None:
-            raise UsageError(f"no attempt `{spec}` is recorded (the history lists them)")
+            raise UsageError(f"no attempt `{spec}` is recorded (`{history}` lists them)")
         return attempt
     assert target.vmid is not None
     active = [a for a in await store.recent(target.node, target.vmid, 20) if a.status in ACTIVE and a.pid]
     if not active:
-        raise UsageError(f"no running attempt on {target.label} (its history lists what ran there)")
+        raise UsageError(f"no running attempt on {target.label} (see `{history} {spec}`)")
     return active[0]
 
 

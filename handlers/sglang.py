@@ -245,7 +245,7 @@ async def resume_tracking(services: Services, client: Any) -> int:
 
 async def ask_stop(services: Services, client: Any, respond: Any, spec: str, target: Target | None, user: str,
                    channel: str) -> None:
-    attempt = await attempt_to_stop(services.attempts, spec, target)
+    attempt = await attempt_to_stop(services.attempts, spec, target, "/sglang history")
     pending = secrets.token_hex(8)
     await services.attempts.put_pending(pending, {"action": "stop", "attempt": attempt.id, "user": user,
                                                   "channel": channel, "created": time.time()},

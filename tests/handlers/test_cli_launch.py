@@ -77,6 +77,9 @@ async def test_a_terminal_launch_is_refused_then_launched_followed_and_stopped_o
     after = await lab.services.attempts.get(ready.id)
     assert after.status is AttemptStatus.STOPPED and after.transitions[-1].note.startswith("stopped by cli:")
     assert lab.nodes["pve5"].launched_pids() == []
+    nothing = await terminal(lab, tmp_path, "stop", "sglang-a6000")
+    assert nothing.returncode == 2 and nothing.stderr == ("gpuops: no running attempt on pve5:129 (sglang-a6000) "
+                                                          "(see `gpuops history sglang-a6000`)\n"), nothing.stderr
     audit = await lab.services.store.audit_entries(10)
     assert [(e["action"], e["result"].split(" ")[0]) for e in audit if e["user"].startswith("cli:")] == [
         ("sglang.stop", ":black_square_for_stop:"), ("sglang.launch", "started"), ("sglang.launch", "refused")]
