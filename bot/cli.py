@@ -507,10 +507,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         target = request.target
         pre = await preflight(services.transport, services.inventory, services.attempts, request, services.limits,
                               services.launch)
-        # refused over its flags: the budget's remedies are for a launch SGLang would refuse
-        budget = pre.planned.budget if pre.planned is not None and not pre.flag_problems else None
-        where = target.name or f"{target.node}:{target.vmid}"
-        commands = [f"/sglang launch {shlex.join((where, request.model_path, *redacted(f)))}"
+        budget = pre.remedy_budget
+        commands = [f"/sglang launch {shlex.join((target.spec, request.model_path, *redacted(f)))}"
                     for _, f in next_launches(pre)]
         command = launch_command(services.inventory, pre)
         if args.json:
@@ -595,11 +593,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         budget = pre.planned.budget if pre.planned is not None else None
         if pre.blocked and not args.force:
             refused = await record_refused(services.attempts, services.inventory, pre, time.time())
-            # refused over its flags: the budget's remedies are for a launch SGLang would refuse
-            print(blocks_to_text(preflight_message(title, pre.checks, None if pre.flag_problems else budget, True,
-                                                   False, command=command).blocks))
-            where = target.name or f"{target.node}:{target.vmid}"
-            launches = [shlex.join(("gpuops", "launch", "--container", where, "--model", request.model_path, "--",
+            print(blocks_to_text(preflight_message(title, pre.checks, pre.remedy_budget, True, False,
+                                                   command=command).blocks))
+            launches = [shlex.join(("gpuops", "launch", "--container", target.spec, "--model", request.model_path, "--",
                                     *redacted(flags))) for _, flags in next_launches(pre)]
             if launches:
                 print("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in launches))

@@ -97,6 +97,12 @@ class Preflight:
     def blocked(self) -> bool:
         return any(c.result == "fail" for c in self.checks)
 
+    @property
+    def remedy_budget(self) -> Budget | None:
+        """The budget shown with a refusal: none when the installed SGLang would refuse the flags, since its
+        remedies are for a launch SGLang would refuse."""
+        return self.planned.budget if self.planned is not None and not self.flag_problems else None
+
 
 @dataclass(frozen=True)
 class Holder:

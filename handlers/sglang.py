@@ -161,8 +161,7 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
     if pre.blocked and not request.force:
         refused = await record_refused(attempts, services.inventory, pre, time.time())
         choices = await _launch_choices(services, request, next_launches(pre))
-        # refused over its flags: the budget's remedies are for the launch SGLang would refuse, so none are shown
-        message = views.preflight_message(title, pre.checks, None if pre.flag_problems else budget, True, False,
+        message = views.preflight_message(title, pre.checks, pre.remedy_budget, True, False,
                                           choices, command)
         await post_messages(client, request.channel, [message], respond=respond, pace=services.pace)
         await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,

@@ -180,6 +180,11 @@ class Target:
         base = f"{self.node}:{self.vmid}"
         return f"{base} ({self.name})" if self.name else base
 
+    @property
+    def spec(self) -> str:
+        """How a command names a container: its inventory name, else node:vmid."""
+        return self.name or f"{self.node}:{self.vmid}"
+
 
 LOCAL = Target("local", "local")
 

@@ -231,10 +231,21 @@ async def test_a_launch_profile_of_the_inventory_is_the_whole_launch_in_a_termin
 async def test_the_labs_terminal_answers_a_stop_no_at_once_and_stops_with_yes(lab):
     """In `gpuops lab`, a terminal command has no input of its own: its question is answered no at once, and the
     console keeps its lines; --yes stops the server."""
+    import os
+
     from tests.handlers.test_scheduler import ready_server
 
     attempt = await ready_server(lab)
-    status, text = await asyncio.wait_for(lab.terminal(["stop", "sglang-a6000"]), 60)
+    # the console's input, as the lab's stdin would be: open, nothing typed yet (a command that read it would wait)
+    typed, kept = os.pipe()
+    console = os.dup(0)
+    os.dup2(typed, 0)
+    try:
+        status, text = await asyncio.wait_for(lab.terminal(["stop", "sglang-a6000"]), 60)
+    finally:
+        os.dup2(console, 0)
+        for fd in (typed, kept, console):
+            os.close(fd)
     assert status == 3 and text.endswith("Type y to stop it: \nNothing was done."), text
     assert lab.nodes["pve5"].launched_pids() == [attempt.pid]
     status, text = await lab.terminal(["stop", "--yes", attempt.id])
