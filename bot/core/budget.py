@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from bot.core.flags import FlagEdit, LaunchFlags, redacted
+from bot.core.flags import FlagEdit, LaunchFlags, redacted, sglang_spec_params
 from bot.core.gpus import gpu_compute_capability
 from bot.core.model import (
     DTYPE_BYTES,
@@ -896,7 +896,7 @@ def _hybrid_pool(inp: BudgetInput, dtypes: StateDtypes, per_conv: float, per_ssm
     ratio = 1 if radix_off else 3 + (0 if strategy == "no_buffer" else (2 if overlap else 1))
     r = flags.mamba_full_memory_ratio if flags.mamba_full_memory_ratio is not None else (
         0.9 if version.tuple >= (0, 5, 4) else 0.0)
-    d = flags.num_draft_tokens
+    d = flags.draft_tokens(model.architecture)
     slots, reserved_bytes, spec_bytes, mamba_error = _mamba_plan(
         version, rest, per, r, d, ratio, radix_off, mrr_requested, flags.max_mamba_cache_size, spec)
     mamba_gib = (slots or 0) * per / GIB
@@ -960,7 +960,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     model, flags, version = inp.model, inp.flags, inp.version
     era, tp, spec = version.era, flags.tp, flags.speculative
     w = _Work()
-    _check_speculative_params(flags, version, w)
+    _check_speculative_params(flags, model.architecture, version, w)
     _check_support(model, version, w)
 
     # defaults that depend on version and GPU size
@@ -1115,9 +1115,13 @@ TOPK_MISSING_TEXT = "TypeError: '>' not supported between instances of 'NoneType
 TOPK_MISSING_FROM = (0, 5, 9)
 
 
-def _check_speculative_params(flags: LaunchFlags, version: SglangVersion, w: _Work) -> None:
-    """The speculative parameters as server_args settles them: a partial set is refused, steps without a top-k
-    stop on a None, a chain's draft tokens are set to steps + 1."""
+_SPEC_CHOICE_WHY = {True: " (a chain: its choice for most models in current releases)",
+                    False: " (a tree: its choice for Llama and Grok)"}
+
+
+def _check_speculative_params(flags: LaunchFlags, architecture: str, version: SglangVersion, w: _Work) -> None:
+    """The speculative parameters as server_args settles them: none given are chosen for the model, a partial set is
+    refused, steps without a top-k stop on a None, a chain's draft tokens are set to steps + 1."""
     if flags.partial_speculative_params:
         w.fail(PARTIAL_SPEC_PARAMS_TEXT, verbatim=False)
         given = " and ".join(f"{flag} {value}" for flag, value in flags.steps_companions)
@@ -1132,6 +1136,9 @@ def _check_speculative_params(flags: LaunchFlags, version: SglangVersion, w: _Wo
         if known:
             w.fail(TOPK_MISSING_TEXT, why=why)
         w.line("speculative parameters", None, why)
+    elif (chosen := flags.spec_params(architecture)) is not None and chosen.chosen_by_sglang:
+        w.line("speculative parameters", None, f"no --speculative-num-steps: SGLang chooses {chosen.words} for "
+               f"{architecture}{_SPEC_CHOICE_WHY[chosen.topk == 1]}", value=f"{chosen.draft_tokens} verified")
     elif (adjusted := flags.draft_tokens_adjusted) is not None:
         w.line("speculative draft tokens", None, f"--speculative-num-draft-tokens {flags.speculative_num_draft_tokens} "
                f"is replaced by {adjusted} (--speculative-num-steps {flags.speculative_num_steps} + 1): with "
@@ -1369,7 +1376,7 @@ def _runtime_need(model: ModelSpec, flags: LaunchFlags, version: SglangVersion, 
     lines.append(("activations (estimate)", act, f"chunked prefill of {chunk} tokens + attention workspace"))
     if not flags.disable_cuda_graph:
         bs = min(graph_bs, mrr or graph_bs)
-        verify = flags.num_draft_tokens if flags.speculative else 1
+        verify = flags.draft_tokens(model.architecture) or 1
         graphs = 0.1 + 0.004 * bs * verify * (h / 4096) ** 0.5
         lines.append(("CUDA graphs (estimate)", graphs,
                       f"decode graphs up to bs {bs}" + (f" x {verify} verify tokens" if verify > 1 else "")))
@@ -1677,7 +1684,6 @@ def _draft_path_remedies(inp: BudgetInput) -> list[Remedy]:
             Remedy.of(edit, inp.flags, f"no speculative decoding: {_effect(b)}", 2)]
 
 
-AUTO_SPEC_PARAMS_WORDS = "sized as 3 steps, top-k 1, 4 draft tokens, its choice for most models in current releases"
 
 
 def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
@@ -1718,7 +1724,8 @@ def _chain_remedy(inp: BudgetInput, edit: FlagEdit, steps: int) -> Remedy:
 def _sglang_chooses_remedy(inp: BudgetInput, edit: FlagEdit) -> Remedy:
     """A speculative parameter dropped by ``edit`` so that SGLang chooses all three, sized."""
     b = _compute(_edited(inp, edit))
-    return Remedy.of(edit, inp.flags, f"SGLang chooses the three for the model ({AUTO_SPEC_PARAMS_WORDS}): "
+    chosen = sglang_spec_params(inp.flags.speculative_algorithm or "", inp.model.architecture)
+    return Remedy.of(edit, inp.flags, f"SGLang chooses the three for {inp.model.architecture} ({chosen.words}): "
                      f"{_effect(b)}", 2)
 
 

@@ -128,6 +128,33 @@ PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
 }
 
 
+# SGLang's own choice of (steps, top-k, draft tokens) when --speculative-num-steps is not given (server_args'
+# auto_choose_speculative_params): a tree of 5 steps x top-k 4 verifying 8 tokens for Llama and Grok in every release
+# read; a chain of 3 steps verifying 4 for STANDALONE, the DeepSeek/GLM/gpt-oss/Bailing MTP families and, in current
+# releases, every other model (releases of 2025 still gave the others the tree).
+TREE_SPEC_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"})
+
+
+@dataclass(frozen=True)
+class SpecParams:
+    """Speculative decoding's shape: draft steps, candidates per step, tokens verified per request per step."""
+    steps: int
+    topk: int
+    draft_tokens: int
+    chosen_by_sglang: bool
+
+    @property
+    def words(self) -> str:
+        return f"{self.steps} steps, top-k {self.topk}, {self.draft_tokens} draft tokens"
+
+
+def sglang_spec_params(algorithm: str, architecture: str) -> SpecParams:
+    """What SGLang picks for ``architecture`` when the launch names none of the three (see TREE_SPEC_ARCHITECTURES)."""
+    if algorithm != "STANDALONE" and architecture in TREE_SPEC_ARCHITECTURES:
+        return SpecParams(5, 4, 8, chosen_by_sglang=True)
+    return SpecParams(3, 1, 4, chosen_by_sglang=True)
+
+
 @dataclass(frozen=True)
 class LaunchFlags:
     tp: int = 1
@@ -194,18 +221,29 @@ class LaunchFlags:
     def speculative(self) -> bool:
         return self.speculative_algorithm is not None and self.speculative_algorithm != "NGRAM"
 
-    @property
-    def num_draft_tokens(self) -> int:
-        """The tokens each request verifies per step, as SGLang's EAGLE family settles them: with top-k 1 (a
-        chain) it sets ``--speculative-num-draft-tokens`` to steps + 1 whatever was given, and warns."""
+    def spec_params(self, architecture: str) -> SpecParams | None:
+        """Steps, top-k and the tokens each request verifies per step, as SGLang's EAGLE family settles them; None
+        without speculative decoding. With no ``--speculative-num-steps`` SGLang chooses all three for the model
+        (:func:`sglang_spec_params`); with top-k 1 (a chain) it sets the draft tokens to steps + 1 whatever was
+        given, and warns. Steps without a top-k are sized as a chain (SGLang 0.5.9 and later stop on them)."""
         if not self.speculative:
-            return 0
-        if self.draft_tokens_adjusted is not None:
-            return self.draft_tokens_adjusted
-        if self.speculative_num_draft_tokens:
-            return self.speculative_num_draft_tokens
+            return None
+        if self.speculative_num_steps is None and not self.steps_companions and self.eagle_family:
+            return sglang_spec_params(self.speculative_algorithm or "", architecture)
         steps = self.speculative_num_steps or 3
-        return steps + 1 if (self.speculative_eagle_topk or 1) == 1 else steps * (self.speculative_eagle_topk or 1)
+        topk = self.speculative_eagle_topk or 1
+        if self.draft_tokens_adjusted is not None:
+            draft = self.draft_tokens_adjusted
+        elif self.speculative_num_draft_tokens:
+            draft = self.speculative_num_draft_tokens
+        else:
+            draft = steps + 1 if topk == 1 else steps * topk
+        return SpecParams(steps, topk, draft, chosen_by_sglang=False)
+
+    def draft_tokens(self, architecture: str) -> int:
+        """The tokens each request verifies per decode step (0 without speculative decoding)."""
+        params = self.spec_params(architecture)
+        return params.draft_tokens if params else 0
 
     @property
     def eagle_family(self) -> bool:

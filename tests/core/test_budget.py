@@ -1966,3 +1966,33 @@ def test_a_chain_verifies_steps_plus_one_draft_tokens_whatever_was_given():
     assert not any(x.label == "speculative draft tokens" for x in asked_4.lines)
     spec_state = next(x for x in asked_8.lines if x.label == "speculative state")
     assert "for 4 draft tokens per request" in spec_state.why
+
+
+def test_with_no_steps_given_sglang_chooses_the_three_for_the_model():
+    """server_args' auto_choose_speculative_params: a tree (5 steps, top-k 4, 8 draft tokens) for Llama, a chain
+    (3, 1, 4) for the MTP families, STANDALONE and, in current releases, the rest. The verify graphs of a Llama
+    launch are sized for 8 tokens per request, and a hybrid model's speculative state for 4."""
+    eagle = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "/m/eagle"]
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    chosen = run(llama, eagle, count=1)
+    line = next(x for x in chosen.lines if x.label == "speculative parameters")
+    assert line.value == "8 verified" and "5 steps, top-k 4, 8 draft tokens for LlamaForCausalLM" in line.why
+    graphs = next(x for x in chosen.lines if x.label == "CUDA graphs (estimate)")
+    assert graphs.why.endswith("x 8 verify tokens")
+    # the same tree named on the command line is the same launch, with no line about SGLang's choice
+    named = run(llama, [*eagle, "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+                        "--speculative-num-draft-tokens", "8"], count=1)
+    assert (named.kv_tokens, named.headroom_gib) == (chosen.kv_tokens, chosen.headroom_gib)
+    assert not any(x.label == "speculative parameters" for x in named.lines)
+    # a standalone draft is a chain whatever the target
+    standalone = run(llama, ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/m/d"],
+                     count=1)
+    assert "3 steps, top-k 1, 4 draft tokens" in next(x.why for x in standalone.lines
+                                                      if x.label == "speculative parameters")
+    # the seed model's MTP: a chain of 4, the speculative state sized for it
+    qwen = spec("Qwen__Qwen3.6-27B")
+    mtp = run(qwen, ["--tp", "2", "--context-length", "32768", "--mem-fraction-static", "0.88",
+                     "--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
+              version="0.5.10")
+    assert next(x.value for x in mtp.lines if x.label == "speculative parameters") == "4 verified"
+    assert "for 4 draft tokens per request" in next(x.why for x in mtp.lines if x.label == "speculative state")
