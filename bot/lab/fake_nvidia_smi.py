@@ -4,7 +4,8 @@ Answers the structured queries the bot makes from the node's scenario file
 ``$FAKE_PVE_STATE/node.json``. Inside a container (``FAKE_CT`` set by the fake pct) it shows
 only the GPUs passed to that container and, like the real thing in a PID namespace, no
 processes. Knobs in the scenario: ``smi: {"error": <banner text>, "exit": N, "sleep": S,
-"invalid_fields": [...], "p2p": <status of every GPU pair>}`` at node or container level.
+"invalid_fields": [...], "p2p": <status of every GPU pair>}`` at node or container level. A process
+entry with ``"while_running": true`` is listed only while its PID exists.
 """
 
 import json
@@ -62,6 +63,12 @@ def csv_out(rows, fields, keys, header, units):
         print(", ".join(values))
 
 
+def listed_processes(node):
+    """The scenario's GPU processes that hold memory now: a ``while_running`` one (a holder the lab spawned and
+    reaps) only while its PID exists, its memory gone with it."""
+    return [p for p in node.get("processes", []) if not p.get("while_running") or os.path.exists(f"/proc/{p['pid']}")]
+
+
 def gpu_used(gpu, processes, extra):
     return gpu.get("memory_used_mib", 1) + sum(p["used_mib"] for p in processes if p["gpu_uuid"] == gpu["uuid"]) + extra
 
@@ -80,7 +87,7 @@ def main(argv):
     if knobs.get("error"):
         print(knobs["error"].rstrip("\n"))
         sys.exit(int(knobs.get("exit", 9)))
-    processes = node.get("processes", [])
+    processes = listed_processes(node)
     gpus = node["gpus"]
     if container is not None:
         gpus = [g for g in gpus if g["index"] in container.get("gpus", [])]

@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bot.lab.fake_nvidia_smi import listed_processes
 from bot.lab.fake_server_args import ServerArgs
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
@@ -121,7 +122,7 @@ def free_mib(state: dict[str, Any], gpus: list[int]) -> tuple[int, ...]:
     by_index = {g["index"]: g for g in state["gpus"]}
     return tuple(by_index[i]["memory_total_mib"] - by_index[i].get("memory_used_mib", 1)
                  - by_index[i].get("orphaned_mib", 0)
-                 - sum(p["used_mib"] for p in state["processes"] if p["gpu_uuid"] == by_index[i]["uuid"])
+                 - sum(p["used_mib"] for p in listed_processes(state) if p["gpu_uuid"] == by_index[i]["uuid"])
                  for i in gpus)
 
 

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -158,12 +159,15 @@ class LabNode:
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_dir / "node.json")
 
-    def add_process(self, pid: int, gpu_index: int, name: str, used_mib: int, vmid: int | None) -> None:
+    def add_process(self, pid: int, gpu_index: int, name: str, used_mib: int, vmid: int | None,
+                    reaped: bool = False) -> None:
         """Show a GPU process in the node's nvidia-smi (status tests only: ``pid`` may not be ours,
-        so nothing may stop it; use :meth:`spawn_holder` for a process that can be stopped)."""
+        so nothing may stop it; use :meth:`spawn_holder` for a process that can be stopped). A ``reaped``
+        one is listed only while that PID runs, as the real tool lists a process only while it lives."""
         state = self.read_state()
         uuid = next(g["uuid"] for g in state["gpus"] if g["index"] == gpu_index)
-        state["processes"].append({"pid": pid, "gpu_uuid": uuid, "name": name, "used_mib": used_mib})
+        entry = {"pid": pid, "gpu_uuid": uuid, "name": name, "used_mib": used_mib}
+        state["processes"].append({**entry, "while_running": True} if reaped else entry)
         self.write_state(state)
         cgroup = self.state_dir / "proc" / str(pid) / "cgroup"
         cgroup.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +179,10 @@ class LabNode:
         process = subprocess.Popen(["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)
         self._children.append(process)
-        self.add_process(process.pid, gpu_index, name, used_mib, vmid)
+        # reaped the moment it ends, as a container's init reaps its processes: a stopped holder leaves no zombie
+        # for the bot's `kill -0` to find alive, and the node's nvidia-smi stops listing it (see fake_nvidia_smi)
+        threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+        self.add_process(process.pid, gpu_index, name, used_mib, vmid, reaped=True)
         return process.pid
 
     def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05) -> None:

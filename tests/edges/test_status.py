@@ -1,6 +1,8 @@
 """The status use case over real SSH to lab nodes: deadlines, banners, concurrency."""
 
 import asyncio
+import os
+import signal
 import time
 
 from bot.config import parse_inventory
@@ -96,6 +98,29 @@ async def test_container_shows_its_own_processes_from_the_host_view(tmp_path):
     assert ct.rows[1].processes == () and ct.rows[1].other_containers_mib == {131: 20000}
     (pve5,) = host.statuses
     assert {(p.pid, p.vmid) for r in pve5.rows for p in r.processes} == {(48211, 129), (5100, 131)}
+
+
+async def test_a_stopped_holder_leaves_the_node_listing_with_its_memory(tmp_path):
+    """The lab's holders are real processes: once one ends (stopped by PID, as /gpu free does) nvidia-smi no longer
+    lists it nor counts its memory, and it leaves no zombie for `kill -0` to find alive."""
+    nodes, inventory, transport = await _nodes(tmp_path, {"pve5": seed_node_state("pve5")})
+    node = nodes[0]
+    held = node.spawn_holder(0, "python3 -m sglang.launch_server", 44000, 129)
+    try:
+        before = await read_status(transport, inventory, resolve_targets("pve5", inventory))
+        os.kill(held, signal.SIGTERM)
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{held}"):
+                break
+            await asyncio.sleep(0.05)
+        after = await read_status(transport, inventory, resolve_targets("pve5", inventory))
+    finally:
+        await _stop(nodes, transport)
+    assert [p.pid for p in before.statuses[0].rows[0].processes] == [held]
+    assert before.statuses[0].rows[0].gpu.memory_used_mib == 44001
+    assert not os.path.exists(f"/proc/{held}")  # reaped, not a zombie
+    assert after.statuses[0].rows[0].processes == () and after.statuses[0].rows[0].gpu.memory_used_mib == 1
+    assert after.statuses[0].rows[0].flags == ()  # nothing orphaned: the memory went with the process
 
 
 async def test_orphaned_memory_is_flagged(tmp_path):
