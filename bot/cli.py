@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import codecs
 import contextlib
+import functools
 import io
 import itertools
 import json
@@ -167,11 +168,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         else:
             found, where = await services.attempts.recent(count=args.count), "all containers"
         if args.json:
-            from bot.core.flags import redacted
-
-            # the records as stored, with the state they are in and no secret flag's value
-            print(json.dumps([{**a.to_dict(), "status": a.status.value, "argv": list(redacted(a.argv))}
-                              for a in found], indent=2, default=str))
+            print(json.dumps([_attempt_json(a) for a in found], indent=2, default=str))
         else:
             print(blocks_to_text(history_message(found, where).blocks))
         return 0
@@ -493,6 +490,21 @@ def _remedies_json(remedies: Any, flags: Sequence[str]) -> list[dict[str, Any]]:
             for r in remedies]
 
 
+def _attempt_json(attempt: Attempt) -> dict[str, Any]:
+    """An attempt's record as stored, with the state it is in and no secret flag's value."""
+    from bot.core.flags import redacted
+
+    return {**attempt.to_dict(), "status": attempt.status.value, "argv": list(redacted(attempt.argv))}
+
+
+def _preflight_json(pre: Any, user_flags: Sequence[str], command: str, nexts: Sequence[str]) -> dict[str, Any]:
+    """The pre-flight's checks and, when it refused, its remedies and the next launches (as ``nexts`` words them)."""
+    budget = pre.remedy_budget
+    return {"passed": not pre.blocked, "command": command, "checks": [asdict(c) for c in pre.checks],
+            "remedies": _remedies_json(budget.remedies if budget and pre.blocked else (), user_flags),
+            "next": list(nexts) if pre.blocked else []}
+
+
 def cmd_preflight(args: argparse.Namespace) -> int:
     """The checks /sglang launch makes before it starts anything, read the same way, without launching: exit 0
     passed, 3 passed with warnings, 4 refused."""
@@ -512,11 +524,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                     for _, f in next_launches(pre)]
         command = launch_command(services.inventory, pre)
         if args.json:
-            print(json.dumps({"passed": not pre.blocked, "command": command,
-                              "checks": [asdict(c) for c in pre.checks],
-                              "remedies": _remedies_json(budget.remedies if budget and pre.blocked else (),
-                                                         request.flags),
-                              "next": commands if pre.blocked else []}, indent=2))
+            print(json.dumps(_preflight_json(pre, request.flags, command, commands), indent=2))
         else:
             message = preflight_message(launch_title(request), pre.checks, budget, pre.blocked, False,
                                         command=command)
@@ -564,7 +572,9 @@ def _cli_user() -> str:
 def cmd_launch(args: argparse.Namespace) -> int:
     """/sglang launch from a terminal: the pre-flight; then, when it passes (or --force), the launch with its own log
     and PID, followed until the server answers or fails. Recorded in the same history as Slack's launches. Exit 0
-    ready, 4 refused or failed; Ctrl-C stops following the launch, not the server."""
+    ready, 4 refused or failed; Ctrl-C stops following the launch, not the server. With --json what a person reads
+    goes to stderr, and stdout is one JSON document at the end: the outcome, the attempt's record, the pre-flight
+    and, once launched, the last progress read from the log."""
     import time
 
     from bot.core.attempts import AttemptStatus
@@ -583,6 +593,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     user = _cli_user()
     started: list[str] = []  # the attempt's id, to name it when the person stops following
+    say = functools.partial(print, file=sys.stderr) if args.json else print
 
     async def work(services: Any) -> int:
         request = _launch_request(args, services.inventory, user, channel="")
@@ -591,27 +602,31 @@ def cmd_launch(args: argparse.Namespace) -> int:
                               services.launch)
         title, command = launch_title(request), launch_command(services.inventory, pre)
         budget = pre.planned.budget if pre.planned is not None else None
+        launches = [shlex.join(("gpuops", "launch", "--container", target.spec, "--model", request.model_path, "--",
+                                *redacted(flags))) for _, flags in next_launches(pre)]
         if pre.blocked and not args.force:
             refused = await record_refused(services.attempts, services.inventory, pre, time.time())
-            print(blocks_to_text(preflight_message(title, pre.checks, pre.remedy_budget, True, False,
-                                                   command=command).blocks))
-            launches = [shlex.join(("gpuops", "launch", "--container", target.spec, "--model", request.model_path, "--",
-                                    *redacted(flags))) for _, flags in next_launches(pre)]
+            say(blocks_to_text(preflight_message(title, pre.checks, pre.remedy_budget, True, False,
+                                                 command=command).blocks))
             if launches:
-                print("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in launches))
-            print(f"Attempt {refused.id} recorded as refused; --force launches it anyway.")
+                say("Next, each through the pre-flight again:\n" + "\n".join(f"  {c}" for c in launches))
+            say(f"Attempt {refused.id} recorded as refused; --force launches it anyway.")
             await services.store.audit(action="sglang.launch", user=user, channel="", target=target.label,
                                        attempt=refused.id, result="refused by pre-flight")
+            if args.json:
+                print(json.dumps({"outcome": "refused", "attempt": _attempt_json(refused),
+                                  "preflight": _preflight_json(pre, request.flags, command, launches)},
+                                 indent=2, default=str))
             return 4
-        print(blocks_to_text(preflight_message(title, pre.checks, budget, pre.blocked, pre.blocked,
-                                               command=command).blocks))
+        say(blocks_to_text(preflight_message(title, pre.checks, budget, pre.blocked, pre.blocked,
+                                             command=command).blocks))
         attempt = await start(services.transport, services.inventory, services.attempts, pre, services.launch,
                               time.time())
         started.append(attempt.id)
         await services.store.audit(action="sglang.launch", user=user, channel="", target=target.label,
                                    attempt=attempt.id, argv=list(redacted(attempt.argv)), forced=str(attempt.forced),
                                    result=f"started PID {attempt.pid}")
-        print(f"Started attempt {attempt.id}: PID {attempt.pid}, log {attempt.log_path}", flush=True)
+        say(f"Started attempt {attempt.id}: PID {attempt.pid}, log {attempt.log_path}", flush=True)
         began = shown_at = time.monotonic()
         last, shown = Progress(), ""
 
@@ -621,7 +636,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             nonlocal last, shown, shown_at
             now = time.monotonic()
             if progress.stage != last.stage or (progress.label != shown and now - shown_at >= PROGRESS_LINE_S):
-                print(f"  {now - began:6.0f}s  {progress.label}", flush=True)
+                say(f"  {now - began:6.0f}s  {progress.label}", flush=True)
                 shown, shown_at = progress.label, now
             last = progress
 
@@ -631,18 +646,25 @@ def cmd_launch(args: argparse.Namespace) -> int:
         except GpuopsError:
             print(_still_running(attempt.id), file=sys.stderr)
             raise
-        print(blocks_to_text(progress_message(end, last).blocks))
+        say(blocks_to_text(progress_message(end, last).blocks))
         if end.status is AttemptStatus.READY:
-            print(f"`gpuops stop {end.id}` stops it.")
-            return 0
-        print(f"`gpuops triage {end.id}` names the first cause; `gpuops log {end.id}` shows the last lines.")
-        return 4
+            say(f"`gpuops stop {end.id}` stops it.")
+        else:
+            say(f"`gpuops triage {end.id}` names the first cause; `gpuops log {end.id}` shows the last lines.")
+        if args.json:
+            print(json.dumps({"outcome": end.status.value, "attempt": _attempt_json(end),
+                              "preflight": _preflight_json(pre, request.flags, command, launches),
+                              "progress": {**asdict(last), "stage": last.stage.name.lower(), "label": last.label}},
+                             indent=2, default=str))
+        return 0 if end.status is AttemptStatus.READY else 4
 
     try:
         return _with_services(args, work)
     except KeyboardInterrupt:
         if started:
             print("\n" + _still_running(started[0]), file=sys.stderr)
+            if args.json:
+                print(json.dumps({"outcome": "not followed", "attempt_id": started[0]}, indent=2))
         return 130
 
 
@@ -988,6 +1010,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "flags")
     launch.add_argument("--force", action="store_true", help="launch even when the pre-flight refuses (recorded as "
                         "forced)")
+    launch.add_argument("--json", action="store_true", help="what a person reads to stderr; at the end, the outcome, "
+                        "the attempt's record, the pre-flight and the last progress as one JSON document on stdout")
     launch.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     launch.add_argument("flags", nargs=argparse.REMAINDER, help="-- then the sglang launch flags")
     launch.set_defaults(func=cmd_launch)

@@ -98,25 +98,25 @@ async def test_a_forced_terminal_launch_that_fails_names_its_first_error_and_the
     assert f"`gpuops triage {attempt.id}` names the first cause" in failed.stdout
 
 
-async def following_a_hang(lab, tmp_path, interrupt) -> tuple[str, int, str]:
-    """``gpuops launch`` of a server that never gets ready, in its own process; once it follows the attempt,
-    ``interrupt(process)``. Its attempt id, exit code and stderr."""
+async def following_a_hang(lab, tmp_path, interrupt, *options: str) -> tuple[str, int, str]:
+    """``gpuops launch [options]`` of a server that never gets ready, in its own process; once it follows the attempt,
+    ``interrupt(process)``. Its attempt id, exit code and what it printed (stdout, then stderr)."""
     lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
     process = subprocess.Popen([sys.executable, "-m", "bot.cli", "launch", "--inventory",
-                                str(lab.workdir / "inventory.yml"), "--container", "sglang-a6000", "--model",
+                                str(lab.workdir / "inventory.yml"), *options, "--container", "sglang-a6000", "--model",
                                 model(lab), "--", *FITS.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, cwd=ROOT, env=terminal_env(lab, tmp_path))
+    told = process.stderr if "--json" in options else process.stdout  # where the person reads
     try:
-        started = await asyncio.to_thread(_line_with, process.stdout, "Started attempt ")
+        started = await asyncio.to_thread(_line_with, told, "Started attempt ")
         await asyncio.sleep(1.0)  # following: at least one read of the log
         interrupt(process)
-        stderr = await asyncio.to_thread(process.stderr.read)
-        code = await asyncio.to_thread(process.wait, 60)
+        out, err = await asyncio.to_thread(process.communicate, None, 60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    return started.split()[2].rstrip(":"), code, stderr
+    return started.split()[2].rstrip(":"), process.returncode, out + err
 
 
 def _line_with(stream, needle: str) -> str:
@@ -129,10 +129,11 @@ def _line_with(stream, needle: str) -> str:
 async def test_ctrl_c_stops_following_a_terminal_launch_not_the_server_and_the_bot_can_take_it_over(lab, tmp_path):
     import signal
 
-    attempt_id, code, stderr = await following_a_hang(lab, tmp_path, lambda p: p.send_signal(signal.SIGINT))
-    assert code == 130, stderr
-    assert "Traceback" not in stderr
-    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in stderr
+    attempt_id, code, printed = await following_a_hang(lab, tmp_path, lambda p: p.send_signal(signal.SIGINT))
+    assert code == 130, printed
+    assert '"outcome"' not in printed  # no JSON unless asked
+    assert "Traceback" not in printed
+    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in printed
     attempt = await lab.services.attempts.get(attempt_id)
     assert attempt.status is AttemptStatus.LAUNCHING and lab.nodes["pve5"].launched_pids() == [attempt.pid]
     # its tracking lease was given back: a bot replica's next tick follows it from here, not 30 s later
@@ -154,12 +155,12 @@ async def test_a_node_that_stops_answering_while_a_terminal_follows_says_the_ser
         node.write_state(state)
 
     try:
-        attempt_id, code, stderr = await following_a_hang(lab, tmp_path, lambda p: container_status("stopped"))
+        attempt_id, code, printed = await following_a_hang(lab, tmp_path, lambda p: container_status("stopped"))
     finally:
         container_status("running")
-    assert code == 2 and "Traceback" not in stderr, stderr
-    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in stderr
-    assert "CT 129 not running" in stderr.splitlines()[-1] and stderr.splitlines()[-1].startswith("gpuops: ")
+    assert code == 2 and "Traceback" not in printed, printed
+    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in printed
+    assert "CT 129 not running" in printed.splitlines()[-1] and printed.splitlines()[-1].startswith("gpuops: ")
     assert (await lab.services.attempts.get(attempt_id)).status is AttemptStatus.LAUNCHING
     stopped = await terminal(lab, tmp_path, "stop", "--yes", attempt_id)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
@@ -249,3 +250,48 @@ async def test_the_labs_terminal_answers_a_stop_no_at_once_and_stops_with_yes(la
     status, text = await lab.terminal(["stop", "--yes", attempt.id])
     assert status == 0 and f"Stopped attempt `{attempt.id}`" in text, text
     assert lab.nodes["pve5"].launched_pids() == []
+
+
+async def test_a_terminal_launch_with_json_prints_one_document_and_tells_the_person_on_stderr(lab, tmp_path):
+    """`gpuops launch --json` for a script: stdout is exactly one JSON document at the end (the outcome, the attempt's
+    record, the pre-flight, the last progress); the checklist and the progress lines go to stderr."""
+    import json
+
+    path = model(lab)
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.1)
+    refused = await terminal(lab, tmp_path, "launch", "--json", "--container", "sglang-a6000", "--model", path, "--",
+                             *SEED.split(), "--mem-fraction-static", "0.85")
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    doc = json.loads(refused.stdout)
+    assert doc["outcome"] == "refused" and doc["attempt"]["status"] == "failed"
+    assert doc["preflight"]["passed"] is False and doc["preflight"]["remedies"]
+    assert any(c["result"] == "fail" and "Not enough memory" in c["detail"] for c in doc["preflight"]["checks"])
+    assert doc["preflight"]["next"][0].startswith(f"gpuops launch --container sglang-a6000 --model {path} -- ")
+    assert "Pre-flight refused the launch" in refused.stderr and "Next, each through" in refused.stderr
+
+    launched = await terminal(lab, tmp_path, "launch", "--json", "--container", "sglang-a6000", "--model", path, "--",
+                              *FITS.split())
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    doc = json.loads(launched.stdout)
+    (pid,) = lab.nodes["pve5"].launched_pids()
+    assert doc["outcome"] == "ready" and doc["attempt"]["status"] == "ready" and doc["attempt"]["pid"] == pid
+    assert doc["preflight"]["passed"] is True and doc["preflight"]["next"] == []
+    assert doc["progress"]["stage"] == "ready" and doc["progress"]["kv_tokens"] == 422310
+    assert "Started attempt " in launched.stderr and "  ready\n" in launched.stderr
+    assert (await lab.services.attempts.get(doc["attempt"]["id"])).status is AttemptStatus.READY
+    stopped = await terminal(lab, tmp_path, "stop", "--yes", doc["attempt"]["id"])
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+async def test_ctrl_c_during_a_json_launch_names_the_attempt_it_stopped_following(lab, tmp_path):
+    import json
+    import signal
+
+    attempt_id, code, printed = await following_a_hang(lab, tmp_path, lambda p: p.send_signal(signal.SIGINT),
+                                                       "--json")
+    assert code == 130, printed
+    document, told = printed.split("\n}\n", 1)
+    assert json.loads(document + "}") == {"outcome": "not followed", "attempt_id": attempt_id}
+    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in told
+    stopped = await terminal(lab, tmp_path, "stop", "--yes", attempt_id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
