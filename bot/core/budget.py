@@ -1136,6 +1136,11 @@ def _check_speculative_params(flags: LaunchFlags, architecture: str, version: Sg
         if known:
             w.fail(TOPK_MISSING_TEXT, why=why)
         w.line("speculative parameters", None, why)
+    elif flags.speculative_adaptive and (adaptive := flags.spec_params(architecture)) is not None:
+        given = "as given" if flags.speculative_num_steps else "not read from its adaptive config"
+        w.line("speculative parameters", None, "--speculative-adaptive: SGLang moves the steps between candidates as "
+               f"it serves, verifying steps + 1 tokens; sized at {adaptive.steps} steps ({given})",
+               value=f"{adaptive.draft_tokens} verified")
     elif (chosen := flags.spec_params(architecture)) is not None and chosen.chosen_by_sglang:
         w.line("speculative parameters", None, f"no --speculative-num-steps: SGLang chooses {chosen.words} for "
                f"{architecture}{_SPEC_CHOICE_WHY[chosen.topk == 1]}", value=f"{chosen.draft_tokens} verified")

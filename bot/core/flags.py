@@ -133,6 +133,9 @@ PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
 # read; a chain of 3 steps verifying 4 for STANDALONE, the DeepSeek/GLM/gpt-oss/Bailing MTP families and, in current
 # releases, every other model (releases of 2025 still gave the others the tree).
 TREE_SPEC_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"})
+# --speculative-adaptive with no steps given: SGLang starts at the middle of its adaptive config's candidate steps,
+# which gpuops does not read; sized as this many
+ADAPTIVE_STEPS_SIZED = 3
 
 
 @dataclass(frozen=True)
@@ -225,9 +228,14 @@ class LaunchFlags:
         """Steps, top-k and the tokens each request verifies per step, as SGLang's EAGLE family settles them; None
         without speculative decoding. With no ``--speculative-num-steps`` SGLang chooses all three for the model
         (:func:`sglang_spec_params`); with top-k 1 (a chain) it sets the draft tokens to steps + 1 whatever was
-        given, and warns. Steps without a top-k are sized as a chain (SGLang 0.5.9 and later stop on them)."""
+        given, and warns. Steps without a top-k are sized as a chain (SGLang 0.5.9 and later stop on them). Adaptive
+        speculation verifies steps + 1 tokens, its steps moving between candidates as it serves: sized at the steps
+        given, else at ADAPTIVE_STEPS_SIZED."""
         if not self.speculative:
             return None
+        if self.speculative_adaptive and self.eagle_family:  # a chain whose steps move between candidates
+            steps = self.speculative_num_steps or ADAPTIVE_STEPS_SIZED
+            return SpecParams(steps, self.speculative_eagle_topk or 1, steps + 1, chosen_by_sglang=False)
         if self.speculative_num_steps is None and not self.steps_companions and self.eagle_family:
             return sglang_spec_params(self.speculative_algorithm or "", architecture)
         steps = self.speculative_num_steps or 3
