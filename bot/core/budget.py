@@ -972,7 +972,10 @@ def _compute_rank(inp: BudgetInput) -> Budget:
     else:
         mfs, mfs_why = default_mem_fraction_static(model, flags, total_mib, version, chunk, graph_bs)
         mfs_auto = True
-    mrr_requested = flags.max_running_requests or (48 if spec and flags.speculative_algorithm != "NGRAM" else None)
+    # every speculative algorithm, NGRAM too, runs at most 48 requests unless told ("Max running requests is reset
+    # to 48 for speculative decoding")
+    spec_capped = flags.speculative_algorithm is not None and flags.max_running_requests is None
+    mrr_requested = 48 if spec_capped else flags.max_running_requests
     context_len = flags.context_length or model.max_context
 
     quant = inp.quant or model.quant
@@ -1041,7 +1044,7 @@ def _compute_rank(inp: BudgetInput) -> Budget:
            value=f"{tokens:,} tokens")
     if w.error is None and swa_tokens is not None and model.sliding_window:
         _check_swa_floor(swa_tokens, model.sliding_window, page, era, w)
-    if w.error is None and spec and not hybrid and flags.max_running_requests is None:
+    if w.error is None and spec_capped and not hybrid:
         mrr_final = 48
     if w.error is None and context_len and tokens and tokens < context_len:
         w.degrade("context", f"KV pool ({tokens:,} tokens) is smaller than the context length ({context_len:,}): "
@@ -1136,6 +1139,11 @@ def _check_speculative_params(flags: LaunchFlags, architecture: str, version: Sg
         if known:
             w.fail(TOPK_MISSING_TEXT, why=why)
         w.line("speculative parameters", None, why)
+    elif flags.speculative_algorithm == "NGRAM":
+        d = flags.draft_tokens(architecture)
+        w.line("speculative parameters", None, f"NGRAM: no draft model; each request verifies {d} draft tokens"
+               + ("" if flags.speculative_num_draft_tokens else " (SGLang's default)") + ", and SGLang runs at most "
+               "48 requests unless --max-running-requests says otherwise", value=f"{d} verified")
     elif flags.speculative_adaptive and (adaptive := flags.spec_params(architecture)) is not None:
         given = "as given" if flags.speculative_num_steps else "not read from its adaptive config"
         w.line("speculative parameters", None, "--speculative-adaptive: SGLang moves the steps between candidates as "

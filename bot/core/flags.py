@@ -136,6 +136,8 @@ TREE_SPEC_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Grok1ForCausalLM", "Gr
 # --speculative-adaptive with no steps given: SGLang starts at the middle of its adaptive config's candidate steps,
 # which gpuops does not read; sized as this many
 ADAPTIVE_STEPS_SIZED = 3
+# NGRAM with no --speculative-num-draft-tokens: SGLang's default (its match window, 12 in every release read)
+NGRAM_DRAFT_TOKENS = 12
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,10 @@ class LaunchFlags:
         return SpecParams(steps, topk, draft, chosen_by_sglang=False)
 
     def draft_tokens(self, architecture: str) -> int:
-        """The tokens each request verifies per decode step (0 without speculative decoding)."""
+        """The tokens each request verifies per decode step (0 without speculative decoding); NGRAM, which has no
+        draft model, verifies its window: --speculative-num-draft-tokens, else NGRAM_DRAFT_TOKENS."""
+        if self.speculative_algorithm == "NGRAM":
+            return self.speculative_num_draft_tokens or NGRAM_DRAFT_TOKENS
         params = self.spec_params(architecture)
         return params.draft_tokens if params else 0
 

@@ -2004,3 +2004,23 @@ def test_with_no_steps_given_sglang_chooses_the_three_for_the_model():
     assert next(x.why for x in adaptive.lines if x.label == "CUDA graphs (estimate)").endswith("x 4 verify tokens")
     five = run(llama, [*eagle, "--speculative-adaptive", "--speculative-num-steps", "5"], count=1)
     assert next(x.value for x in five.lines if x.label == "speculative parameters") == "6 verified"
+
+
+def test_ngram_verifies_its_window_and_runs_at_most_48_requests():
+    """NGRAM has no draft model (no draft weights or KV, no speculative reserve in the automatic fraction), but
+    server_args still sets max_running_requests to 48 when unset and verifies 12 draft tokens per request unless
+    --speculative-num-draft-tokens says otherwise: the verify graphs are sized for them, up to bs 48."""
+    llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")
+    plain = run(llama, [], count=1)
+    ngram = run(llama, ["--speculative-algorithm", "NGRAM"], count=1)
+    line = next(x for x in ngram.lines if x.label == "speculative parameters")
+    assert line.value == "12 verified" and "(SGLang's default)" in line.why and "at most 48 requests" in line.why
+    assert ngram.max_running_requests == 48 and plain.max_running_requests != 48
+    graphs = next(x.why for x in ngram.lines if x.label == "CUDA graphs (estimate)")
+    assert graphs.endswith("x 12 verify tokens")
+    assert not any(x.label.startswith("draft") for x in ngram.lines)  # nothing loaded for it
+    assert ngram.mem_fraction_static == plain.mem_fraction_static  # no speculative reserve for NGRAM
+    given = run(llama, ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8",
+                        "--max-running-requests", "16"], count=1)
+    assert next(x.value for x in given.lines if x.label == "speculative parameters") == "8 verified"
+    assert given.max_running_requests == 16
