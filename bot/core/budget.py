@@ -1697,8 +1697,6 @@ def _draft_path_remedies(inp: BudgetInput) -> list[Remedy]:
             Remedy.of(edit, inp.flags, f"no speculative decoding: {_effect(b)}", 2)]
 
 
-
-
 def _spec_params_remedies(inp: BudgetInput) -> list[Remedy]:
     """Give the steps too (a chain: draft tokens - 1 of them), or leave the choice of all three to SGLang. A tree
     (top-k above 1) has no steps that follow from the other two: only the missing flag is named."""

@@ -1996,7 +1996,6 @@ def test_with_no_steps_given_sglang_chooses_the_three_for_the_model():
               version="0.5.10")
     assert next(x.value for x in mtp.lines if x.label == "speculative parameters") == "4 verified"
     assert "for 4 draft tokens per request" in next(x.why for x in mtp.lines if x.label == "speculative state")
-
     # adaptive speculation is a chain whose steps move as it serves: not the Llama tree
     adaptive = run(llama, [*eagle, "--speculative-adaptive"], count=1)
     line = next(x for x in adaptive.lines if x.label == "speculative parameters")
