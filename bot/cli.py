@@ -603,7 +603,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         title, command = launch_title(request), launch_command(services.inventory, pre)
         budget = pre.planned.budget if pre.planned is not None else None
         launches = [shlex.join(("gpuops", "launch", "--container", target.spec, "--model", request.model_path, "--",
-                                *redacted(flags))) for _, flags in next_launches(pre)]
+                                *redacted(flags))) for _, flags in next_launches(pre)] if pre.blocked else []
         if pre.blocked and not args.force:
             refused = await record_refused(services.attempts, services.inventory, pre, time.time())
             say(blocks_to_text(preflight_message(title, pre.checks, pre.remedy_budget, True, False,

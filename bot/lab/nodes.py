@@ -160,14 +160,15 @@ class LabNode:
         tmp.replace(self.state_dir / "node.json")
 
     def add_process(self, pid: int, gpu_index: int, name: str, used_mib: int, vmid: int | None,
-                    reaped: bool = False) -> None:
+                    while_running: bool = False) -> None:
         """Show a GPU process in the node's nvidia-smi (status tests only: ``pid`` may not be ours,
-        so nothing may stop it; use :meth:`spawn_holder` for a process that can be stopped). A ``reaped``
-        one is listed only while that PID runs, as the real tool lists a process only while it lives."""
+        so nothing may stop it; use :meth:`spawn_holder` for a process that can be stopped). With
+        ``while_running`` it is listed only while that PID runs, as the real tool lists a process only while it
+        lives."""
         state = self.read_state()
         uuid = next(g["uuid"] for g in state["gpus"] if g["index"] == gpu_index)
         entry = {"pid": pid, "gpu_uuid": uuid, "name": name, "used_mib": used_mib}
-        state["processes"].append({**entry, "while_running": True} if reaped else entry)
+        state["processes"].append({**entry, "while_running": True} if while_running else entry)
         self.write_state(state)
         cgroup = self.state_dir / "proc" / str(pid) / "cgroup"
         cgroup.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +183,7 @@ class LabNode:
         # reaped the moment it ends, as a container's init reaps its processes: a stopped holder leaves no zombie
         # for the bot's `kill -0` to find alive, and the node's nvidia-smi stops listing it (see fake_nvidia_smi)
         threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
-        self.add_process(process.pid, gpu_index, name, used_mib, vmid, reaped=True)
+        self.add_process(process.pid, gpu_index, name, used_mib, vmid, while_running=True)
         return process.pid
 
     def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05) -> None:
