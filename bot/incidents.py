@@ -42,27 +42,35 @@ async def synced(services: Services, incident: Incident, attempts: Sequence[Atte
 
 
 async def refresh_summary(services: Services, client: Any, incident: Incident,
-                          attempts: Sequence[Attempt] | None = None) -> None:
-    """One summary message in the thread, edited in place."""
+                          attempts: Sequence[Attempt] | None = None) -> Incident:
+    """One summary message in the thread, edited in place, and only when what it says changed (the scheduler looks
+    at every thread whose container's attempts changed, most often with nothing new to show). Saves and returns
+    the incident with the summary it now shows."""
     attempts = await container_attempts(services, incident) if attempts is None else attempts
     message = views.incident_summary(incident, attempts)
+    digest = message.digest()
+    if incident.summary_ts and incident.summary_digest == digest:
+        return incident
     if incident.summary_ts:
         await client.chat_update(channel=incident.channel, ts=incident.summary_ts, text=message.text,
                                  blocks=message.blocks)
-        return
-    answer = await client.chat_postMessage(channel=incident.channel, thread_ts=incident.thread_ts,
-                                           text=message.text, blocks=message.blocks)
-    await services.incidents.save(replace(incident, summary_ts=str(answer["ts"])))
+        shown = replace(incident, summary_digest=digest)
+    else:
+        answer = await client.chat_postMessage(channel=incident.channel, thread_ts=incident.thread_ts,
+                                               text=message.text, blocks=message.blocks)
+        shown = replace(incident, summary_ts=str(answer["ts"]), summary_digest=digest)
+    await services.incidents.save(shown)
+    return shown
 
 
-async def container_changed(services: Services, client: Any, node: str, vmid: int) -> None:
-    """An attempt on this container finished: bring every thread following it up to date (its attempts
-    read once for all of them). A failure here never costs the caller its own work (the next mention in
-    the thread catches up)."""
+async def container_changed(services: Services, client: Any, node: str, vmid: int) -> bool:
+    """An attempt on this container changed: bring every thread following it up to date (its attempts read once
+    for all of them). A failure here never costs the caller its own work: it is logged and False returned (the
+    scheduler gives the container back to be looked at again; the next mention in the thread catches up too)."""
     try:
         following = await services.incidents.following(node, vmid)
         if not following:
-            return
+            return True
         attempts = await services.attempts.recent(node, vmid, 20)
         for listed in following:
             async with services.incidents.locked(listed.channel, listed.thread_ts):
@@ -70,6 +78,8 @@ async def container_changed(services: Services, client: Any, node: str, vmid: in
                 await refresh_summary(services, client, await synced(services, incident, attempts), attempts)
     except Exception:
         log.exception("updating the incident threads of %s:%s failed", node, vmid)
+        return False
+    return True
 
 
 def triage_reading(services: Services, report: TriageReport, now: float) -> Observation | None:

@@ -3,7 +3,9 @@
 * sampling: one replica samples each interval slot (a SET NX claim per slot);
 * daily posts: each occurrence of a schedule is claimed once; a post missed while all
   replicas were down is sent late within the grace window, never twice;
-* tracking takeover: a launch whose tracker lease lapsed (its replica died) is followed again.
+* tracking takeover: a launch whose tracker lease lapsed (its replica died) is followed again;
+* incident threads: those following a container whose attempts anyone changed (a terminal too, which has no
+  Slack) are brought up to date; each changed container is taken by one replica.
 
 The clock is injected, so tests drive time.
 """
@@ -46,6 +48,7 @@ class TickResult:
     exited: list[str] = field(default_factory=list)  # ready servers found gone, announced in their threads
     unanswering: list[str] = field(default_factory=list)  # ready servers alive but failing their probe, announced
     slow: list[str] = field(default_factory=list)  # ready servers answering, but slower than slow_answer_s, announced
+    containers: list[str] = field(default_factory=list)  # whose attempts changed: their threads brought up to date
 
 
 class Scheduler:
@@ -84,7 +87,20 @@ class Scheduler:
                 await self.services.store.redis.delete(f"gpuops:{key}")
                 log.exception("health post %s failed; will retry", key)
         result.taken_over = await self.take_over()
+        result.containers = await self.update_threads()
         return result
+
+    async def update_threads(self) -> list[str]:
+        """The incident threads following each container whose attempts changed since the last tick, up to date. A
+        container whose threads could not be updated (Slack down) is given back for the next tick."""
+        if self.client is None:  # a terminal's report: it leaves the changes to the bot
+            return []
+        looked = []
+        for node, vmid in await self.services.attempts.take_changed():
+            if not await container_changed(self.services, self.client, node, vmid):
+                await self.services.attempts.mark_changed(node, vmid)
+            looked.append(f"{node}:{vmid}")
+        return looked
 
     async def sample(self, now: float) -> None:
         targets = resolve_targets("all", self.services.inventory, self.services.settings.local_gpus)

@@ -12,6 +12,8 @@ Key shapes (all under the ``gpuops:`` prefix):
     gpuops:pending:<id>             a destructive action waiting for its confirmation click (expires)
     gpuops:tracker:<attempt>        the replica following an attempt's progress (a renewed lease)
     gpuops:incident:<channel>:<ts>  an incident thread: hypotheses, observations, summary message ts
+    gpuops:incidents:<node>:<vmid>  set of the incident threads following a container
+    gpuops:containers-changed       set of <node>:<vmid> whose attempts changed since the scheduler last looked
     gpuops:sglang-flags:<node>:<vmid>:<version>  the flags that container's SGLang accepts (expires after a day)
 
 By default the bot runs its own Redis (an embedded real ``redis-server`` on a unix socket
@@ -46,6 +48,7 @@ from bot.errors import StoreError
 PREFIX = "gpuops:"
 AUDIT_STREAM = PREFIX + "audit"
 ACTIVE_SET = PREFIX + "attempts:active"
+CHANGED_SET = PREFIX + "containers-changed"  # containers whose attempts changed, for the incident threads
 ACTIVE_BACKFILLED = PREFIX + "attempts:active:backfilled"  # set once the running set holds older records too
 AUDIT_MAXLEN = 100_000
 STATUS_TTL_S = 8 * 24 * 3600
@@ -256,6 +259,8 @@ class AttemptStore:
             pipe.sadd(ACTIVE_SET, attempt.id)
         else:
             pipe.srem(ACTIVE_SET, attempt.id)
+        # whoever wrote it (a terminal has no Slack), the scheduler brings the threads following it up to date
+        pipe.sadd(CHANGED_SET, f"{attempt.node}:{attempt.vmid}")
 
     async def change(self, attempt_id: str, change: Callable[[Attempt], Attempt | None]) -> Attempt | None:
         """Change the stored attempt as it is at that moment, and nothing else: the record is watched while it is
@@ -284,6 +289,15 @@ class AttemptStore:
         except RedisError as exc:
             raise StoreError(f"attempt {attempt_id} not changed: {type(exc).__name__}") from None
         raise StoreError(f"attempt {attempt_id} not changed: other writers kept moving it")
+
+    async def take_changed(self, count: int = 100) -> list[tuple[str, int]]:
+        """Containers whose attempts changed, each taken once (by one replica) until one changes again."""
+        taken = await self.redis.spop(CHANGED_SET, count)
+        return sorted((node, int(vmid)) for node, _, vmid in (str(m).rpartition(":") for m in taken or ()))
+
+    async def mark_changed(self, node: str, vmid: int) -> None:
+        """Give a container back to be looked at again (its threads could not be brought up to date)."""
+        await self.redis.sadd(CHANGED_SET, f"{node}:{vmid}")
 
     async def get(self, attempt_id: str) -> Attempt | None:
         raw = await self.redis.get(f"{PREFIX}attempt:{attempt_id}")

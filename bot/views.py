@@ -7,6 +7,8 @@ long monospace tables are split across sections (3000 characters each) and messa
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -71,6 +73,10 @@ def render(template: str, **values: Any) -> str:
 class SlackMessage:
     text: str  # notification / accessibility fallback
     blocks: list[dict[str, Any]]
+
+    def digest(self) -> str:
+        """What the message says, in 16 hex digits: a message edited in place is sent again only when it changed."""
+        return hashlib.sha256(json.dumps([self.text, self.blocks], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def escape_mrkdwn(text: str) -> str:

@@ -66,6 +66,7 @@ class Incident:
     node: str | None = None
     vmid: int | None = None
     summary_ts: str | None = None
+    summary_digest: str | None = None  # of the summary as last sent: an unchanged one is not sent again
     hypotheses: tuple[Hypothesis, ...] = ()
     observations: tuple[Observation, ...] = ()
     attempts: tuple[str, ...] = ()

@@ -195,3 +195,44 @@ async def test_a_hypothesis_with_slacks_control_characters_reads_as_typed(lab):
     assert f"*H1* {typed}" in summary
     incident = await lab.services.incidents.get("C0LAB", first.thread_ts)
     assert incident.hypotheses[0].text == typed
+
+
+async def test_a_terminals_launch_and_stop_reach_the_thread_on_the_schedulers_next_tick(lab, tmp_path):
+    """A terminal has no Slack: what it does to the thread's container is brought to the thread by the bot's
+    scheduler, on its next tick, once; and after a Slack failure, on the tick after."""
+    from bot.scheduler import Scheduler
+    from tests.handlers.test_cli_launch import FITS, terminal
+    from tests.handlers.test_launch_flow import model
+
+    first = await failed_launch(lab, "kv_pool_oom")
+    thread = first.thread_ts
+    await lab.mention("hypothesis the KV pool is too small at 0.85", thread)
+    calls = await wait_text(lab, "Incident summary", method="chat.postMessage")
+    summary_ts = next(c for c in calls if c.method == "chat.postMessage"
+                      and "Incident summary" in blocks_to_text(c.blocks)).answer["ts"]
+    scheduler = Scheduler(lab.services, lab.app.client)
+    await scheduler.tick()  # the Slack launch's own changes, already shown: nothing is sent again
+    edits = len(lab.standin.of("chat.update"))
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    launched = await terminal(lab, tmp_path, "launch", "--container", "sglang-a6000", "--model", model(lab), "--",
+                              *FITS.split())
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    ready = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert ready.user.startswith("cli:") and ready.status.value == "ready"
+    assert len(lab.standin.of("chat.update")) == edits  # the terminal told no one
+    assert (await scheduler.tick()).containers == ["pve5:129"]
+    text = summary_text(lab.standin.calls, summary_ts)
+    assert f"`{ready.id}` ready" in text and f"`{first.id}` failed" in text
+    edits = len(lab.standin.of("chat.update"))
+    assert (await scheduler.tick()).containers == []  # nothing changed since
+    assert len(lab.standin.of("chat.update")) == edits
+
+    lab.standin.fail["chat.update"] = "fatal_error"
+    stopped = await terminal(lab, tmp_path, "stop", ready.id, answer="y\n")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert (await scheduler.tick()).containers == ["pve5:129"]
+    assert f"`{ready.id}` stopped" not in summary_text(lab.standin.calls, summary_ts)  # Slack refused the edit
+    del lab.standin.fail["chat.update"]
+    assert (await scheduler.tick()).containers == ["pve5:129"]  # given back, and sent this time
+    assert f"`{ready.id}` stopped" in summary_text(lab.standin.calls, summary_ts)
