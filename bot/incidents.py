@@ -21,6 +21,7 @@ from bot.core.attempts import Attempt
 from bot.core.incident import Incident, Observation, gpu_reading, with_attempts
 from bot.core.inventory import Target
 from bot.core.status import assess_node
+from bot.slack import UNREACHABLE_ERRORS, slack_error
 from bot.triage import TriageReport
 
 log = logging.getLogger(__name__)
@@ -44,42 +45,60 @@ async def synced(services: Services, incident: Incident, attempts: Sequence[Atte
 async def refresh_summary(services: Services, client: Any, incident: Incident,
                           attempts: Sequence[Attempt] | None = None) -> Incident:
     """One summary message in the thread, edited in place, and only when what it says changed (the scheduler looks
-    at every thread whose container's attempts changed, most often with nothing new to show). Saves and returns
-    the incident with the summary it now shows."""
+    at every thread whose container's attempts changed, most often with nothing new to show). A summary someone
+    deleted is posted again. Saves and returns the incident with the summary it now shows."""
     attempts = await container_attempts(services, incident) if attempts is None else attempts
     message = views.incident_summary(incident, attempts)
     digest = message.digest()
     if incident.summary_ts and incident.summary_digest == digest:
         return incident
-    if incident.summary_ts:
-        await client.chat_update(channel=incident.channel, ts=incident.summary_ts, text=message.text,
-                                 blocks=message.blocks)
-        shown = replace(incident, summary_digest=digest)
-    else:
+    summary_ts = incident.summary_ts
+    if summary_ts:
+        try:
+            await client.chat_update(channel=incident.channel, ts=summary_ts, text=message.text,
+                                     blocks=message.blocks)
+        except Exception as exc:
+            if slack_error(exc) != "message_not_found":
+                raise
+            log.warning("the summary of incident thread %s/%s was deleted; posting it again", incident.channel,
+                        incident.thread_ts)
+            summary_ts = None
+    if not summary_ts:
         answer = await client.chat_postMessage(channel=incident.channel, thread_ts=incident.thread_ts,
                                                text=message.text, blocks=message.blocks)
-        shown = replace(incident, summary_ts=str(answer["ts"]), summary_digest=digest)
+        summary_ts = str(answer["ts"])
+    shown = replace(incident, summary_ts=summary_ts, summary_digest=digest)
     await services.incidents.save(shown)
     return shown
 
 
 async def container_changed(services: Services, client: Any, node: str, vmid: int) -> bool:
     """An attempt on this container changed: bring every thread following it up to date (its attempts read once
-    for all of them). A failure here never costs the caller its own work: it is logged and False returned (the
-    scheduler gives the container back to be looked at again; the next mention in the thread catches up too)."""
+    for all of them). A failure here never costs the caller its own work: it is logged, and False returned when
+    trying again later may help (the scheduler gives the container back; the next mention in the thread catches up
+    too). A thread Slack will never take an edit in (archived, the bot removed) is left, and does not stop the
+    others."""
     try:
         following = await services.incidents.following(node, vmid)
-        if not following:
-            return True
-        attempts = await services.attempts.recent(node, vmid, 20)
-        for listed in following:
+        attempts = await services.attempts.recent(node, vmid, 20) if following else []
+    except Exception:
+        log.exception("reading the incident threads of %s:%s failed", node, vmid)
+        return False
+    done = True
+    for listed in following:
+        try:
             async with services.incidents.locked(listed.channel, listed.thread_ts):
                 incident = await services.incidents.get(listed.channel, listed.thread_ts) or listed  # as it is now
                 await refresh_summary(services, client, await synced(services, incident, attempts), attempts)
-    except Exception:
-        log.exception("updating the incident threads of %s:%s failed", node, vmid)
-        return False
-    return True
+        except Exception as exc:
+            if (error := slack_error(exc)) in UNREACHABLE_ERRORS:
+                log.warning("incident thread %s/%s cannot be updated (%s); left as it is", listed.channel,
+                            listed.thread_ts, error)
+                continue
+            log.exception("updating incident thread %s/%s of %s:%s failed", listed.channel, listed.thread_ts,
+                          node, vmid)
+            done = False
+    return done
 
 
 def triage_reading(services: Services, report: TriageReport, now: float) -> Observation | None:

@@ -24,6 +24,10 @@ from bot.views import SlackMessage
 
 log = logging.getLogger(__name__)
 FALLBACK_ERRORS = {"not_in_channel", "channel_not_found", "is_archived"}
+# a message there cannot be sent or edited however often it is tried again (the channel is gone or archived, the bot
+# was removed, the token revoked): a retry loop would only log the same refusal every tick
+UNREACHABLE_ERRORS = FALLBACK_ERRORS | {"thread_not_found", "cant_update_message", "account_inactive", "invalid_auth",
+                                        "token_revoked", "team_access_not_granted"}
 CHANNEL_PACE_S = 1.0  # Slack allows about one message per second per channel
 
 
@@ -61,6 +65,11 @@ class ChannelPace:
                 await asyncio.sleep(wait)
             self._last[channel] = self._clock()
 
+
+
+def slack_error(exc: BaseException) -> str | None:
+    """The Web API's error code when Slack refused a call (``message_not_found``, ...); None for anything else."""
+    return str(exc.response.get("error", "")) if isinstance(exc, SlackApiError) else None
 
 
 def web_client(token: str | None, base_url: str) -> AsyncWebClient:

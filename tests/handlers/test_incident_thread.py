@@ -236,3 +236,30 @@ async def test_a_terminals_launch_and_stop_reach_the_thread_on_the_schedulers_ne
     del lab.standin.fail["chat.update"]
     assert (await scheduler.tick()).containers == ["pve5:129"]  # given back, and sent this time
     assert f"`{ready.id}` stopped" in summary_text(lab.standin.calls, summary_ts)
+
+    # the channel archived: that is not retried every tick
+    lab.standin.fail["chat.update"] = "is_archived"
+    again = await terminal(lab, tmp_path, "launch", "--container", "sglang-a6000", "--model", model(lab), "--",
+                           *FITS.split())
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (await scheduler.tick()).containers == ["pve5:129"]
+    assert (await scheduler.tick()).containers == []
+
+
+async def test_a_deleted_summary_is_posted_again_in_the_thread(lab):
+    first = await failed_launch(lab, "kv_pool_oom")
+    thread = first.thread_ts
+    await lab.mention("note first look", thread)
+    calls = await wait_text(lab, "first look", method="chat.postMessage")
+    summary_ts = next(c for c in calls if c.method == "chat.postMessage"
+                      and "Incident summary" in blocks_to_text(c.blocks)).answer["ts"]
+    lab.standin.fail["chat.update"] = "message_not_found"  # someone deleted it
+    await lab.mention("note second look", thread)
+    calls = await wait_text(lab, "second look", method="chat.postMessage")
+    again = [c for c in calls if c.method == "chat.postMessage" and "second look" in blocks_to_text(c.blocks)]
+    assert len(again) == 1 and again[0].params["thread_ts"] == thread and again[0].answer["ts"] != summary_ts
+    assert "first look" in blocks_to_text(again[0].blocks)  # the whole summary, not the change
+    del lab.standin.fail["chat.update"]
+    await lab.mention("note third look", thread)
+    calls = await wait_text(lab, "third look", method="chat.update")
+    assert "third look" in summary_text(calls, again[0].answer["ts"])
