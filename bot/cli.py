@@ -176,6 +176,44 @@ def cmd_history(args: argparse.Namespace) -> int:
     return _with_services(args, work)
 
 
+def cmd_incident(args: argparse.Namespace) -> int:
+    """The incident threads following a container, as their summaries show them (same as the thread's top message):
+    the attempts, the hypotheses with their status, the last observations."""
+    from bot.core.incident import with_attempts
+    from bot.core.inventory import Target, resolve_targets
+    from bot.views import blocks_to_text, incident_summary
+
+    async def work(services: Any) -> int:
+        if args.container:
+            target = resolve_targets(args.container, services.inventory)[0]
+            if target.vmid is None:
+                raise UsageError(f"`{args.container}` is a node; incident threads follow a container")
+            containers = [(target.node, target.vmid, target.label)]
+        else:
+            containers = [(c.node, c.vmid, Target("container", c.node, c.vmid, name).label)
+                          for name, c in services.inventory.containers.items()]
+        found = []
+        for node, vmid, label in containers:
+            following = await services.incidents.following(node, vmid)
+            attempts = await services.attempts.recent(node, vmid, 20) if following else []
+            # what the thread's summary says once the bot's scheduler has caught up (nothing is saved from here)
+            found += [(label, with_attempts(incident, attempts), attempts) for incident in following]
+        if args.json:
+            records = [{**{k: v for k, v in incident.to_dict().items() if k != "summary_digest"}, "container": label}
+                       for label, incident, _ in found]
+            print(json.dumps(records, indent=2, default=str))
+        elif not found:
+            where = containers[0][2] if args.container else "any container"
+            print(f"No incident thread follows {where} (a thread follows a container once `@gpuops` is mentioned "
+                  "in the thread of one of its launches).")
+        for label, incident, attempts in [] if args.json else found:
+            print(f"Thread {incident.thread_ts} in channel {incident.channel} ({label}):")
+            print(blocks_to_text(incident_summary(incident, attempts).blocks) + "\n")
+        return 0
+
+    return _with_services(args, work)
+
+
 def _read_input(name: str, what: str) -> bytes:
     """A file the command reads, or stdin for ``-``: a file that cannot be read is a usage error."""
     try:
@@ -958,6 +996,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="print the attempt records (secret flag values redacted) as JSON")
     history.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     history.set_defaults(func=cmd_history)
+
+    incident = sub.add_parser("incident", help="the incident threads following a container: their attempts, "
+                              "hypotheses and observations (the summary at the top of each thread)")
+    incident.add_argument("container", nargs="?", help="a container name or node:vmid (default: every container "
+                          "of the inventory)")
+    incident.add_argument("--json", action="store_true", help="print the threads' records as JSON")
+    incident.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
+    incident.set_defaults(func=cmd_incident)
 
     smi = sub.add_parser("smi", help="nvidia-smi output tools")
     smi_sub = smi.add_subparsers(dest="smi_command", required=True)

@@ -263,3 +263,29 @@ async def test_a_deleted_summary_is_posted_again_in_the_thread(lab):
     await lab.mention("note third look", thread)
     calls = await wait_text(lab, "third look", method="chat.update")
     assert "third look" in summary_text(calls, again[0].answer["ts"])
+
+
+async def test_a_terminal_reads_the_threads_following_a_container(lab, tmp_path):
+    import json
+
+    from tests.handlers.test_cli_launch import terminal
+
+    none = await terminal(lab, tmp_path, "incident", "sglang-a6000")
+    assert none.returncode == 0 and "No incident thread follows pve5:129" in none.stdout, none.stdout + none.stderr
+    first = await failed_launch(lab, "kv_pool_oom")
+    await lab.mention("hypothesis leftover GPU memory from an earlier run", first.thread_ts)
+    await wait_text(lab, "Incident summary", method="chat.postMessage")
+    second = await failed_launch(lab, "kv_pool_oom")  # the thread's summary is not told yet (no tick ran)
+
+    shown = await terminal(lab, tmp_path, "incident", "sglang-a6000")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"Thread {first.thread_ts} in channel C0LAB" in shown.stdout
+    assert "*H1* leftover GPU memory from an earlier run" in shown.stdout
+    assert f"`{first.id}` failed" in shown.stdout and f"`{second.id}` failed" in shown.stdout
+    everywhere = await terminal(lab, tmp_path, "incident", "--json")
+    (thread,) = json.loads(everywhere.stdout)
+    assert thread["thread_ts"] == first.thread_ts and thread["container"] == "pve5:129 (sglang-a6000)"
+    assert [h["text"] for h in thread["hypotheses"]] == ["leftover GPU memory from an earlier run"]
+    assert second.id in thread["attempts"]  # observed, as the summary shows it
+    node = await terminal(lab, tmp_path, "incident", "pve5")
+    assert node.returncode == 2 and "incident threads follow a container" in node.stdout + node.stderr
