@@ -197,6 +197,15 @@ async def test_a_hypothesis_with_slacks_control_characters_reads_as_typed(lab):
     assert incident.hypotheses[0].text == typed
 
 
+async def thread_with_summary(lab, mention):
+    """A failed launch's thread, ``mention`` said there: (the failed attempt, the ts of the summary it posted)."""
+    first = await failed_launch(lab, "kv_pool_oom")
+    await lab.mention(mention, first.thread_ts)
+    calls = await wait_text(lab, "Incident summary", method="chat.postMessage")
+    return first, next(c for c in calls if c.method == "chat.postMessage"
+                       and "Incident summary" in blocks_to_text(c.blocks)).answer["ts"]
+
+
 async def test_a_terminals_launch_and_stop_reach_the_thread_on_the_schedulers_next_tick(lab, tmp_path):
     """A terminal has no Slack: what it does to the thread's container is brought to the thread by the bot's
     scheduler, on its next tick, once; and after a Slack failure, on the tick after."""
@@ -204,12 +213,7 @@ async def test_a_terminals_launch_and_stop_reach_the_thread_on_the_schedulers_ne
     from tests.handlers.test_cli_launch import FITS, terminal
     from tests.handlers.test_launch_flow import model
 
-    first = await failed_launch(lab, "kv_pool_oom")
-    thread = first.thread_ts
-    await lab.mention("hypothesis the KV pool is too small at 0.85", thread)
-    calls = await wait_text(lab, "Incident summary", method="chat.postMessage")
-    summary_ts = next(c for c in calls if c.method == "chat.postMessage"
-                      and "Incident summary" in blocks_to_text(c.blocks)).answer["ts"]
+    first, summary_ts = await thread_with_summary(lab, "hypothesis the KV pool is too small at 0.85")
     scheduler = Scheduler(lab.services, lab.app.client)
     await scheduler.tick()  # the Slack launch's own changes, already shown: nothing is sent again
     edits = len(lab.standin.of("chat.update"))
@@ -247,12 +251,8 @@ async def test_a_terminals_launch_and_stop_reach_the_thread_on_the_schedulers_ne
 
 
 async def test_a_deleted_summary_is_posted_again_in_the_thread(lab):
-    first = await failed_launch(lab, "kv_pool_oom")
+    first, summary_ts = await thread_with_summary(lab, "note first look")
     thread = first.thread_ts
-    await lab.mention("note first look", thread)
-    calls = await wait_text(lab, "first look", method="chat.postMessage")
-    summary_ts = next(c for c in calls if c.method == "chat.postMessage"
-                      and "Incident summary" in blocks_to_text(c.blocks)).answer["ts"]
     lab.standin.fail["chat.update"] = "message_not_found"  # someone deleted it
     await lab.mention("note second look", thread)
     calls = await wait_text(lab, "second look", method="chat.postMessage")
