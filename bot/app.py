@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -42,6 +43,11 @@ class Services:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     group_cache: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
     pace: ChannelPace = field(default_factory=ChannelPace)  # shared across replicas once built
+    # the scheduler's heartbeat, for /healthz: how often it ticks (None: this process runs none), when it started and
+    # when a tick last ended well (time.monotonic())
+    tick_every_s: float | None = None
+    scheduler_since: float = 0.0
+    ticked_at: float | None = None
 
     @property
     def attempts(self) -> AttemptStore:
@@ -151,8 +157,46 @@ async def after_start(app: AsyncApp, services: Services, scheduler: bool = False
     return resumed
 
 
-async def serve_http(app: AsyncApp, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app.web_app(path="/slack/events"), access_log=None)
+HEALTH_REDIS_TIMEOUT_S = 2.0
+SCHEDULER_STALE_MIN_S = 600.0  # a tick samples every node, posts, follows launches: minutes are not a hang
+
+
+async def health(services: Services, now: float | None = None) -> tuple[bool, dict[str, Any]]:
+    """What a load balancer or `docker compose` asks a replica: does it reach Redis, and (when it runs the
+    scheduler) did a tick end well lately. Never raises; says which part is not well."""
+    answer: dict[str, Any] = {"replica": services.replica}
+    healthy = True
+    try:
+        await asyncio.wait_for(services.store.redis.ping(), HEALTH_REDIS_TIMEOUT_S)
+        answer["redis"] = "ok"
+    except Exception as exc:  # the reason's kind only: a URL with its password never goes out
+        answer["redis"] = f"unreachable ({type(exc).__name__})"
+        healthy = False
+    if services.tick_every_s is not None:
+        now = time.monotonic() if now is None else now
+        age = now - (services.ticked_at if services.ticked_at is not None else services.scheduler_since)
+        stale_s = max(SCHEDULER_STALE_MIN_S, 3 * services.tick_every_s)
+        answer["scheduler"] = "ok" if age <= stale_s else f"no tick ended well for {age:.0f} s (> {stale_s:.0f} s)"
+        answer["scheduler_tick_age_s"] = round(age, 1)
+        healthy = healthy and age <= stale_s
+    return healthy, {"ok": healthy, **answer}
+
+
+def _health_route(web_app: web.Application, services: Services) -> None:
+    async def healthz(_request: web.Request) -> web.Response:
+        healthy, answer = await health(services)
+        return web.json_response(answer, status=200 if healthy else 503)
+
+    web_app.router.add_get("/healthz", healthz)
+
+
+async def serve_http(app: AsyncApp | None, host: str, port: int, services: Services | None = None) -> web.AppRunner:
+    """Slack's events at /slack/events (none for ``app=None``: Socket Mode takes them), and with ``services``
+    GET /healthz (200, or 503 naming what is not well)."""
+    web_app = app.web_app(path="/slack/events") if app is not None else web.Application()
+    if services is not None:
+        _health_route(web_app, services)
+    runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
@@ -167,13 +211,15 @@ async def serve(settings: Settings) -> None:
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
             handler = AsyncSocketModeHandler(app, settings.slack_app_token.get_secret_value())
-            log.info("gpuops: Socket Mode, %d nodes", len(services.inventory.nodes))
+            await serve_http(None, settings.http_host, settings.http_port, services)  # /healthz only
+            log.info("gpuops: Socket Mode, %d nodes; health on %s:%d/healthz", len(services.inventory.nodes),
+                     settings.http_host, settings.http_port)
             await after_start(app, services, scheduler=True)
             await handler.start_async()
         else:
-            await serve_http(app, settings.http_host, settings.http_port)
+            await serve_http(app, settings.http_host, settings.http_port, services)
             await after_start(app, services, scheduler=True)
-            log.info("gpuops: HTTP on %s:%d/slack/events", settings.http_host, settings.http_port)
+            log.info("gpuops: HTTP on %s:%d/slack/events (health: /healthz)", settings.http_host, settings.http_port)
             await asyncio.Event().wait()
     finally:
         await services.close()

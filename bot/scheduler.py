@@ -287,9 +287,11 @@ class Scheduler:
         return taken
 
     async def run(self, every_s: float = 30.0) -> None:
+        self.services.tick_every_s, self.services.scheduler_since = every_s, time.monotonic()
         while not self.services.stopping.is_set():
             try:
                 await self.tick()
+                self.services.ticked_at = time.monotonic()  # the heartbeat /healthz reads
             except Exception:
                 log.exception("scheduler tick failed")
             with contextlib.suppress(TimeoutError, asyncio.TimeoutError):

@@ -95,7 +95,7 @@ class Lab:
         self.services = build_services(settings, parse_inventory(inventory_data, str(inventory_path)))
         app = build_app(self.services)
         port = free_port()
-        self.runner = await serve_http(app, "127.0.0.1", port)
+        self.runner = await serve_http(app, "127.0.0.1", port, self.services)
         self.app_url = f"http://127.0.0.1:{port}/slack/events"
         self.app = app
         await after_start(app, self.services)
