@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
 import time
 import uuid
@@ -203,23 +204,39 @@ async def serve_http(app: AsyncApp | None, host: str, port: int, services: Servi
 
 
 async def serve(settings: Settings) -> None:
-    """Run the bot: Socket Mode when an app token is set, else HTTP on settings.http_host:port."""
+    """Run the bot until SIGTERM or SIGINT: Socket Mode when an app token is set, else HTTP on
+    settings.http_host:port. Then it stops cleanly: the listener closes, background work ends between remote
+    commands, and an embedded Redis writes its AOF and exits (killed outright, the process would leave that
+    redis-server running on the data dir beside the one the next start spawns)."""
     services = build_services(settings)
-    app = build_app(services)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    runner: web.AppRunner | None = None
+    handler: Any = None
     try:
+        app = build_app(services)
         if settings.slack_app_token:
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
             handler = AsyncSocketModeHandler(app, settings.slack_app_token.get_secret_value())
-            await serve_http(None, settings.http_host, settings.http_port, services)  # /healthz only
+            runner = await serve_http(None, settings.http_host, settings.http_port, services)  # /healthz only
             log.info("gpuops: Socket Mode, %d nodes; health on %s:%d/healthz", len(services.inventory.nodes),
                      settings.http_host, settings.http_port)
             await after_start(app, services, scheduler=True)
-            await handler.start_async()
+            await handler.connect_async()
         else:
-            await serve_http(app, settings.http_host, settings.http_port, services)
+            runner = await serve_http(app, settings.http_host, settings.http_port, services)
             await after_start(app, services, scheduler=True)
             log.info("gpuops: HTTP on %s:%d/slack/events (health: /healthz)", settings.http_host, settings.http_port)
-            await asyncio.Event().wait()
+        await stop.wait()
+        log.info("gpuops: stopping")
     finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        if handler is not None:
+            await handler.close_async()
+        if runner is not None:
+            await runner.cleanup()
         await services.close()

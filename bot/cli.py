@@ -969,6 +969,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.app import serve
     from bot.config import Settings
 
+    logging.getLogger("gpuops").setLevel(logging.INFO)  # what it serves, and when it stops
     asyncio.run(serve(Settings()))
     return 0
 
