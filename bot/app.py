@@ -162,9 +162,10 @@ HEALTH_REDIS_TIMEOUT_S = 2.0
 SCHEDULER_STALE_MIN_S = 600.0  # a tick samples every node, posts, follows launches: minutes are not a hang
 
 
-async def health(services: Services, now: float | None = None) -> tuple[bool, dict[str, Any]]:
+async def health(services: Services) -> dict[str, Any]:
     """What a load balancer or `docker compose` asks a replica: does it reach Redis, and (when it runs the
-    scheduler) did a tick end well lately. Never raises; says which part is not well."""
+    scheduler) did a tick end well lately. Never raises; ``ok`` is the answer, the other keys say which part is not
+    well."""
     answer: dict[str, Any] = {"replica": services.replica}
     healthy = True
     try:
@@ -174,19 +175,18 @@ async def health(services: Services, now: float | None = None) -> tuple[bool, di
         answer["redis"] = f"unreachable ({type(exc).__name__})"
         healthy = False
     if services.tick_every_s is not None:
-        now = time.monotonic() if now is None else now
-        age = now - (services.ticked_at if services.ticked_at is not None else services.scheduler_since)
+        age = time.monotonic() - (services.ticked_at if services.ticked_at is not None else services.scheduler_since)
         stale_s = max(SCHEDULER_STALE_MIN_S, 3 * services.tick_every_s)
         answer["scheduler"] = "ok" if age <= stale_s else f"no tick ended well for {age:.0f} s (> {stale_s:.0f} s)"
         answer["scheduler_tick_age_s"] = round(age, 1)
         healthy = healthy and age <= stale_s
-    return healthy, {"ok": healthy, **answer}
+    return {"ok": healthy, **answer}
 
 
 def _health_route(web_app: web.Application, services: Services) -> None:
     async def healthz(_request: web.Request) -> web.Response:
-        healthy, answer = await health(services)
-        return web.json_response(answer, status=200 if healthy else 503)
+        answer = await health(services)
+        return web.json_response(answer, status=200 if answer["ok"] else 503)
 
     web_app.router.add_get("/healthz", healthz)
 
