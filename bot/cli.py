@@ -206,9 +206,10 @@ def cmd_incident(args: argparse.Namespace) -> int:
             where = containers[0][2] if args.container else "any container"
             print(f"No incident thread follows {where} (a thread follows a container once `@gpuops` is mentioned "
                   "in the thread of one of its launches).")
-        for label, incident, attempts in [] if args.json else found:
-            print(f"Thread {incident.thread_ts} in channel {incident.channel} ({label}):")
-            print(blocks_to_text(incident_summary(incident, attempts).blocks) + "\n")
+        else:
+            for label, incident, attempts in found:
+                print(f"Thread {incident.thread_ts} in channel {incident.channel} ({label}):")
+                print(blocks_to_text(incident_summary(incident, attempts).blocks) + "\n")
         return 0
 
     return _with_services(args, work)
