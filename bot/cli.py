@@ -955,15 +955,16 @@ def _triage_file(args: argparse.Namespace) -> int:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    from bot.lab.console import run_lab
+    from bot.lab.console import run_lab, until_stopped
 
-    return asyncio.run(run_lab(script=args.script))
+    return asyncio.run(until_stopped(run_lab(script=args.script)))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from bot.lab.console import until_stopped
     from bot.lab.demo import run_demo
 
-    return asyncio.run(run_demo(args.script))
+    return asyncio.run(until_stopped(run_demo(args.script)))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -13,12 +13,14 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,6 +221,58 @@ def _kernel_xid(node: LabNode) -> None:
     node.write_state(state)
 
 
+_CLEANING_UP: set[asyncio.Task[Any]] = set()
+
+
+@contextmanager
+def cleaning_up() -> Iterator[None]:
+    """The current task is stopping the lab: a SIGTERM or SIGHUP arriving now lets it finish instead of cutting it
+    short (a server left running, files left behind)."""
+    task = asyncio.current_task()
+    if task is not None:
+        _CLEANING_UP.add(task)
+    try:
+        yield
+    finally:
+        if task is not None:
+            _CLEANING_UP.discard(task)
+
+
+async def until_stopped(work: Coroutine[Any, Any, int], out: Callable[[str], None] = print) -> int:
+    """Run ``work`` (the lab or the demo) until it ends or SIGTERM/SIGHUP ends it.
+
+    Unhandled, either signal killed the process outright: its SSH servers and Redis went with its process group, but
+    a server the lab had launched (in a session of its own) kept running and its files stayed in /tmp. Here the
+    signal cancels ``work``, whose ``finally`` stops all of it; the exit status is then 128 + the signal's number, as
+    a shell reports a process a signal ended. Ctrl-C (SIGINT) is asyncio's: it cancels ``work`` the same way and
+    ``gpuops`` exits 130.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()  # ``work`` runs in it: the lab's stop cancels every other task
+    assert task is not None
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        if not received and task not in _CLEANING_UP:
+            received.append(signum)
+            task.cancel()
+
+    handled = (signal.SIGTERM, signal.SIGHUP)
+    for signum in handled:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        with suppress(OSError):  # stdout may be the pipe whose reader's end closed
+            out(f"gpuops: stopped by {signal.Signals(received[0]).name}")
+        return 128 + received[0]
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
 async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gpuops-lab-"))
     lab = Lab(workdir)
@@ -251,8 +305,9 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             "`gpuops free` act here only with --yes), or `quit`.\n"
             f"Container 129's model is at\n  {model}\n"
             f"  e.g. /sglang budget sglang-a6000 {model} --tp 2 --mem-fraction-static 0.85")
+        typed = TypedLines()
         while True:
-            line = await asyncio.to_thread(_read_line)
+            line = await typed.next()
             if line is None or line.strip() in ("quit", "exit"):
                 return 0
             if line.strip().startswith("gpuops"):
@@ -274,18 +329,60 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
         # what the app still runs for a request (a pre-flight, a launch it follows) ends first: a launch cut short
         # after its server started leaves that server to the nodes' stop, and nothing writes to Redis or starts a
         # server once the lab's parts are gone
-        await _cancel_others()
-        await lab.stop()
-        with suppress(OSError):
-            shutil.rmtree(workdir)
+        with cleaning_up():
+            await _cancel_others()
+            await lab.stop()
+            with suppress(OSError):
+                shutil.rmtree(workdir)
 
 
-def _read_line() -> str | None:
-    try:
-        return input("gpuops> ")
-    except EOFError:
-        return None
+class TypedLines:
+    """The lines typed into the console, read from file descriptor 0 by a daemon thread.
+
+    Not with ``input()``: a lab stopped at its prompt (Ctrl-C, SIGTERM) would then wait for the next Enter (in
+    asyncio's executor), or, read in a daemon thread, abort at the interpreter's exit on the lock that thread holds on
+    ``sys.stdin``'s buffer. A thread blocked in ``os.read`` holds no lock of Python's.
+    """
+
+    def __init__(self, fd: int = 0) -> None:
+        self.fd = fd
+        self.pending = b""
+
+    def _read(self) -> str | None:
+        while b"\n" not in self.pending:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                line, self.pending = self.pending, b""
+                return line.decode(errors="replace") if line else None
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line.decode(errors="replace")
+
+    async def next(self, prompt: str = "gpuops> ") -> str | None:
+        """The next line, after the prompt; None at the end of input or when nothing can show the prompt."""
+        try:
+            sys.stdout.write(prompt)
+            sys.stdout.flush()
+        except OSError:  # stdout is a pipe whose reader is gone
+            return None
+        loop = asyncio.get_running_loop()
+        typed: asyncio.Future[str | None] = loop.create_future()
+
+        def deliver(line: str | None) -> None:
+            if not typed.done():
+                typed.set_result(line)
+
+        def read() -> None:
+            try:
+                line = self._read()
+            except OSError:
+                line = None
+            with suppress(RuntimeError):  # the loop closed while this thread waited for input
+                loop.call_soon_threadsafe(deliver, line)
+
+        threading.Thread(target=read, name="gpuops-lab-input", daemon=True).start()
+        return await typed
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_lab(script="--script" in sys.argv)))
+    sys.exit(asyncio.run(until_stopped(run_lab(script="--script" in sys.argv))))

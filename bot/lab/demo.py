@@ -18,7 +18,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.lab.console import Lab
+from bot.lab.console import Lab, cleaning_up, until_stopped
 from bot.lab.nodes import container_path
 from bot.slack_standin import Call
 from bot.views import blocks_to_text
@@ -188,10 +188,11 @@ async def run_demo(script: str, out: Callable[[str], None] = print) -> int:
             f"in {time.monotonic() - started:.1f}s")
         return 0 if ok else 1
     finally:
-        await lab.stop()
-        with suppress(OSError):
-            shutil.rmtree(workdir)
+        with cleaning_up():
+            await lab.stop()
+            with suppress(OSError):
+                shutil.rmtree(workdir)
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(run_demo("seed")))
+    raise SystemExit(asyncio.run(until_stopped(run_demo("seed"))))
