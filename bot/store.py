@@ -23,6 +23,7 @@ in the data dir, with AOF persistence); ``REDIS_URL`` points it at an external o
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -84,11 +86,18 @@ def _server_version(binary: str) -> str:
 
 @dataclass
 class EmbeddedRedis:
-    """A real redis-server owned by this process, on a unix socket in ``data_dir``."""
+    """A real redis-server on a unix socket in ``data_dir``, shared by the gpuops processes that use that data dir.
+
+    The bot and a `gpuops` command in another terminal on the same host both default to one data dir. A second
+    redis-server there would append to the same AOF and, stopping, remove the first one's socket (the bot would lose
+    Redis at its next connection). So a server that answers on the data dir's socket is used, not started again; and
+    whoever leaves last stops it: ``stop`` shuts it down only when no other client is connected to it. Starting and
+    stopping are decided under a lock file in the data dir, so two processes never decide at once.
+    """
 
     data_dir: Path
     persist: bool = True
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | None = None  # the server, when this process started it
 
     @property
     def socket_path(self) -> Path:
@@ -98,8 +107,48 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"unix://{self.socket_path}"
 
+    @contextlib.contextmanager
+    def _deciding(self, timeout_s: float = 30.0) -> Iterator[None]:
+        """Hold the data dir's lock file while starting or stopping its server."""
+        with open(self.data_dir / "redis.lock", "a") as lock:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise StoreError(f"another gpuops process has been starting or stopping the embedded Redis "
+                                         f"in {self.data_dir} for {timeout_s:.0f} s") from None
+                    time.sleep(0.05)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _client(self) -> redis.Redis:
+        return redis.Redis(unix_socket_path=str(self.socket_path), socket_connect_timeout=1, socket_timeout=5)
+
+    def _answers(self) -> bool:
+        if not self.socket_path.exists():
+            return False
+        client = self._client()
+        try:
+            return bool(client.ping())
+        except RedisError:
+            return False
+        finally:
+            client.close()
+
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self._deciding():
+            if self._answers():
+                return self  # another gpuops process's server on this data dir: shared, never a second one
+            self._spawn(timeout_s)
+        return self
+
+    def _spawn(self, timeout_s: float) -> None:
         binary = redis_server_binary()
         version = _server_version(binary)
         marker = self.data_dir / "redis-version"
@@ -111,7 +160,7 @@ class EmbeddedRedis:
                 "use the same major version or another GPUOPS_DATA_DIR"
             )
         marker.write_text(version)
-        if self.socket_path.exists():
+        if self.socket_path.exists():  # left by a server that was killed: nothing answers on it
             self.socket_path.unlink()
         args = [
             binary, "--port", "0", "--unixsocket", str(self.socket_path), "--unixsocketperm", "700",
@@ -125,12 +174,45 @@ class EmbeddedRedis:
                 log = (self.data_dir / "redis.log").read_text()[-400:] if (self.data_dir / "redis.log").exists() else ""
                 raise StoreError(f"embedded redis-server exited ({self.process.returncode}): {log}")
             if self.socket_path.exists():
-                return self
+                return
             time.sleep(0.01)
-        self.stop()
+        self._stop_process()
         raise StoreError("embedded redis-server did not start within 10 s")
 
+    def others_connected(self, settle_s: float = 0.5) -> int | None:
+        """How many clients besides this question are connected to the server; None when it does not answer.
+
+        A connection this process closed a moment ago can still be listed until the server reads the close, so a
+        count above zero is asked again for up to ``settle_s``."""
+        if not self.socket_path.exists():
+            return None
+        client = self._client()
+        deadline = time.monotonic() + settle_s
+        try:
+            while True:
+                others = len(client.client_list()) - 1
+                if others == 0 or time.monotonic() > deadline:
+                    return others
+                time.sleep(0.05)
+        except RedisError:
+            return None
+        finally:
+            client.close()
+
     def stop(self) -> None:
+        """Stop the server unless another process still uses it (that one stops it when it leaves). Close this
+        process's own clients first."""
+        with self._deciding():
+            others = self.others_connected()
+            if others:  # a server this process started keeps running for them; the last to leave stops it
+                self.process = None
+                return
+            if self.process is not None:
+                self._stop_process()
+            elif others == 0:
+                self._shut_down()
+
+    def _stop_process(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)  # redis writes its AOF and exits
             try:
@@ -139,6 +221,19 @@ class EmbeddedRedis:
                 self.process.kill()
                 self.process.wait(5)
         self.process = None
+
+    def _shut_down(self, timeout_s: float = 10.0) -> None:
+        """SHUTDOWN a server another process started (it writes its AOF and exits), and wait until it is gone."""
+        client = self._client()
+        try:
+            client.shutdown()
+        except RedisError:
+            pass
+        finally:
+            client.close()
+        deadline = time.monotonic() + timeout_s
+        while self.socket_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 @contextlib.contextmanager

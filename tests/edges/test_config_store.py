@@ -288,3 +288,60 @@ async def test_running_attempts_saved_before_the_running_set_are_backfilled_once
     assert attempt(7).id not in {str(m) for m in await store.redis.smembers(ACTIVE_SET)}
     # other states still come from the most recent attempts
     assert len(await attempts.with_status("failed")) == 200
+
+
+async def test_two_processes_on_one_data_dir_share_its_redis_and_the_last_to_leave_stops_it(tmp_path):
+    """The bot and a `gpuops` command in another terminal default to one data dir: the second uses the first's
+    server (a second redis-server would append to the same AOF, and remove the first's socket when it stops)."""
+    started = []  # every redis-server this test made, stopped at the end if it is still running
+    try:
+        await _share_one_data_dir(tmp_path / "redis", started)
+    finally:
+        for server in started:
+            if server.poll() is None:
+                server.kill()
+                server.wait(5)
+
+
+async def _share_one_data_dir(data, started):
+    def start():
+        embedded = EmbeddedRedis(data).start()
+        if embedded.process is not None:
+            started.append(embedded.process)
+        return embedded
+
+    bot = start()
+    bot_store = Store(connect(bot.url))
+    await bot_store.audit(action="gpu.status", user="U1")
+    command = start()
+    assert command.process is None  # nothing started: the bot's server answers there
+    command_store = Store(connect(command.url))
+    assert [e["user"] for e in await command_store.audit_entries()] == ["U1"]
+    await command_store.audit(action="sglang.launch", user="cli:root")
+    await command_store.close()
+    await asyncio.to_thread(command.stop)  # the bot is still connected: its server stays
+    assert bot.process is not None and bot.process.poll() is None
+    fresh = Store(connect(bot.url))  # a new connection, as the bot's pool makes them, still reaches it
+    assert [e["user"] for e in await fresh.audit_entries()] == ["cli:root", "U1"]  # newest first
+    await fresh.close()
+
+    # now the bot stops first while a command still uses the server: it stays for the command, which stops it
+    command = start()
+    command_store = Store(connect(command.url))
+    await command_store.ping()
+    await bot_store.close()
+    await asyncio.to_thread(bot.stop)
+    assert started[0].poll() is None
+    await command_store.audit(action="sglang.stop", user="cli:root")
+    await command_store.close()
+    await asyncio.to_thread(command.stop)  # the last to leave: SHUTDOWN, the server writes its AOF and exits
+    assert started[0].wait(10) == 0
+    assert not command.socket_path.exists()
+
+    again = start()
+    assert len(started) == 2  # the data dir's second server, started once the first was gone
+    store = Store(connect(again.url))
+    assert [e["action"] for e in await store.audit_entries()] == ["sglang.stop", "sglang.launch", "gpu.status"]
+    await store.close()
+    await asyncio.to_thread(again.stop)  # alone on it (the connection it just closed does not count)
+    assert started[1].wait(10) == 0
