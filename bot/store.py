@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import inspect
 import json
 import os
 import shutil
@@ -34,7 +36,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -262,6 +264,35 @@ def connect(url: str) -> aioredis.Redis:
     )
 
 
+_StoreClass = TypeVar("_StoreClass", bound=type)
+
+
+def _redis_failures_as_store_errors(cls: _StoreClass) -> _StoreClass:
+    """Every public coroutine method of ``cls`` raises StoreError where redis-py raised its own error.
+
+    The handlers and the CLI answer a StoreError (":warning: Redis unavailable ..."; `gpuops: ...`, exit 2). redis-py's
+    errors, which only this module knows, reached a Slack user as silence after "reading the history…" and a terminal
+    as a traceback. The message names the error's kind only: a Redis URL with its password never goes out.
+    """
+    for name, method in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.iscoroutinefunction(method):
+            continue
+
+        def wrapped(method: Any, name: str) -> Any:
+            @functools.wraps(method)
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await method(*args, **kwargs)
+                except RedisError as exc:
+                    raise StoreError(f"Redis unavailable ({type(exc).__name__}): {name.replace('_', ' ')} failed; "
+                                     "is REDIS_URL, or the embedded Redis of the data dir, up?") from None
+            return call
+
+        setattr(cls, name, wrapped(method, name))
+    return cls
+
+
+@_redis_failures_as_store_errors
 class Store:
     def __init__(self, client: aioredis.Redis) -> None:
         self.redis = client
@@ -330,6 +361,7 @@ _RENEW = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPI
           "else return 0 end")
 
 
+@_redis_failures_as_store_errors
 class AttemptStore:
     """Attempts, launch locks, pending confirmations and tracker leases."""
 
@@ -509,6 +541,7 @@ def now() -> float:
     return time.time()
 
 
+@_redis_failures_as_store_errors
 class IncidentStore:
     """Incident threads: gpuops:incident:<channel>:<thread_ts> -> JSON (kept 30 days).
 
@@ -567,6 +600,7 @@ class IncidentStore:
         return found
 
 
+@_redis_failures_as_store_errors
 class HealthStore:
     """GPU samples and scheduled posts.
 

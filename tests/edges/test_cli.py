@@ -524,3 +524,21 @@ def test_budget_of_a_hub_id_reads_the_local_hugging_face_cache(tmp_path):
     out = gpuops("budget", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "RTX A6000", env=env)
     assert out.returncode == 2 and "neither a path here nor in the Hugging Face cache" in out.stderr
     assert str(tmp_path / "hub" / "models--meta-llama--Llama-3.3-70B-Instruct") in out.stderr
+
+
+def test_an_unreachable_redis_is_one_clear_line_not_a_traceback(tmp_path):
+    from bot.lab.nodes import free_port
+
+    (tmp_path / "key").write_text("")
+    (tmp_path / "known_hosts").write_text("")
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"nodes": {"pve5": {"host": "127.0.0.1", "key": "key",
+                                                            "known_hosts": "known_hosts"}},
+                                         "containers": {"sglang-a6000": {"node": "pve5", "vmid": 129}}}))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "REDIS_URL": f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"}  # nothing listens there
+    for args in (("history",), ("incident", "sglang-a6000"), ("history", "sglang-a6000", "--json")):
+        out = gpuops(*args, "--inventory", str(inventory), env=env)
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stderr.startswith("gpuops: Redis unavailable (ConnectionError)"), (args, out.stderr)
+        assert "Traceback" not in out.stderr and "s3cret-pass" not in out.stderr + out.stdout
