@@ -90,9 +90,17 @@ async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target 
         attempt = await attempts.latest(target.node, target.vmid)
     else:
         attempt = next((a for a in await attempts.recent(count=50) if a.pid and channel in (None, a.channel)), None)
-    if attempt is None or attempt.pid is None:
-        raise UsageError("no launched attempt there (a refused pre-flight has no log)")
-    return attempt
+    if attempt is not None and attempt.pid is not None:
+        return attempt
+    if attempt is not None:
+        last = attempt.transitions[-1].note if attempt.transitions else ""
+        raise UsageError(f"attempt `{attempt.id}` on {attempt.node}:{attempt.vmid} started no server "
+                         f"({attempt.status.value}{': ' + last if last else ''}), so it has no log")
+    if target is not None:
+        raise UsageError(f"no attempt is recorded on {target.label} (a launch records one)")
+    if channel:
+        raise UsageError("no attempt was launched from this channel: name a container or an attempt id")
+    raise UsageError("no launched attempt is recorded: name a container or an attempt id")
 
 
 async def record_triage(attempts: AttemptStore, store: Store, report: TriageReport, user: str, channel: str) -> None:

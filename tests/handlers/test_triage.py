@@ -215,6 +215,23 @@ async def test_an_unknown_name_or_attempt_is_answered_with_what_triage_takes(lab
     assert "no attempt `a20201231-235959-beef` is recorded" in text
 
 
+async def test_triage_with_no_launched_attempt_says_which_case_it_is(lab):
+    async def answer(text):
+        before = len(lab.standin.calls)
+        await lab.slash("/sglang", text)
+        responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c[before:]), 20)
+        return next(c for c in responded[before:] if c.method == "response_url").params["text"]
+
+    assert "no attempt was launched from this channel: name a container or an attempt id" in await answer("triage")
+    assert "no attempt is recorded on pve5:129 (sglang-a6000)" in await answer("triage sglang-a6000")
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85")
+    await wait_text(lab, "Pre-flight refused", method="chat.postMessage")
+    (refused,) = await lab.services.attempts.recent(count=5)
+    text = await answer("triage sglang-a6000")
+    assert f"attempt `{refused.id}` on pve5:129 started no server (failed: refused by pre-flight), so it has no log" \
+        in text
+
+
 async def test_a_server_that_failed_after_a_long_run_is_triaged_from_its_logs_end(lab):
     """The log of a server that served for hours is megabytes long: the cause at its end is read (the
     log's head and tail, over SSH), and quoted with the file's own line numbers."""
