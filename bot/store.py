@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -86,6 +87,12 @@ def _server_version(binary: str) -> str:
     return out.strip() or "unknown"
 
 
+def process_name() -> str:
+    """This process's name on its Redis connections (CLIENT LIST): its host, as containers sharing a data dir differ
+    there, and its PID."""
+    return f"gpuops-{socket.gethostname()}-{os.getpid()}"
+
+
 @dataclass
 class EmbeddedRedis:
     """A real redis-server on a unix socket in ``data_dir``, shared by the gpuops processes that use that data dir.
@@ -129,7 +136,8 @@ class EmbeddedRedis:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _client(self) -> redis.Redis:
-        return redis.Redis(unix_socket_path=str(self.socket_path), socket_connect_timeout=1, socket_timeout=5)
+        return redis.Redis(unix_socket_path=str(self.socket_path), socket_connect_timeout=1, socket_timeout=5,
+                           client_name=process_name())
 
     def _answers(self) -> bool:
         if not self.socket_path.exists():
@@ -182,7 +190,9 @@ class EmbeddedRedis:
         raise StoreError("embedded redis-server did not start within 10 s")
 
     def others_connected(self, settle_s: float = 0.5) -> int | None:
-        """How many clients besides this question are connected to the server; None when it does not answer.
+        """How many clients of other processes are connected to the server; None when it does not answer. This
+        process's own connections (named by ``connect``) do not count: one it forgot to close must not keep the
+        server running after it.
 
         A connection this process closed a moment ago can still be listed until the server reads the close, so a
         count above zero is asked again for up to ``settle_s``."""
@@ -192,7 +202,8 @@ class EmbeddedRedis:
         deadline = time.monotonic() + settle_s
         try:
             while True:
-                others = len(client.client_list()) - 1
+                me = process_name()
+                others = sum(1 for listed in client.client_list() if listed.get("name") != me)
                 if others == 0 or time.monotonic() > deadline:
                     return others
                 time.sleep(0.05)
@@ -254,13 +265,16 @@ def scratch_redis(prefix: str = "gpuops-scratch-redis-") -> Iterator[str]:
 
 
 def connect(url: str) -> aioredis.Redis:
-    """A client that fails fast: redis-py's default retries stall a handler for ~4.5 s."""
+    """A client that fails fast: redis-py's default retries stall a handler for ~4.5 s. On a unix socket (where an
+    embedded server listens) its connections carry this process's name, which EmbeddedRedis.stop tells apart."""
+    named: dict[str, Any] = {"client_name": process_name()} if url.startswith("unix://") else {}
     return aioredis.Redis.from_url(
         url,
         decode_responses=True,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
         socket_connect_timeout=2,
         socket_timeout=5,
+        **named,
     )
 
 

@@ -290,12 +290,32 @@ async def test_running_attempts_saved_before_the_running_set_are_backfilled_once
     assert len(await attempts.with_status("failed")) == 200
 
 
+# another gpuops process on the same data dir: it uses the embedded Redis there, holds a connection until a line
+# comes on stdin, then closes it and stops its EmbeddedRedis
+HOLDER = """
+import asyncio, sys
+from pathlib import Path
+from bot.store import EmbeddedRedis, Store, connect
+
+async def main():
+    embedded = EmbeddedRedis(Path(sys.argv[1])).start()
+    store = Store(connect(embedded.url))
+    await store.audit(action="sglang.stop", user="cli:holder")
+    print("started" if embedded.process is not None else "shared", flush=True)
+    sys.stdin.readline()
+    await store.close()
+    embedded.stop()
+
+asyncio.run(main())
+"""
+
+
 async def test_two_processes_on_one_data_dir_share_its_redis_and_the_last_to_leave_stops_it(tmp_path):
     """The bot and a `gpuops` command in another terminal default to one data dir: the second uses the first's
     server (a second redis-server would append to the same AOF, and remove the first's socket when it stops)."""
     started = []  # every redis-server this test made, stopped at the end if it is still running
     try:
-        await _share_one_data_dir(tmp_path / "redis", started)
+        await _share_one_data_dir(tmp_path, started)
     finally:
         for server in started:
             if server.poll() is None:
@@ -303,7 +323,16 @@ async def test_two_processes_on_one_data_dir_share_its_redis_and_the_last_to_lea
                 server.wait(5)
 
 
-async def _share_one_data_dir(data, started):
+async def _share_one_data_dir(tmp_path, started):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    data = tmp_path / "data" / "redis"
+
     def start():
         embedded = EmbeddedRedis(data).start()
         if embedded.process is not None:
@@ -313,35 +342,46 @@ async def _share_one_data_dir(data, started):
     bot = start()
     bot_store = Store(connect(bot.url))
     await bot_store.audit(action="gpu.status", user="U1")
-    command = start()
-    assert command.process is None  # nothing started: the bot's server answers there
-    command_store = Store(connect(command.url))
-    assert [e["user"] for e in await command_store.audit_entries()] == ["U1"]
-    await command_store.audit(action="sglang.launch", user="cli:root")
-    await command_store.close()
-    await asyncio.to_thread(command.stop)  # the bot is still connected: its server stays
-    assert bot.process is not None and bot.process.poll() is None
+
+    # a terminal's `gpuops history` while the bot runs
+    (tmp_path / "key").write_text("")
+    (tmp_path / "known_hosts").write_text("")
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"nodes": {"pve5": {"host": "127.0.0.1", "key": "key",
+                                                            "known_hosts": "known_hosts"}}}))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUOPS_DATA_DIR": str(tmp_path / "data")}
+    history = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", "history", "--inventory",
+                                                       str(inventory)], capture_output=True, text=True, cwd=ROOT,
+                                      env=env, timeout=60)
+    assert history.returncode == 0, history.stderr
+    assert bot.process.poll() is None and bot.socket_path.exists()  # its server stays, socket and all
     fresh = Store(connect(bot.url))  # a new connection, as the bot's pool makes them, still reaches it
-    assert [e["user"] for e in await fresh.audit_entries()] == ["cli:root", "U1"]  # newest first
+    assert [e["user"] for e in await fresh.audit_entries()] == ["U1"]
     await fresh.close()
 
-    # now the bot stops first while a command still uses the server: it stays for the command, which stops it
-    command = start()
-    command_store = Store(connect(command.url))
-    await command_store.ping()
-    await bot_store.close()
-    await asyncio.to_thread(bot.stop)
-    assert started[0].poll() is None
-    await command_store.audit(action="sglang.stop", user="cli:root")
-    await command_store.close()
-    await asyncio.to_thread(command.stop)  # the last to leave: SHUTDOWN, the server writes its AOF and exits
-    assert started[0].wait(10) == 0
-    assert not command.socket_path.exists()
+    # the bot stops first while another process uses the server: it stays for that one, which stops it leaving
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data)], cwd=ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert await asyncio.to_thread(holder.stdout.readline) == "shared\n"
+        await bot_store.close()
+        await asyncio.to_thread(bot.stop)
+        assert started[0].poll() is None
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        assert await asyncio.to_thread(holder.wait, 30) == 0, holder.stdout.read()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(5)
+    assert started[0].wait(10) == 0  # the last to leave: SHUTDOWN, the server writes its AOF and exits
+    assert not bot.socket_path.exists()
 
+    # alone on a server it started, a process stops it even with a client of its own left open
     again = start()
-    assert len(started) == 2  # the data dir's second server, started once the first was gone
-    store = Store(connect(again.url))
-    assert [e["action"] for e in await store.audit_entries()] == ["sglang.stop", "sglang.launch", "gpu.status"]
-    await store.close()
-    await asyncio.to_thread(again.stop)  # alone on it (the connection it just closed does not count)
+    assert len(started) == 2
+    forgotten = Store(connect(again.url))
+    assert [e["action"] for e in await forgotten.audit_entries()] == ["sglang.stop", "gpu.status"]
+    await asyncio.to_thread(again.stop)
     assert started[1].wait(10) == 0
+    await forgotten.close()
