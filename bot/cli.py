@@ -26,6 +26,7 @@ from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.gpu import SmiSnapshot
 from bot.core.model import CheckpointIndex, ModelSpec, read_index
 from bot.errors import GpuopsError, UsageError
+from bot.signals import Interrupted, cleaning_up, interruptible
 
 if TYPE_CHECKING:
     from bot.core.attempts import Attempt
@@ -130,9 +131,10 @@ def _with_services(args: argparse.Namespace, work: Any) -> int:
         try:
             return int(await work(services))
         finally:
-            await services.close()
+            with cleaning_up():
+                await services.close()
 
-    return asyncio.run(run())
+    return asyncio.run(interruptible(run()))
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -699,12 +701,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     try:
         return _with_services(args, work)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Interrupted): main() gives the exit status
         if started:
-            print("\n" + _still_running(started[0]), file=sys.stderr)
-            if args.json:
-                print(json.dumps({"outcome": "not followed", "attempt_id": started[0]}, indent=2))
-        return 130
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) has nowhere to show it
+                print("\n" + _still_running(started[0]), file=sys.stderr)
+                if args.json:
+                    print(json.dumps({"outcome": "not followed", "attempt_id": started[0]}, indent=2))
+        raise
 
 
 PROGRESS_LINE_S = 15.0  # a terminal following a launch hears from a long stage this often
@@ -955,16 +958,15 @@ def _triage_file(args: argparse.Namespace) -> int:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    from bot.lab.console import run_lab, until_stopped
+    from bot.lab.console import run_lab
 
-    return asyncio.run(until_stopped(run_lab(script=args.script)))
+    return asyncio.run(interruptible(run_lab(script=args.script)))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from bot.lab.console import until_stopped
     from bot.lab.demo import run_demo
 
-    return asyncio.run(until_stopped(run_demo(args.script)))
+    return asyncio.run(interruptible(run_demo(args.script)))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -1126,6 +1128,10 @@ def main(argv: list[str] | None = None) -> int:
     except GpuopsError as exc:
         print(f"gpuops: {exc.user_message}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        with contextlib.suppress(OSError):
+            print(f"gpuops: stopped by {exc}", file=sys.stderr)
+        return exc.exit_status
     except KeyboardInterrupt:
         return 130
 

@@ -13,14 +13,13 @@ import os
 import secrets
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from aiohttp import web
 from bot.app import Services, after_start, build_app, build_services, serve_http
 from bot.config import Settings, parse_inventory
 from bot.lab.nodes import LAB_DIR, LabNode, container_path, free_port, seed_node_state, start_node
+from bot.signals import cleaning_up
 from bot.slack_standin import Call, SlackStandIn, block_action_body, mention_event_body, signed_headers, slash_body
 from bot.views import blocks_to_text
 
@@ -221,58 +221,6 @@ def _kernel_xid(node: LabNode) -> None:
     node.write_state(state)
 
 
-_CLEANING_UP: set[asyncio.Task[Any]] = set()
-
-
-@contextmanager
-def cleaning_up() -> Iterator[None]:
-    """The current task is stopping the lab: a SIGTERM or SIGHUP arriving now lets it finish instead of cutting it
-    short (a server left running, files left behind)."""
-    task = asyncio.current_task()
-    if task is not None:
-        _CLEANING_UP.add(task)
-    try:
-        yield
-    finally:
-        if task is not None:
-            _CLEANING_UP.discard(task)
-
-
-async def until_stopped(work: Coroutine[Any, Any, int], out: Callable[[str], None] = print) -> int:
-    """Run ``work`` (the lab or the demo) until it ends or SIGTERM/SIGHUP ends it.
-
-    Unhandled, either signal killed the process outright: its SSH servers and Redis went with its process group, but
-    a server the lab had launched (in a session of its own) kept running and its files stayed in /tmp. Here the
-    signal cancels ``work``, whose ``finally`` stops all of it; the exit status is then 128 + the signal's number, as
-    a shell reports a process a signal ended. Ctrl-C (SIGINT) is asyncio's: it cancels ``work`` the same way and
-    ``gpuops`` exits 130.
-    """
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()  # ``work`` runs in it: the lab's stop cancels every other task
-    assert task is not None
-    received: list[int] = []
-
-    def stop(signum: int) -> None:
-        if not received and task not in _CLEANING_UP:
-            received.append(signum)
-            task.cancel()
-
-    handled = (signal.SIGTERM, signal.SIGHUP)
-    for signum in handled:
-        loop.add_signal_handler(signum, stop, signum)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if not received:
-            raise
-        with suppress(OSError):  # stdout may be the pipe whose reader's end closed
-            out(f"gpuops: stopped by {signal.Signals(received[0]).name}")
-        return 128 + received[0]
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
-
-
 async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gpuops-lab-"))
     lab = Lab(workdir)
@@ -385,4 +333,6 @@ class TypedLines:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(until_stopped(run_lab(script="--script" in sys.argv))))
+    from bot.cli import main
+
+    sys.exit(main(["lab", *sys.argv[1:]]))

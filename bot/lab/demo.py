@@ -9,7 +9,6 @@ does not happen as scripted.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 import time
@@ -18,8 +17,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.lab.console import Lab, cleaning_up, until_stopped
+from bot.lab.console import Lab
 from bot.lab.nodes import container_path
+from bot.signals import cleaning_up
 from bot.slack_standin import Call
 from bot.views import blocks_to_text
 
@@ -195,4 +195,6 @@ async def run_demo(script: str, out: Callable[[str], None] = print) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(until_stopped(run_demo("seed"))))
+    from bot.cli import main
+
+    raise SystemExit(main(["demo"]))

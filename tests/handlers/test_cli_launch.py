@@ -3,8 +3,11 @@ same Redis as the bot, so what a terminal launched is in the history the team re
 
 import asyncio
 import re
+import signal
 import subprocess
 import sys
+
+import pytest
 
 from bot.core.attempts import AttemptStatus
 from bot.core.startup_log import STAGE_LABEL
@@ -142,6 +145,19 @@ async def test_ctrl_c_stops_following_a_terminal_launch_not_the_server_and_the_b
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert (await lab.services.attempts.get(attempt_id)).status is AttemptStatus.STOPPED
     assert lab.nodes["pve5"].launched_pids() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_a_terminal_launch_ended_by_sigterm_or_a_closed_terminal_lets_go_as_ctrl_c_does(lab, tmp_path, signum):
+    """The SSH session to the jump host dropping (SIGHUP) or a `kill` ends the following, not the server; the lease
+    is given back at once (killed outright, the command held it until it expired), and the exit says which signal."""
+    attempt_id, code, printed = await following_a_hang(lab, tmp_path, lambda p: p.send_signal(signum))
+    assert code == 128 + signum, printed
+    assert "Traceback" not in printed
+    assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in printed
+    attempt = await lab.services.attempts.get(attempt_id)
+    assert attempt.status is AttemptStatus.LAUNCHING and lab.nodes["pve5"].launched_pids() == [attempt.pid]
+    assert not await lab.services.store.redis.exists(f"gpuops:tracker:{attempt_id}")
 
 
 async def test_a_node_that_stops_answering_while_a_terminal_follows_says_the_server_was_not_stopped(lab, tmp_path):
