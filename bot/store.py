@@ -100,8 +100,8 @@ class EmbeddedRedis:
     The bot and a `gpuops` command in another terminal on the same host both default to one data dir. A second
     redis-server there would append to the same AOF and, stopping, remove the first one's socket (the bot would lose
     Redis at its next connection). So a server that answers on the data dir's socket is used, not started again; and
-    whoever leaves last stops it: ``stop`` shuts it down only when no other client is connected to it. Starting and
-    stopping are decided under a lock file in the data dir, so two processes never decide at once.
+    whoever leaves last stops it: ``stop`` shuts it down only when no other process's client is connected to it.
+    Starting and stopping are decided under a lock file in the data dir, so two processes never decide at once.
     """
 
     data_dir: Path
@@ -198,11 +198,10 @@ class EmbeddedRedis:
         count above zero is asked again for up to ``settle_s``."""
         if not self.socket_path.exists():
             return None
-        client = self._client()
+        client, me = self._client(), process_name()
         deadline = time.monotonic() + settle_s
         try:
             while True:
-                me = process_name()
                 others = sum(1 for listed in client.client_list() if listed.get("name") != me)
                 if others == 0 or time.monotonic() > deadline:
                     return others

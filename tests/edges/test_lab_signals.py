@@ -12,22 +12,12 @@ import time
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.edges.test_serve import alive
+from tests.edges.test_serve import alive, processes
 
 
 def processes_under(workdir):
     """PIDs of the processes whose command line names ``workdir`` (the lab's SSH servers, Redis, SGLang stand-in)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(workdir) in cmdline and alive(int(entry.name)):
-            found.append((int(entry.name), cmdline))
-    return found
+    return processes(lambda _, cmdline: str(workdir) in cmdline)
 
 
 class Console:
@@ -77,7 +67,7 @@ class Console:
             self.process.kill()
             self.process.wait(10)
         if workdir is not None:
-            for pid, _ in processes_under(workdir):
+            for pid in processes_under(workdir):
                 os.kill(pid, signal.SIGKILL)
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -97,7 +87,7 @@ def test_sigterm_during_a_launch_stops_its_server_and_removes_the_lab(tmp_path):
         deadline = time.monotonic() + 60
         servers = []
         while not servers and time.monotonic() < deadline:
-            servers = [pid for pid, cmdline in processes_under(workdir) if "sglang.launch_server" in cmdline]
+            servers = processes(lambda _, cmdline: str(workdir) in cmdline and "sglang.launch_server" in cmdline)
             time.sleep(0.2)
         assert servers, "the launch's server did not start"
         console.process.send_signal(signal.SIGTERM)

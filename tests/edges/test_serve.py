@@ -13,20 +13,28 @@ from bot.lab.nodes import free_port
 from tests.conftest import ROOT
 
 
-def redis_children(pid):
-    """The redis-server processes whose parent is ``pid``."""
+def processes(where):
+    """PIDs of the live processes for which ``where(status_fields, command_line)`` holds (read from /proc)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if fields.get("PPid", "").strip() == str(pid) and fields.get("Name", "").strip() == "redis-server":
+        fields = {k: v.strip() for k, v in (line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)}
+        if fields.get("State", "").startswith("Z"):
+            continue
+        if where(fields, cmdline):
             found.append(int(entry.name))
     return found
+
+
+def redis_children(pid):
+    """The redis-server processes whose parent is ``pid``."""
+    return processes(lambda fields, _: fields.get("PPid") == str(pid) and fields.get("Name") == "redis-server")
 
 
 def alive(pid):
