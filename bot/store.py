@@ -189,13 +189,14 @@ class EmbeddedRedis:
         self._stop_process()
         raise StoreError("embedded redis-server did not start within 10 s")
 
-    def others_connected(self, settle_s: float = 0.5) -> int | None:
+    def others_connected(self, settle_s: float = 0.1) -> int | None:
         """How many clients of other processes are connected to the server; None when it does not answer. This
         process's own connections (named by ``connect``) do not count: one it forgot to close must not keep the
         server running after it.
 
-        A connection this process closed a moment ago can still be listed until the server reads the close, so a
-        count above zero is asked again for up to ``settle_s``."""
+        A connection another process closed a moment ago (one that left just before) can still be listed until the
+        server reads the close, which takes it well under a millisecond, so a count above zero is asked again for up to
+        ``settle_s``; beside a bot that stays, every command pays that once at its exit."""
         if not self.socket_path.exists():
             return None
         client, me = self._client(), process_name()
