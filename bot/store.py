@@ -289,21 +289,20 @@ def _redis_failures_as_store_errors(cls: _StoreClass) -> _StoreClass:
     as a traceback. The message names the error's kind only: a Redis URL with its password never goes out.
     """
     for name, method in list(vars(cls).items()):
-        if name.startswith("_") or not inspect.iscoroutinefunction(method):
-            continue
-
-        def wrapped(method: Any, name: str) -> Any:
-            @functools.wraps(method)
-            async def call(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    return await method(*args, **kwargs)
-                except RedisError as exc:
-                    raise StoreError(f"Redis unavailable ({type(exc).__name__}): {name.replace('_', ' ')} failed; "
-                                     "is REDIS_URL, or the embedded Redis of the data dir, up?") from None
-            return call
-
-        setattr(cls, name, wrapped(method, name))
+        if not name.startswith("_") and inspect.iscoroutinefunction(method):
+            setattr(cls, name, _as_store_errors(method, name))
     return cls
+
+
+def _as_store_errors(method: Any, name: str) -> Any:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except RedisError as exc:
+            raise StoreError(f"Redis unavailable ({type(exc).__name__}): {name.replace('_', ' ')} failed; "
+                             "is REDIS_URL, or the embedded Redis of the data dir, up?") from None
+    return call
 
 
 @_redis_failures_as_store_errors
