@@ -180,10 +180,25 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_incident(args: argparse.Namespace) -> int:
     """The incident threads following a container, as their summaries show them (same as the thread's top message):
-    the attempts, the hypotheses with their status, the last observations."""
-    from bot.core.incident import with_attempts
+    the attempts, the hypotheses with their status, the last observations. With a word after the container
+    (hypothesis, note, confirm, refute), that word is recorded in the container's thread, as `@gpuops` there would
+    record it."""
+    import time
+    from dataclasses import asdict
+
+    from bot.core.incident import RECORD_VERBS, with_attempts
     from bot.core.inventory import Target, resolve_targets
+    from bot.incidents import record_from_terminal
     from bot.views import blocks_to_text, incident_summary
+
+    words = list(args.words)
+    if args.container in RECORD_VERBS:
+        raise UsageError(f"name the container first: gpuops incident <container> {args.container} ...")
+    if words and words[0] not in RECORD_VERBS:
+        raise UsageError(f"`{words[0]}` is not a word for a thread: after the container, one of "
+                         f"{', '.join(RECORD_VERBS)} (`gpuops incident <container> hypothesis <text>`)")
+
+    thread = f" as thread {args.thread}" if args.thread else ""
 
     async def work(services: Any) -> int:
         if args.container:
@@ -196,22 +211,50 @@ def cmd_incident(args: argparse.Namespace) -> int:
                           for name, c in services.inventory.containers.items()]
         found = []
         for node, vmid, label in containers:
-            following = await services.incidents.following(node, vmid)
+            following = [incident for incident in await services.incidents.following(node, vmid)
+                         if args.thread in (None, incident.thread_ts)]
             attempts = await services.attempts.recent(node, vmid, 20) if following else []
             # what the thread's summary says once the bot's scheduler has caught up (nothing is saved from here)
             found += [(label, with_attempts(incident, attempts), attempts) for incident in following]
+        if words:
+            return await record(services, found, containers[0][2])
         if args.json:
-            records = [{**{k: v for k, v in incident.to_dict().items() if k != "summary_digest"}, "container": label}
-                       for label, incident, _ in found]
+            records = [{**{k: v for k, v in incident.to_dict().items() if k not in ("summary_digest", "announcements")},
+                        "container": label} for label, incident, _ in found]
             print(json.dumps(records, indent=2, default=str))
         elif not found:
             where = containers[0][2] if args.container else "any container"
-            print(f"No incident thread follows {where} (a thread follows a container once `@gpuops` is mentioned "
-                  "in the thread of one of its launches).")
+            print(f"No incident thread follows {where}{thread} (a thread follows a container once "
+                  "`@gpuops` is mentioned in the thread of one of its launches).")
         else:
             for label, incident, attempts in found:
                 print(f"Thread {incident.thread_ts} in channel {incident.channel} ({label}):")
                 print(blocks_to_text(incident_summary(incident, attempts).blocks) + "\n")
+        return 0
+
+    async def record(services: Any, found: list[Any], label: str) -> int:
+        if not found:
+            raise UsageError(f"No incident thread follows {label}{thread}, so nothing was recorded: "
+                             "a thread follows a container once `@gpuops` is mentioned in the thread of one of its "
+                             "launches")
+        if len(found) > 1:
+            threads = ", ".join(f"{incident.thread_ts} (channel {incident.channel})" for _, incident, _ in found)
+            raise UsageError(f"{len(found)} incident threads follow {label}: {threads}; say which with --thread TS "
+                             "(nothing was recorded)")
+        verb, rest = words[0], words[1:]
+        hypothesis_id = rest.pop(0) if verb in ("confirm", "refute") and rest else ""
+        incident, recorded = await record_from_terminal(services, found[0][1], verb, " ".join(rest), hypothesis_id,
+                                                        _cli_user(), time.time())
+        if args.json:
+            print(json.dumps({"recorded": asdict(recorded),
+                              "thread_ts": incident.thread_ts, "channel": incident.channel, "container": label},
+                             indent=2))
+        else:
+            said = {"hypothesis": f"{recorded.hypothesis_id}: ", "note": "note: "}.get(
+                recorded.kind, f"{recorded.hypothesis_id} {recorded.kind}: ") + recorded.text
+            print(f"Recorded in thread {incident.thread_ts} (channel {incident.channel}, {label}): {said}\n"
+                  "The bot says it in the thread and updates the summary on its next tick (within 30 s while "
+                  "`gpuops serve` runs; else when it next starts).")
         return 0
 
     return _with_services(args, work)
@@ -826,8 +869,6 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def _triage_attempt(args: argparse.Namespace) -> int:
-    import getpass
-
     from bot.core.attempts import is_attempt_id
     from bot.triage import find_attempt, record_triage, triage_attempt
     from bot.views import blocks_to_text, triage_message
@@ -838,11 +879,7 @@ def _triage_attempt(args: argparse.Namespace) -> int:
         attempt = await find_attempt(services.attempts, args.what, target)
         report = await triage_attempt(services.transport, services.inventory, attempt,
                                       lambda: services.attempts.recent(attempt.node, attempt.vmid, 20))
-        try:
-            who = getpass.getuser()
-        except (KeyError, OSError):  # no login name for this uid (a bare container)
-            who = str(os.getuid())
-        await record_triage(services.attempts, services.store, report, f"cli:{who}", "")
+        await record_triage(services.attempts, services.store, report, _cli_user(), "")
         if args.json:
             print(json.dumps(_triage_report_json(report), indent=2))
         else:
@@ -1006,7 +1043,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "hypotheses and observations (the summary at the top of each thread)")
     incident.add_argument("container", nargs="?", help="a container name or node:vmid (default: every container "
                           "of the inventory)")
-    incident.add_argument("--json", action="store_true", help="print the threads' records as JSON")
+    incident.add_argument("words", nargs="*", metavar="WORD", help="record in the container's thread, as `@gpuops` "
+                          "there does: hypothesis TEXT, note TEXT, confirm H1 WHY, refute H1 WHY (the bot says it in "
+                          "the thread on its next tick)")
+    incident.add_argument("--thread", metavar="TS", help="the thread (its ts, as listed) when several follow the "
+                          "container")
+    incident.add_argument("--json", action="store_true", help="print the threads' records (or what was recorded) "
+                          "as JSON")
     incident.add_argument("--inventory", help="inventory file (default: $GPUOPS_INVENTORY or inventory.yml)")
     incident.set_defaults(func=cmd_incident)
 

@@ -3,8 +3,9 @@
 A thread is linked to a container; every attempt on that container that finishes (ready, failed,
 stopped) becomes an observation in the thread's record, which may decide its hypotheses, and the one
 summary message at the top of the thread is edited in place. This runs on a mention in the thread,
-when a followed launch finishes, when the sampler finds a ready server gone, and when a triage is
-answered in an attempt's thread; each under the thread's lock (bot.store.IncidentStore.locked), so
+when a followed launch finishes, when the sampler finds a ready server gone, when a triage is
+answered in an attempt's thread, and on the scheduler's tick after a terminal changed an attempt or
+recorded a word in the thread; each under the thread's lock (bot.store.IncidentStore.locked), so
 that none of them saves over another's change.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 from bot import views
 from bot.app import Services
 from bot.core.attempts import Attempt
-from bot.core.incident import Incident, Observation, gpu_reading, with_attempts
+from bot.core.incident import Incident, Observation, Recorded, gpu_reading, record_word, with_attempts
 from bot.core.inventory import Target
 from bot.core.status import assess_node
 from bot.slack import UNREACHABLE_ERRORS, slack_error
@@ -48,6 +49,7 @@ async def refresh_summary(services: Services, client: Any, incident: Incident,
     at every thread whose container's attempts changed, most often with nothing new to show). A summary someone
     deleted is posted again. Saves and returns the incident with the summary it now shows."""
     attempts = await container_attempts(services, incident) if attempts is None else attempts
+    incident = await _say_announcements(services, client, incident)
     message = views.incident_summary(incident, attempts)
     digest = message.digest()
     if incident.summary_ts and incident.summary_digest == digest:
@@ -70,6 +72,31 @@ async def refresh_summary(services: Services, client: Any, incident: Incident,
     shown = replace(incident, summary_ts=summary_ts, summary_digest=digest)
     await services.incidents.save(shown)
     return shown
+
+
+async def _say_announcements(services: Services, client: Any, incident: Incident) -> Incident:
+    """Each word recorded from a terminal, said in the thread once: the record is saved after each is posted, so a
+    failure part way says none of them twice."""
+    while incident.announcements:
+        await client.chat_postMessage(channel=incident.channel, thread_ts=incident.thread_ts,
+                                      text=views.recorded_text(incident.announcements[0]))
+        incident = replace(incident, announcements=incident.announcements[1:])
+        await services.incidents.save(incident)
+    return incident
+
+
+async def record_from_terminal(services: Services, thread: Incident, verb: str, text: str, hypothesis_id: str,
+                               author: str, now: float) -> tuple[Incident, Recorded]:
+    """A hypothesis, decision or note typed in a terminal, recorded in the thread's record under its lock, as a
+    mention there would record it. A terminal has no Slack: the word waits in the record, and the container is
+    marked, so that the bot's scheduler says it in the thread and edits the summary on its next tick."""
+    async with services.incidents.locked(thread.channel, thread.thread_ts):
+        incident = await services.incidents.get(thread.channel, thread.thread_ts) or thread  # as it is now
+        incident, recorded = record_word(incident, verb, text, hypothesis_id, author, now)
+        incident = await synced(services, replace(incident, announcements=(*incident.announcements, recorded)))
+    if incident.node is not None and incident.vmid is not None:
+        await services.attempts.mark_changed(incident.node, incident.vmid)
+    return incident, recorded
 
 
 async def container_changed(services: Services, client: Any, node: str, vmid: int) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.health import HealthReport
-from bot.core.incident import Incident
+from bot.core.incident import Incident, Recorded, person
 from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
@@ -615,15 +616,15 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
                      f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
     rest = ["*Hypotheses*"]
     for h in incident.hypotheses:
-        decided = f" — {h.status} by {h.decided_by}: {escape_mrkdwn(h.why)[:300]}" if h.status != "open" else ""
-        who = f"<@{h.author}>" if h.author.startswith("U") else h.author
-        rest.append(f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} ({who}){decided}")
+        decided = (f" — {h.status} by {_escape_keeping_mentions(h.decided_by)}: {escape_mrkdwn(h.why)[:300]}"
+                   if h.status != "open" else "")
+        rest.append(f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} ({_person(h.author)}){decided}")
     if not incident.hypotheses:
         rest.append("none yet — `@gpuops hypothesis <text>`")
     notes = [o for o in incident.observations if o.kind in ("note", "status")][-5:]
     if notes:
         rest.append("*Observations*")
-        rest += [f"• {escape_mrkdwn(o.text)[:300]}" for o in notes]
+        rest += [f"• {_escape_keeping_mentions(o.text[:300])}" for o in notes]
     room = MESSAGE_TEXT_LIMIT - sum(len(x) + 1 for x in head + rest) - 200  # 200: the elision line, section joins
     kept, left_out = list(tried), 0
     while len(kept) > 2 and sum(len(x) + 1 for x in kept) > room:
@@ -634,6 +635,24 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
     lines = head + (kept or ["none yet"]) + rest
     blocks = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     return SlackMessage("Incident summary", [b.to_dict() for b in blocks])
+
+
+def _person(author: str) -> str:
+    return _escape_keeping_mentions(person(author))
+
+
+def _escape_keeping_mentions(text: str) -> str:
+    """Text escaped for mrkdwn, except the Slack user mentions gpuops itself wrote there (a note's `<@U123>:`)."""
+    return re.sub(r"&lt;@([UW][A-Z0-9]{2,})&gt;", r"<@\1>", escape_mrkdwn(text))
+
+
+def recorded_text(recorded: Recorded) -> str:
+    """What a word recorded in an incident thread, as said there: to the person who just said it, or, for a word
+    recorded from a terminal (its author ``cli:<login>``), to the thread that has not seen it."""
+    what = (f"Recorded *{recorded.hypothesis_id}*: {escape_mrkdwn(recorded.text)}" if recorded.kind == "hypothesis"
+            else f"Noted: {escape_mrkdwn(recorded.text)}" if recorded.kind == "note"
+            else f"*{recorded.hypothesis_id}* {recorded.kind}: {escape_mrkdwn(recorded.text)}")
+    return f":keyboard: {escape_mrkdwn(recorded.author)}, from a terminal: {what}" if recorded.from_terminal else what
 
 
 MENTION_HELP = ("In an incident thread: `@gpuops triage [container|attempt]`, `@gpuops status [target]`, "

@@ -16,9 +16,9 @@ from bot import views
 from bot.app import Services
 from bot.core.attempts import is_attempt_id
 from bot.core.commands import log_args
-from bot.core.incident import Incident, Observation, gpu_reading, parse_mention
+from bot.core.incident import RECORD_VERBS, Incident, gpu_reading, parse_mention, record_word
 from bot.core.inventory import Target, resolve_targets
-from bot.errors import GpuopsError, StoreError, UsageError
+from bot.errors import GpuopsError, StoreError
 from bot.incidents import container_attempts, refresh_summary, synced, triage_reading
 from bot.status import read_status, with_launches
 from handlers.common import authorize
@@ -77,20 +77,10 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
     async def reply(text: str) -> None:
         await client.chat_postMessage(channel=channel, thread_ts=thread, text=text)
 
-    if verb == "hypothesis":
-        if not rest:
-            raise UsageError("say what the hypothesis is: `@gpuops hypothesis <text>`")
-        incident, hypothesis = incident.add_hypothesis(rest, user, now)
-        await reply(f"Recorded *{hypothesis.id}*: {views.escape_mrkdwn(hypothesis.text)}")
-    elif verb in ("confirm", "refute"):
-        status = "confirmed" if verb == "confirm" else "refuted"
-        try:
-            incident = incident.decide(hid, status, f"<@{user}>", rest or "(no reason given)")
-        except KeyError:
-            raise UsageError(f"no hypothesis `{hid}` in this thread") from None
-        await reply(f"*{hid.upper()}* {status}: {views.escape_mrkdwn(rest)}")
-    elif verb == "note":
-        incident = incident.observe(Observation(now, "note", f"<@{user}>: {rest}"))
+    if verb in RECORD_VERBS:
+        incident, recorded = record_word(incident, verb, rest, hid, user, now)
+        if recorded.kind != "note":  # a note shows in the summary; a hypothesis gets its id, a decision is said
+            await reply(views.recorded_text(recorded))
     elif verb == "status":
         targets = _targets(services, incident, rest)
         report = await read_status(services.transport, services.inventory, targets, limits=services.limits,

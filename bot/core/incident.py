@@ -17,6 +17,7 @@ from bot.core.commands import typed_text
 from bot.core.diagnosis import HOST_OOM_KILL, NOT_A_CAUSE
 from bot.core.experiments import made_budget_change, made_experiment
 from bot.core.status import TargetStatus, is_clean, memory_evidence
+from bot.errors import UsageError
 
 # how triage words the hypothesis it proposes, and how it is recognised again
 TRIAGE_HYPOTHESIS = re.compile(r"^the first cause is (\w+) \(proposed by triage of ")
@@ -60,6 +61,19 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """What a person's word put in the thread's record: a hypothesis, a decision on one, or a note."""
+    kind: str  # hypothesis | confirmed | refuted | note
+    text: str
+    hypothesis_id: str = ""
+    author: str = ""
+
+    @property
+    def from_terminal(self) -> bool:
+        return self.author.startswith("cli:")
+
+
+@dataclass(frozen=True)
 class Incident:
     channel: str
     thread_ts: str
@@ -70,6 +84,9 @@ class Incident:
     hypotheses: tuple[Hypothesis, ...] = ()
     observations: tuple[Observation, ...] = ()
     attempts: tuple[str, ...] = ()
+    # words recorded where no one in the thread saw them said (a terminal): the bot says each in the thread once,
+    # when it next brings the summary up to date
+    announcements: tuple[Recorded, ...] = ()
 
     def add_hypothesis(self, text: str, author: str, at: float) -> tuple[Incident, Hypothesis]:
         hypothesis = Hypothesis(f"H{len(self.hypotheses) + 1}", text.strip()[:500], author, at)
@@ -186,6 +203,7 @@ class Incident:
         values["observations"] = tuple(Observation(**{**o, "changes": tuple(o.get("changes", ()))})
                                        for o in data.get("observations", []))
         values["attempts"] = tuple(data.get("attempts", ()))
+        values["announcements"] = tuple(Recorded(**r) for r in data.get("announcements", ()))
         return cls(**values)
 
 
@@ -197,6 +215,45 @@ class Mention:
 
 
 MENTION_VERBS = ("triage", "status", "log", "hypothesis", "note", "history", "confirm", "refute", "help")
+RECORD_VERBS = ("hypothesis", "note", "confirm", "refute")  # the words that change the thread's record
+
+
+SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
+
+
+def person(author: str) -> str:
+    """How a record's author reads in Slack: a Slack user id as a mention, anyone else (``cli:<login>``, ``gpuops``)
+    as written."""
+    return f"<@{author}>" if SLACK_USER_ID.fullmatch(author) else author
+
+
+def record_word(incident: Incident, verb: str, text: str, hypothesis_id: str, author: str,
+                at: float) -> tuple[Incident, Recorded]:
+    """A person's hypothesis, note or decision recorded in the thread's record. ``author`` is a Slack user id, or
+    ``cli:<login>`` from a terminal. Raises UsageError for a word that says too little or names no hypothesis of
+    the thread."""
+    text, who = text.strip(), person(author)
+    if verb == "hypothesis":
+        if not text:
+            raise UsageError("say what the hypothesis is: `hypothesis <text>`")
+        incident, hypothesis = incident.add_hypothesis(text, author, at)
+        return incident, Recorded("hypothesis", hypothesis.text, hypothesis.id, author)
+    if verb in ("confirm", "refute"):
+        status = "confirmed" if verb == "confirm" else "refuted"
+        if not hypothesis_id:
+            raise UsageError(f"name the hypothesis and why: `{verb} H1 <why>`")
+        why = text or "(no reason given)"
+        try:
+            incident = incident.decide(hypothesis_id, status, who, why)
+        except KeyError:
+            raise UsageError(f"no hypothesis `{hypothesis_id}` in this thread") from None
+        return incident, Recorded(status, why[:500], hypothesis_id.upper(), author)
+    if verb == "note":
+        if not text:
+            raise UsageError("say what to note: `note <text>`")
+        note = Observation(at, "note", f"{who}: {text[:500]}")
+        return incident.observe(note), Recorded("note", text[:500], author=author)
+    raise UsageError(f"`{verb}` records nothing in a thread; one of {', '.join(RECORD_VERBS)} does")
 
 
 def parse_mention(text: str) -> Mention:

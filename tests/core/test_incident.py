@@ -263,3 +263,44 @@ def test_a_triage_reading_of_held_memory_then_a_clean_unchanged_relaunch_that_st
     clean = gpu_reading(50, [assess_node(Target("node", "pve5"), node_snapshot([gpu(0), gpu(1)]))])
     assert (clean.clean_gpus, clean.text) == (True, "GPUs clean: pve5: GPU 0 1/49140 MiB, GPU 1 1/49140 MiB, "
                                                     "no compute process")
+
+
+def test_a_word_is_recorded_as_a_mention_or_a_terminal_says_it():
+    import pytest
+
+    from bot.core.incident import Recorded, person, record_word
+    from bot.errors import UsageError
+
+    incident = Incident("C", "1.0", "pve5", 129)
+    incident, said = record_word(incident, "hypothesis", "  the KV pool is too small  ", "", "U0ALICE", 10)
+    assert said == Recorded("hypothesis", "the KV pool is too small", "H1", "U0ALICE") and not said.from_terminal
+    incident, said = record_word(incident, "hypothesis", "leftover memory", "", "cli:root", 11)
+    assert said.hypothesis_id == "H2" and said.from_terminal
+    assert [(h.id, h.author) for h in incident.hypotheses] == [("H1", "U0ALICE"), ("H2", "cli:root")]
+    incident, said = record_word(incident, "refute", "GPUs were clean", "h2", "cli:root", 12)
+    assert said == Recorded("refuted", "GPUs were clean", "H2", "cli:root")
+    assert (incident.hypotheses[1].status, incident.hypotheses[1].decided_by) == ("refuted", "cli:root")
+    incident, said = record_word(incident, "confirm", "", "H1", "U0BOB", 13)
+    assert incident.hypotheses[0].decided_by == "<@U0BOB>" and said.text == "(no reason given)"
+    incident, said = record_word(incident, "note", "tried 0.88", "", "U0BOB", 14)
+    assert incident.observations[-1].text == "<@U0BOB>: tried 0.88" and said.kind == "note"
+    assert person("cli:root") == "cli:root" and person("gpuops") == "gpuops" and person("W0ENT") == "<@W0ENT>"
+
+    for verb, text, hid, what in (("hypothesis", " ", "", "say what the hypothesis is"),
+                                  ("note", "", "", "say what to note"),
+                                  ("confirm", "why", "", "name the hypothesis"),
+                                  ("refute", "why", "H9", "no hypothesis `H9` in this thread"),
+                                  ("status", "", "", "records nothing")):
+        with pytest.raises(UsageError, match=what):
+            record_word(incident, verb, text, hid, "cli:root", 20)
+
+
+def test_words_waiting_to_be_said_survive_the_record_and_an_older_record_reads_without_them():
+    from bot.core.incident import Recorded, record_word
+
+    incident, said = record_word(Incident("C", "1.0", "pve5", 129), "note", "drained the node", "", "cli:root", 1)
+    waiting = Incident.from_dict({**incident.to_dict(), "announcements": [said.__dict__]})
+    assert waiting.announcements == (Recorded("note", "drained the node", "", "cli:root"),)
+    older = incident.to_dict()
+    del older["announcements"]
+    assert Incident.from_dict(older) == incident

@@ -289,3 +289,74 @@ async def test_a_terminal_reads_the_threads_following_a_container(lab, tmp_path)
     assert second.id in thread["attempts"]  # observed, as the summary shows it
     node = await terminal(lab, tmp_path, "incident", "pve5")
     assert node.returncode == 2 and "incident threads follow a container" in node.stdout + node.stderr
+
+
+async def test_a_terminals_hypothesis_decision_and_note_are_said_in_the_thread_on_the_schedulers_next_tick(
+        lab, tmp_path):
+    import json
+    import re
+
+    from bot.scheduler import Scheduler
+    from tests.handlers.test_cli_launch import terminal
+
+    first, summary_ts = await thread_with_summary(lab, "hypothesis leftover GPU memory from an earlier run")
+    thread = first.thread_ts
+    scheduler = Scheduler(lab.services, lab.app.client)
+    await scheduler.tick()
+    posts = len(lab.standin.of("chat.postMessage"))
+
+    added = await terminal(lab, tmp_path, "incident", "sglang-a6000", "hypothesis", "the KV pool < the context")
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert (f"Recorded in thread {thread} (channel C0LAB, pve5:129 (sglang-a6000)): H2: the KV pool < the context"
+            in added.stdout)
+    refuted = await terminal(lab, tmp_path, "incident", "pve5:129", "refute", "h1", "GPUs", "were", "clean")
+    assert refuted.returncode == 0 and "H1 refuted: GPUs were clean" in refuted.stdout, refuted.stdout + refuted.stderr
+    noted = await terminal(lab, tmp_path, "incident", "sglang-a6000", "note", "drained pve5", "--json")
+    recorded = json.loads(noted.stdout)
+    assert recorded["thread_ts"] == thread and recorded["recorded"]["kind"] == "note"
+    who = recorded["recorded"]["author"]
+    assert re.fullmatch(r"cli:\S+", who)
+    assert len(lab.standin.of("chat.postMessage")) == posts  # a terminal has no Slack: nothing said yet
+
+    assert (await scheduler.tick()).containers == ["pve5:129"]
+    said = lab.standin.of("chat.postMessage")[posts:]
+    assert [c.params["thread_ts"] for c in said] == [thread] * 3
+    assert [c.params["text"] for c in said] == [
+        f":keyboard: {who}, from a terminal: Recorded *H2*: the KV pool &lt; the context",
+        f":keyboard: {who}, from a terminal: *H1* refuted: GPUs were clean",
+        f":keyboard: {who}, from a terminal: Noted: drained pve5"]
+    text = summary_text(lab.standin.calls, summary_ts)  # the one summary, edited in place
+    assert f"*H2* the KV pool < the context ({who})" in text and f"refuted by {who}: GPUs were clean" in text
+    assert f"{who}: drained pve5" in text
+    await scheduler.tick()
+    assert len(lab.standin.of("chat.postMessage")) == posts + 3  # each said once
+
+    await lab.mention("confirm H2 0.88 started", thread)  # the thread goes on from the terminal's record
+    calls = await wait_text(lab, "confirmed by", method="chat.update")
+    assert "*H2* the KV pool < the context" in summary_text(calls, summary_ts)
+
+
+async def test_a_terminals_word_names_its_thread_or_records_nothing(lab, tmp_path):
+    from tests.handlers.test_cli_launch import terminal
+
+    none = await terminal(lab, tmp_path, "incident", "sglang-a6000", "hypothesis", "leftovers")
+    assert none.returncode == 2 and "No incident thread follows pve5:129 (sglang-a6000), so nothing was recorded" \
+        in none.stderr, none.stdout + none.stderr
+    first, _ = await thread_with_summary(lab, "note first")
+    second, _ = await thread_with_summary(lab, "note second")
+    both = await terminal(lab, tmp_path, "incident", "sglang-a6000", "hypothesis", "leftovers")
+    assert both.returncode == 2 and "2 incident threads follow pve5:129 (sglang-a6000)" in both.stderr
+    assert first.thread_ts in both.stderr and second.thread_ts in both.stderr and "--thread" in both.stderr
+    for args, why in ((("hypothesis", "sglang-a6000", "leftovers"), "name the container first"),
+                      (("sglang-a6000", "guess", "leftovers"), "`guess` is not a word for a thread"),
+                      (("sglang-a6000", "confirm", "H7", "--thread", second.thread_ts),
+                       "no hypothesis `H7` in this thread")):
+        refused = await terminal(lab, tmp_path, "incident", *args)
+        assert refused.returncode == 2 and why in refused.stderr, refused.stdout + refused.stderr
+    chosen = await terminal(lab, tmp_path, "incident", "sglang-a6000", "hypothesis", "leftovers", "--thread",
+                            second.thread_ts)
+    assert chosen.returncode == 0 and f"Recorded in thread {second.thread_ts}" in chosen.stdout
+    assert [h.text for h in (await lab.services.incidents.get("C0LAB", second.thread_ts)).hypotheses] == ["leftovers"]
+    assert (await lab.services.incidents.get("C0LAB", first.thread_ts)).hypotheses == ()
+    shown = await terminal(lab, tmp_path, "incident", "sglang-a6000", "--thread", first.thread_ts)
+    assert f"Thread {first.thread_ts}" in shown.stdout and second.thread_ts not in shown.stdout

@@ -38,3 +38,21 @@ def test_a_long_incident_keeps_its_first_and_latest_attempts_and_every_hypothesi
     # a short incident is shown whole
     short = blocks_to_text(incident_summary(incident, attempts[:3]).blocks)
     assert all(a.id in short for a in attempts[:3]) and "in between" not in short
+
+
+def test_a_word_from_a_terminal_is_said_as_such_and_a_notes_author_is_a_mention():
+    from bot.core.incident import Recorded, record_word
+    from bot.views import recorded_text
+
+    said = recorded_text(Recorded("hypothesis", "pool < context", "H1", "U0ALICE"))
+    assert said == "Recorded *H1*: pool &lt; context"
+    assert recorded_text(Recorded("refuted", "clean GPUs", "H2", "U0ALICE")) == "*H2* refuted: clean GPUs"
+    assert recorded_text(Recorded("note", "drained <pve5>", "", "cli:root")) == (
+        ":keyboard: cli:root, from a terminal: Noted: drained &lt;pve5&gt;")
+    incident = Incident("C", "1.0", "pve5", 129)
+    incident, _ = record_word(incident, "note", "tried <0.88>", "", "U0ALICE", 1)
+    incident, _ = record_word(incident, "hypothesis", "leftovers", "", "cli:root", 2)
+    incident, _ = record_word(incident, "refute", "clean", "H1", "U0BOB", 3)
+    shown = "\n".join(b["text"]["text"] for b in incident_summary(incident, []).blocks)
+    assert "• <@U0ALICE>: tried &lt;0.88&gt;" in shown  # the author a mention, what they typed escaped
+    assert "*H1* leftovers (cli:root) — refuted by <@U0BOB>: clean" in shown
