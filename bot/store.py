@@ -585,7 +585,7 @@ class IncidentStore:
     @contextlib.asynccontextmanager
     async def locked(self, channel: str, thread_ts: str) -> AsyncIterator[None]:
         """Hold the thread's lock: read the record inside it, and save before leaving."""
-        lock = self.redis.lock(f"{PREFIX}incident-lock:{channel}:{thread_ts}", timeout=self.LOCK_S,
+        lock = self.redis.lock(self._lock_key(channel, thread_ts), timeout=self.LOCK_S,
                                blocking_timeout=self.LOCK_S, raise_on_release_error=False)
         try:
             acquired = await lock.acquire()
@@ -598,6 +598,14 @@ class IncidentStore:
         finally:
             with contextlib.suppress(RedisError):
                 await lock.release()
+
+    async def busy(self, channel: str, thread_ts: str) -> bool:
+        """Someone holds the thread's lock: a mention there, or an update of it, is being answered."""
+        return bool(await self.redis.exists(self._lock_key(channel, thread_ts)))
+
+    @staticmethod
+    def _lock_key(channel: str, thread_ts: str) -> str:
+        return f"{PREFIX}incident-lock:{channel}:{thread_ts}"
 
     async def following(self, node: str, vmid: int) -> list[Incident]:
         """The incident threads linked to this container (expired ones are dropped from the index)."""

@@ -30,12 +30,15 @@ from aiohttp import web
 
 from bot.app import Services, after_start, build_app, build_services, serve_http
 from bot.config import Settings, parse_inventory
+from bot.core.attempts import Attempt
 from bot.lab.nodes import LAB_DIR, LabNode, container_path, free_port, seed_node_state, start_node
 from bot.signals import cleaning_up
 from bot.slack_standin import Call, SlackStandIn, block_action_body, mention_event_body, signed_headers, slash_body
 from bot.views import blocks_to_text
 
 LAB_DATA = Path(__file__).resolve().parent / "data"
+PROMPT = "gpuops> "
+CHANNEL = "C0LAB"  # the channel the console's commands are typed in (the stand-in's requests' default)
 
 
 async def _cancel_others(timeout_s: float = 10.0) -> None:
@@ -144,6 +147,35 @@ class Lab:
         async with aiohttp.ClientSession() as http, http.post(self.app_url, data=body, headers=headers) as answer:
             return answer.status
 
+    async def latest_thread(self) -> Attempt | None:
+        """The latest launch made from Slack: a typed `@gpuops` speaks in its thread."""
+        assert self.services is not None
+        launched = [a for a in await self.services.attempts.recent(count=50) if a.thread_ts and a.channel]
+        return launched[0] if launched else None
+
+    async def mention_answered(self, text: str, thread_ts: str, timeout_s: float = 120.0) -> int:
+        """`@gpuops <text>` in a thread, once the app has answered it: it said something there (a reply, the summary,
+        a refusal) and let go of the thread's lock, which it holds from before its first word there to its last."""
+        assert self.services is not None
+        before = len(self.standin.calls)
+        status = await self.mention(text, thread_ts)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            said = any(c.delivered and (c.params.get("thread_ts") == thread_ts or c.method == "chat.update")
+                       for c in self.standin.calls[before:])
+            if said and not await self.services.incidents.busy(CHANNEL, thread_ts):
+                break
+            await asyncio.sleep(0.1)
+        return status
+
+    async def next_tick(self) -> list[str]:
+        """What the bot's scheduler does on its next tick for the incident threads (`gpuops serve` ticks every 30 s):
+        the containers whose threads it brought up to date after a terminal changed them."""
+        from bot.scheduler import Scheduler
+
+        assert self.services is not None
+        return await Scheduler(self.services, self.app.client).update_threads()
+
     async def slash(self, command: str, text: str, user_id: str = "U0ALICE") -> tuple[int, str, list[Call]]:
         """Send a signed slash command; return (HTTP status, ack text, calls it caused)."""
         before = len(self.standin.calls)
@@ -167,6 +199,64 @@ def transcript(command: str, status: int, ack: str, calls: list[Call]) -> str:
         if call.method in ("chat.postMessage", "response_url") and call.delivered:
             out.append(blocks_to_text(call.blocks) or str(call.params.get("text", "")))
     return "\n".join(out)
+
+
+class SlackFeed:
+    """What the app says in "Slack" between the commands typed, printed as it arrives: a launch's progress and result,
+    an incident thread's replies and summary. A new message is printed whole; an edit, as the lines it changed
+    (a launch card's new stage, a summary's new hypothesis), under the message's first line."""
+
+    def __init__(self, standin: SlackStandIn, out: Callable[[str], None]) -> None:
+        self.standin, self.out = standin, out
+        self.cursor = 0
+        self.versions: dict[str, list[str]] = {}  # message ts -> its lines as last shown
+
+    def shown(self, upto: int) -> None:
+        """Calls before ``upto`` were shown by a command's own transcript: only remember what they said."""
+        for call in self.standin.calls[self.cursor:upto]:
+            self._render(call)
+        self.cursor = max(self.cursor, upto)
+
+    def flush(self, at_prompt: bool = False) -> bool:
+        """Print what arrived since (``at_prompt``: from a new line, the prompt shown again after); True when
+        something was printed."""
+        calls = self.standin.calls[self.cursor:]
+        self.cursor += len(calls)
+        printed = [text for text in map(self._render, calls) if text]
+        if printed and at_prompt:
+            self.out("")  # the prompt's line ends
+        for text in printed:
+            self.out(text)
+        if printed and at_prompt:
+            with suppress(OSError):
+                sys.stdout.write(PROMPT)
+                sys.stdout.flush()
+        return bool(printed)
+
+    def _render(self, call: Call) -> str:
+        if not call.delivered or call.method not in ("chat.postMessage", "chat.update", "response_url"):
+            return ""
+        lines = (blocks_to_text(call.blocks) or str(call.params.get("text", ""))).splitlines()
+        ts = str(call.params.get("ts") or call.answer.get("ts") or "")
+        before = self.versions.get(ts)
+        if ts:
+            self.versions[ts] = lines
+        if call.method == "chat.update" and before is not None:
+            changed = [line for line in lines if line not in before]
+            if not changed:
+                return ""
+            # the message's first line says which it is, when the edit did not change that line itself
+            which = "" if changed[0] == lines[0] else f": {lines[0][:100]}"
+            return f"[Slack, edited{which}]\n" + "\n".join(changed)
+        where = f", in thread {call.params['thread_ts']}" if call.params.get("thread_ts") else ""
+        return f"[Slack{where}]\n" + "\n".join(lines)
+
+    async def run(self, paused: asyncio.Event) -> None:
+        """Print what arrives while no command is being answered (``paused`` set while one is)."""
+        while True:
+            await asyncio.sleep(0.3)
+            if not paused.is_set():
+                self.flush(at_prompt=True)
 
 
 SCRIPT: list[tuple[str, Callable[[Lab], None] | None]] = [
@@ -249,30 +339,28 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             out(f"\nseed arc: {'all steps happened as scripted' if ok else 'a step did not happen'}")
             return 0 if ok else 1
         model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
-        out("Type a slash command (e.g. `/gpu status`), a terminal command (e.g. `gpuops history`; `gpuops stop` and "
-            "`gpuops free` act here only with --yes), or `quit`.\n"
+        out("Type a slash command (e.g. `/gpu status`), `@gpuops <words>` in the thread of the latest launch (e.g. "
+            "`@gpuops hypothesis leftover GPU memory`), a terminal command (e.g. `gpuops history`; `gpuops stop` and "
+            "`gpuops free` act here only with --yes), or `quit`. What the bot says later (a launch's progress, its "
+            "thread) is printed as it arrives.\n"
             f"Container 129's model is at\n  {model}\n"
             f"  e.g. /sglang budget sglang-a6000 {model} --tp 2 --mem-fraction-static 0.85")
         typed = TypedLines()
-        while True:
-            line = await typed.next()
-            if line is None or line.strip() in ("quit", "exit"):
-                return 0
-            if line.strip().startswith("gpuops"):
+        feed = SlackFeed(lab.standin, out)
+        answering = asyncio.Event()  # a typed command is being answered: the feed waits, its answer comes first
+        feeding = asyncio.create_task(feed.run(answering))
+        try:
+            while True:
+                line = await typed.next()
+                if line is None or line.strip() in ("quit", "exit"):
+                    return 0
+                answering.set()
                 try:
-                    args = shlex.split(line)[1:]
-                except ValueError as exc:
-                    out(f"cannot read that line: {exc}")
-                    continue
-                status, text = await lab.terminal(args)
-                out(f"$ {line.strip()}\n{text}\n(exit {status})\n")
-                continue
-            if not line.strip().startswith("/"):
-                out("commands start with / (Slack) or gpuops (terminal), e.g. /gpu status")
-                continue
-            name, _, text = line.strip().partition(" ")
-            status, ack, calls = await lab.slash(name, text)
-            out(transcript(line.strip(), status, ack, calls) + "\n")
+                    await _answer(lab, feed, line.strip(), out)
+                finally:
+                    answering.clear()
+        finally:
+            feeding.cancel()
     finally:
         # what the app still runs for a request (a pre-flight, a launch it follows) ends first: a launch cut short
         # after its server started leaves that server to the nodes' stop, and nothing writes to Redis or starts a
@@ -282,6 +370,44 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             await lab.stop()
             with suppress(OSError):
                 shutil.rmtree(workdir)
+
+
+async def _answer(lab: Lab, feed: SlackFeed, line: str, out: Callable[[str], None]) -> None:
+    """One typed line answered: a slash command (its acknowledgement and first answer; what follows, the feed
+    prints), `@gpuops <words>` in the thread of the latest launch, or a terminal command (then the bot's next
+    scheduler tick, which brings what it changed to the incident threads)."""
+    feed.flush()  # what arrived while the line was typed
+    if line.startswith("gpuops"):
+        try:
+            args = shlex.split(line)[1:]
+        except ValueError as exc:
+            out(f"cannot read that line: {exc}")
+            return
+        status, text = await lab.terminal(args)
+        out(f"$ {line}\n{text}\n(exit {status})\n")
+        if await lab.next_tick():
+            out("(the bot's scheduler, on its next tick: `gpuops serve` runs one every 30 s)")
+            feed.flush()
+        return
+    if line.startswith("@gpuops"):
+        latest = await lab.latest_thread()
+        if latest is None or latest.thread_ts is None:
+            out("`@gpuops` speaks in the thread of the latest launch, and none was made yet: try /sglang launch")
+            return
+        out(f"> {line}   (in the thread of launch {latest.id})")
+        status = await lab.mention_answered(line.removeprefix("@gpuops").strip(), latest.thread_ts)
+        out(f"  (HTTP {status})")
+        feed.flush()
+        return
+    if not line.startswith("/"):
+        out("commands start with / (Slack), @gpuops (the thread of the latest launch) or gpuops (terminal), "
+            "e.g. /gpu status")
+        return
+    name, _, text = line.partition(" ")
+    before = len(lab.standin.calls)
+    status, ack, calls = await lab.slash(name, text)
+    out(transcript(line, status, ack, calls) + "\n")
+    feed.shown(before + len(calls))
 
 
 class TypedLines:
@@ -306,7 +432,7 @@ class TypedLines:
         line, _, self.pending = self.pending.partition(b"\n")
         return line.decode(errors="replace")
 
-    async def next(self, prompt: str = "gpuops> ") -> str | None:
+    async def next(self, prompt: str = PROMPT) -> str | None:
         """The next line, after the prompt; None at the end of input or when nothing can show the prompt."""
         try:
             sys.stdout.write(prompt)
