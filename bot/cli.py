@@ -705,8 +705,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         say(blocks_to_text(preflight_message(title, pre.checks, budget, pre.blocked, pre.blocked,
                                              command=command).blocks))
         attempt = await start(services.transport, services.inventory, services.attempts, pre, services.launch,
-                              time.time())
-        started.append(attempt.id)
+                              time.time(), planned=lambda planned: started.append(planned.id))
         await services.store.audit(action="sglang.launch", user=user, channel="", target=target.label,
                                    attempt=attempt.id, argv=list(redacted(attempt.argv)), forced=str(attempt.forced),
                                    result=f"started PID {attempt.pid}")

@@ -56,6 +56,7 @@ from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, StoreError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
+from bot.signals import cleaning_up
 from bot.ssh import CommandResult
 from bot.status import (
     SmiFailed,
@@ -446,8 +447,14 @@ async def _new_attempt(store: AttemptStore, inventory: Inventory, pre: Preflight
 
 
 async def start(transport: Transport, inventory: Inventory, store: AttemptStore, pre: Preflight,
-                settings: LaunchSettings, now: float) -> Attempt:
-    """Take the container's lock and start the server detached; raises GpuopsError if it cannot."""
+                settings: LaunchSettings, now: float, planned: Callable[[Attempt], None] | None = None) -> Attempt:
+    """Take the container's lock and start the server detached; raises GpuopsError if it cannot. ``planned`` is told
+    the attempt once it is recorded, before the server is started.
+
+    Cancelled (Ctrl-C, SIGTERM, the bot stopping) while the server is being started, it waits for the start's answer
+    before it lets the cancellation through: the server may be running by then, and with its PID recorded it is a
+    launch like any other (a bot follows a launch no one follows; it can be stopped), not a server nothing knows of
+    beside an attempt left `planned` and its container locked."""
     if pre.blocked and not pre.request.force:
         raise UsageError("the pre-flight refused this launch")
     attempt = await _new_attempt(store, inventory, pre, now)
@@ -457,21 +464,35 @@ async def start(transport: Transport, inventory: Inventory, store: AttemptStore,
     if holder is not None:
         raise UsageError(f"another launch is in progress on {target.label}: attempt {holder}")
     await store.save(attempt)
+    if planned is not None:
+        planned(attempt)
     container = container_of(inventory, target)
-    python = container.python
     assert attempt.log_path is not None
+    starting = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_launch(
+        container.python, attempt.log_path, attempt.id, attempt.argv)), timeout_s=30))
     try:
-        result = await transport.run(target.node, remote.pct_exec(target.vmid, remote.sglang_launch(
-            python, attempt.log_path, attempt.id, attempt.argv)), timeout_s=30)
-        pid = int(result.stdout.strip().splitlines()[-1])
+        await asyncio.wait([starting])  # a cancellation of this wait leaves the start running
+    except asyncio.CancelledError:
+        with cleaning_up(), contextlib.suppress(GpuopsError):  # a start that failed is recorded so, its lock given back
+            await _started(store, attempt, starting, "; the command that started it was stopped meanwhile")
+        raise
+    return await _started(store, attempt, starting)
+
+
+async def _started(store: AttemptStore, attempt: Attempt, starting: asyncio.Future[CommandResult],
+                   note: str = "") -> Attempt:
+    """The attempt as its start's answer leaves it: launching with its server's PID, or failed."""
+    target = Target("container", attempt.node, attempt.vmid, attempt.container)
+    try:
+        pid = int((await starting).stdout.strip().splitlines()[-1])
     except (GpuopsError, ValueError, IndexError) as exc:
         reason = getattr(exc, "user_message", str(exc))
         failed = replace(attempt.moved(AttemptStatus.FAILED, time.time(), f"could not start: {reason}"),
                          error_line=reason)
         await store.save(failed)
-        await store.unlock(target.node, target.vmid, attempt.id)
+        await store.unlock(attempt.node, attempt.vmid, attempt.id)
         raise UsageError(f"could not start SGLang on {target.label}: {reason}") from None
-    attempt = replace(attempt, pid=pid).moved(AttemptStatus.LAUNCHING, time.time(), f"started, PID {pid}")
+    attempt = replace(attempt, pid=pid).moved(AttemptStatus.LAUNCHING, time.time(), f"started, PID {pid}{note}")
     await store.save(attempt)
     return attempt
 

@@ -64,6 +64,17 @@ def main(argv):
     if rest[1] == "stat" and any(arg.startswith("/dev/") for arg in rest[2:]):
         sys.exit(stat_devices(ct.get("dev_nodes", {}), rest[2:]))
     env = dict(os.environ, FAKE_CT=vmid, **ct.get("env", {}))
+    if ct.get("launch_return_delay_s") and "gpuops-launch" in rest:
+        # a loaded node: the launch's lxc-attach returns this long after the launch script ended
+        import subprocess
+        import time
+
+        try:
+            done = subprocess.run(rest[1:], env=env, check=False)  # noqa: S603 - argv verbatim, like lxc-attach
+        except FileNotFoundError:
+            sys.exit(2)
+        time.sleep(float(ct["launch_return_delay_s"]))
+        sys.exit(done.returncode)
     try:
         os.execvpe(rest[1], rest[1:], env)  # noqa: S606 - argv verbatim, like lxc-attach
     except FileNotFoundError:

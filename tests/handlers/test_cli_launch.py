@@ -311,3 +311,43 @@ async def test_ctrl_c_during_a_json_launch_names_the_attempt_it_stopped_followin
     assert f"Stopped following attempt {attempt_id}; the server itself was not stopped." in told
     stopped = await terminal(lab, tmp_path, "stop", "--yes", attempt_id)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+async def test_a_launch_stopped_while_its_server_starts_records_that_server_to_be_followed_and_stopped(lab, tmp_path):
+    """SIGTERM after the server started but before the container's answer (its PID) came back: the command waits
+    for that answer, so the server is on record as launching with its PID (a bot takes it over; `gpuops stop`
+    stops it), not running unknown beside an attempt left `planned` and its container locked."""
+    import signal
+
+    node = lab.nodes["pve5"]
+    node.set_scenario(129, ["hang"], delay_s=0.02)
+    state = node.read_state()
+    state["containers"]["129"]["launch_return_delay_s"] = 3
+    node.write_state(state)
+    process = subprocess.Popen([sys.executable, "-m", "bot.cli", "launch", "--inventory",
+                                str(lab.workdir / "inventory.yml"), "--container", "sglang-a6000", "--model",
+                                model(lab), "--", *FITS.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT, env=terminal_env(lab, tmp_path))
+    try:
+        for _ in range(600):  # the server runs; its start's answer has not come back
+            if node.launched_pids():
+                break
+            await asyncio.sleep(0.05)
+        assert node.launched_pids(), "the launch did not start its server"
+        (planned,) = await lab.services.attempts.recent("pve5", 129, 1)
+        assert planned.status is AttemptStatus.PLANNED and planned.pid is None
+        process.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(process.communicate, None, 60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, out + err
+    assert f"Stopped following attempt {planned.id}; the server itself was not stopped." in err
+    attempt = await lab.services.attempts.get(planned.id)
+    assert attempt.status is AttemptStatus.LAUNCHING and node.launched_pids() == [attempt.pid]
+    assert "the command that started it was stopped meanwhile" in attempt.transitions[-1].note
+    assert await lab.services.attempts.lock_holder("pve5", 129) == planned.id  # a launch in progress holds it
+    stopped = await terminal(lab, tmp_path, "stop", "--yes", planned.id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert node.launched_pids() == [] and await lab.services.attempts.lock_holder("pve5", 129) is None
