@@ -38,6 +38,7 @@ from bot.views import blocks_to_text
 
 LAB_DATA = Path(__file__).resolve().parent / "data"
 PROMPT = "gpuops> "
+SAID = ("chat.postMessage", "chat.update", "response_url")  # what the app says in Slack, as the console shows it
 CHANNEL = "C0LAB"  # the channel the console's commands are typed in (the stand-in's requests' default)
 
 
@@ -147,6 +148,16 @@ class Lab:
         async with aiohttp.ClientSession() as http, http.post(self.app_url, data=body, headers=headers) as answer:
             return answer.status
 
+    def button(self, words: str) -> tuple[str, str, str] | None:
+        """The latest button posted whose text contains ``words`` (any case): (its text, action id, value)."""
+        for call in reversed(self.standin.calls):
+            for block in call.blocks if call.delivered else ():
+                for element in block.get("elements", []) if block.get("type") == "actions" else ():
+                    label = element.get("text", {}).get("text", "")
+                    if words.lower() in label.lower():
+                        return label, element["action_id"], element["value"]
+        return None
+
     async def latest_thread(self) -> Attempt | None:
         """The latest launch made from Slack: a typed `@gpuops` speaks in its thread."""
         assert self.services is not None
@@ -234,7 +245,7 @@ class SlackFeed:
         return bool(printed)
 
     def _render(self, call: Call) -> str:
-        if not call.delivered or call.method not in ("chat.postMessage", "chat.update", "response_url"):
+        if not call.delivered or call.method not in SAID:
             return ""
         lines = (blocks_to_text(call.blocks) or str(call.params.get("text", ""))).splitlines()
         ts = str(call.params.get("ts") or call.answer.get("ts") or "")
@@ -340,7 +351,8 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
             return 0 if ok else 1
         model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
         out("Type a slash command (e.g. `/gpu status`), `@gpuops <words>` in the thread of the latest launch (e.g. "
-            "`@gpuops hypothesis leftover GPU memory`), a terminal command (e.g. `gpuops history`; `gpuops stop` and "
+            "`@gpuops hypothesis leftover GPU memory`), `click <words>` on the latest button whose text has them (e.g. "
+            "`click confirm`), a terminal command (e.g. `gpuops history`; `gpuops stop` and "
             "`gpuops free` act here only with --yes), or `quit`. What the bot says later (a launch's progress, its "
             "thread) is printed as it arrives.\n"
             f"Container 129's model is at\n  {model}\n"
@@ -374,8 +386,9 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
 
 async def _answer(lab: Lab, feed: SlackFeed, line: str, out: Callable[[str], None]) -> None:
     """One typed line answered: a slash command (its acknowledgement and first answer; what follows, the feed
-    prints), `@gpuops <words>` in the thread of the latest launch, or a terminal command (then the bot's next
-    scheduler tick, which brings what it changed to the incident threads)."""
+    prints), `@gpuops <words>` in the thread of the latest launch, `click <words>` on the latest button whose text has
+    them, or a terminal command (then the bot's next scheduler tick, which brings what it changed to the incident
+    threads)."""
     feed.flush()  # what arrived while the line was typed
     if line.startswith("gpuops"):
         try:
@@ -399,9 +412,25 @@ async def _answer(lab: Lab, feed: SlackFeed, line: str, out: Callable[[str], Non
         out(f"  (HTTP {status})")
         feed.flush()
         return
+    if line.startswith("click"):
+        words = line.removeprefix("click").strip()
+        button = lab.button(words) if words else None
+        if button is None:
+            out(f"no button reading {words!r} was posted (buttons show as [text]; `click <words of its text>`)")
+            return
+        label, action_id, value = button
+        out(f"> click [{label}]")
+        before = len(lab.standin.calls)
+        status, _ = await lab.click(action_id, value)
+        out(f"  (HTTP {status})")
+        with suppress(TimeoutError):  # its first answer; what follows, the feed prints
+            await lab.standin.wait_for(lambda calls: any(c.delivered and c.method in SAID for c in calls[before:]),
+                                       timeout_s=30)
+        feed.flush()
+        return
     if not line.startswith("/"):
-        out("commands start with / (Slack), @gpuops (the thread of the latest launch) or gpuops (terminal), "
-            "e.g. /gpu status")
+        out("commands start with / (Slack), @gpuops (the thread of the latest launch), click (a button) or gpuops "
+            "(terminal), e.g. /gpu status")
         return
     name, _, text = line.partition(" ")
     before = len(lab.standin.calls)

@@ -120,7 +120,7 @@ async def play(steps: list[Step], lab: Lab, out: Callable[[str], None]) -> bool:
             status, ack, _ = await lab.slash(name, text, user_id=step.user)
             out(f"  (HTTP {status}) {ack}")
         else:
-            target = _find_button(lab.standin.calls, step.click or "")
+            target = lab.button(step.click or "")
             if target is None:
                 out(f"FAILED: no button matching {step.click!r} was posted")
                 return False
@@ -159,18 +159,6 @@ async def _incident_thread(lab: Lab) -> str | None:
     attempts = await lab.services.attempts.recent("pve5", 129, 50)
     ran = [a for a in attempts if a.status.value == "failed" and a.pid and a.thread_ts]
     return min(ran, key=lambda a: a.created_at).thread_ts if ran else None
-
-
-def _find_button(calls: list[Call], fragment: str) -> tuple[str, str, str] | None:
-    for call in reversed(calls):
-        for block in call.blocks:
-            if block.get("type") != "actions":
-                continue
-            for element in block.get("elements", []):
-                label = element.get("text", {}).get("text", "")
-                if fragment in label:
-                    return label, element["action_id"], element["value"]
-    return None
 
 
 async def run_demo(script: str, out: Callable[[str], None] = print) -> int:

@@ -1,12 +1,13 @@
 """`gpuops lab` typed into as a person would: what the bot says later is printed as it arrives, `@gpuops` speaks in
-the latest launch's thread, and a terminal's word reaches that thread on the bot's next tick."""
+the latest launch's thread, a terminal's word reaches that thread on the bot's next tick, and a button is clicked by
+the words of its text."""
 
 import re
 
 from tests.edges.test_lab_signals import start
 
 
-def test_a_launch_its_thread_and_a_terminals_word_are_followed_in_the_console(tmp_path):
+def test_a_launch_its_thread_a_terminals_word_and_a_click_are_followed_in_the_console(tmp_path):
     console, workdir, model = start(tmp_path)
     try:
         console.type("@gpuops hypothesis too early")
@@ -34,6 +35,14 @@ def test_a_launch_its_thread_and_a_terminals_word_are_followed_in_the_console(tm
         console.wait_for(r"^\[Slack, edited\]$|^\[Slack, edited: :pushpin: \*Incident summary\*")
         console.wait_for(rf"\*H1\* leftover GPU memory \(<@U0ALICE>\) — refuted by {said.group(1)}: the GPUs were "
                          "clean")
+
+        console.type("/sglang stop sglang-a6000")  # a confirmation, clicked in the console by its button's words
+        console.wait_for(r"^\[Confirm\]  \[Cancel\]$")
+        console.type("click nothing like it")
+        console.wait_for(r"no button reading 'nothing like it' was posted")
+        console.type("click CONFIRM")
+        console.wait_for(r"> click \[Confirm\]$")
+        console.wait_for(rf"Stopped attempt `{launch}` on pve5:129 \(sglang-a6000\) \(SIGTERM\); memory returned")
         console.type("quit")
         assert console.exit_status() == 0
     finally:
