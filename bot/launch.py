@@ -51,7 +51,7 @@ from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
 from bot.core.report import launch_key
 from bot.core.shm import shm_health
-from bot.core.startup_log import Progress, Stage, advance
+from bot.core.startup_log import Progress, Stage, advance, observed_of
 from bot.core.status import Thresholds
 from bot.errors import CommandFailed, GpuopsError, RemoteError, StoreError, UsageError
 from bot.faults import read_faults, read_kernel_events
@@ -584,16 +584,6 @@ async def _kernel_kill(transport: Transport, attempt: Attempt, started: float, l
     process since it started."""
     kill = server_kill(await _oom_kills_since(transport, attempt, started), attempt.vmid)
     return silent_death_note(kill, last_word) if kill is not None else None
-
-
-def observed_of(progress: Progress) -> dict[str, object]:
-    return {k: v for k, v in {
-        "weights_gib": progress.weights_gib, "weights_format": progress.weights_format,
-        "avail_before_load_gib": progress.avail_before_load_gib,
-        "kv_tokens": progress.kv_tokens, "mamba_slots": progress.mamba_slots,
-        "max_running_requests": progress.max_running_requests, "context_len": progress.context_len,
-        "stage": progress.label,
-    }.items() if v is not None}
 
 
 async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, status: AttemptStatus, note: str,

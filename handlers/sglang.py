@@ -29,7 +29,7 @@ from bot.core.commands import (
 )
 from bot.core.flags import redacted
 from bot.core.inventory import Target, resolve_targets
-from bot.core.startup_log import Progress
+from bot.core.startup_log import Progress, observed_of
 from bot.errors import GpuopsError, TargetError, UsageError
 from bot.incidents import container_changed, triage_answered
 from bot.launch import (
@@ -40,7 +40,6 @@ from bot.launch import (
     launch_command,
     launch_title,
     next_launches,
-    observed_of,
     preflight,
     record_refused,
     remedy_launches,

@@ -7,8 +7,10 @@ Line shapes follow ../shared/research/sglang-memory.md §7 (tested on the startu
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from typing import Any
 
 from bot.core.flags import scrub_secrets
 
@@ -101,6 +103,35 @@ class Progress:
             step = self.graphs_step
             text += f" ({step.removeprefix('capturing ') if self.stage is Stage.CAPTURING_GRAPHS else step})"
         return text
+
+
+def observed_of(progress: Progress) -> dict[str, object]:
+    """The log's readings as an attempt records them (``observed``)."""
+    return {k: v for k, v in {
+        "weights_gib": progress.weights_gib, "weights_format": progress.weights_format,
+        "avail_before_load_gib": progress.avail_before_load_gib,
+        "kv_tokens": progress.kv_tokens, "mamba_slots": progress.mamba_slots,
+        "max_running_requests": progress.max_running_requests, "context_len": progress.context_len,
+        "stage": progress.label,
+    }.items() if v is not None}
+
+
+def progress_recorded(observed: Mapping[str, Any]) -> Progress:
+    """The progress an attempt's record keeps (what :func:`observed_of` wrote), for its card drawn again once the
+    log is no longer followed (a stop). The stage is the one whose label the recorded one starts with."""
+    label = str(observed.get("stage", ""))
+    stage = max((s for s in Stage if label.startswith(STAGE_LABEL[s])), key=lambda s: len(STAGE_LABEL[s]),
+                default=Stage.STARTING)
+
+    def number(key: str, kind: type) -> Any:
+        value = observed.get(key)
+        return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return Progress(stage=stage, weights_gib=number("weights_gib", float),
+                    weights_format=str(observed["weights_format"]) if observed.get("weights_format") else None,
+                    avail_before_load_gib=number("avail_before_load_gib", float), kv_tokens=number("kv_tokens", int),
+                    mamba_slots=number("mamba_slots", int), max_running_requests=number("max_running_requests", int),
+                    context_len=number("context_len", int))
 
 
 def advance(progress: Progress, lines: list[str]) -> Progress:

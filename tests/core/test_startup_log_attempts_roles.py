@@ -24,6 +24,23 @@ def test_progress_reads_the_numbers_sglang_logged(case):
     assert progress.error_line is None
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c["completeness"].startswith("full")][:6], ids=lambda c: c["id"])
+def test_the_progress_an_attempt_records_is_read_back_as_it_was(case):
+    from bot.core.startup_log import observed_of, progress_recorded
+
+    lines = case["log_excerpt"]
+    for progress in (advance(Progress(), lines), advance(Progress(), lines[: len(lines) // 2])):
+        again = progress_recorded(json.loads(json.dumps(observed_of(progress))))  # as Redis keeps it
+        assert (again.stage, again.label) == (progress.stage, progress.label.split(" (")[0].rstrip(" 0123456789%"))
+        assert (again.weights_gib, again.weights_format, again.kv_tokens, again.mamba_slots) == (
+            progress.weights_gib, progress.weights_format, progress.kv_tokens, progress.mamba_slots)
+        assert (again.max_running_requests, again.context_len, again.avail_before_load_gib) == (
+            progress.max_running_requests, progress.context_len, progress.avail_before_load_gib)
+    assert progress_recorded({}).stage is Stage.STARTING
+    assert progress_recorded({"stage": "capturing CUDA graphs (12/52)"}).stage is Stage.CAPTURING_GRAPHS
+    assert progress_recorded({"stage": "loading weights 40%"}).stage is Stage.LOADING_WEIGHTS
+
+
 def test_progress_stages_and_first_error_in_order():
     lines = [
         "[x TP0] Init torch distributed ends. mem usage=0.30 GB",

@@ -119,6 +119,13 @@ async def test_stop_asks_for_a_click_then_verifies_the_memory(lab):
     done = [c for c in calls if c.method == "response_url" and "Stopped attempt" in str(c.params.get("text"))][-1]
     assert "(SIGTERM)" in done.params["text"] and "memory returned" in done.params["text"]
     assert lab.nodes["pve5"].read_state()["processes"] == []
+    # the launch's card in the channel no longer says ready, and keeps the figures its log gave
+    (stopped,) = await lab.services.attempts.recent("pve5", 129, 1)
+    calls = await wait_text(lab, "— *stopped*", method="chat.update")
+    card = blocks_to_text([c for c in calls if c.method == "chat.update" and c.params["ts"] == stopped.message_ts
+                           and "— *stopped*" in blocks_to_text(c.blocks)][-1].blocks)
+    assert f"Launch `{stopped.id}`* on pve5:129 (sglang-a6000) — *stopped*" in card
+    assert f"KV pool {stopped.observed['kv_tokens']:,} tokens observed" in card and "CUDA graphs captured" in card
 
 
 async def test_free_kills_only_the_listed_pids_after_confirmation(lab):
