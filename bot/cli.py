@@ -250,9 +250,7 @@ def cmd_incident(args: argparse.Namespace) -> int:
                               "thread_ts": incident.thread_ts, "channel": incident.channel, "container": label},
                              indent=2))
         else:
-            said = {"hypothesis": f"{recorded.hypothesis_id}: ", "note": "note: "}.get(
-                recorded.kind, f"{recorded.hypothesis_id} {recorded.kind}: ") + recorded.text
-            print(f"Recorded in thread {incident.thread_ts} (channel {incident.channel}, {label}): {said}\n"
+            print(f"Recorded in thread {incident.thread_ts} (channel {incident.channel}, {label}): {recorded.plain}\n"
                   "The bot says it in the thread and updates the summary on its next tick (within 30 s while "
                   "`gpuops serve` runs; else when it next starts).")
         return 0

@@ -72,6 +72,13 @@ class Recorded:
     def from_terminal(self) -> bool:
         return self.author.startswith("cli:")
 
+    @property
+    def plain(self) -> str:
+        """What was recorded, in plain words: `H2: <text>`, `H1 refuted: <why>`, `note: <text>`."""
+        head = {"hypothesis": f"{self.hypothesis_id}:", "note": "note:"}.get(
+            self.kind, f"{self.hypothesis_id} {self.kind}:")
+        return f"{head} {self.text}"
+
 
 @dataclass(frozen=True)
 class Incident:

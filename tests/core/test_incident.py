@@ -279,11 +279,13 @@ def test_a_word_is_recorded_as_a_mention_or_a_terminal_says_it():
     assert [(h.id, h.author) for h in incident.hypotheses] == [("H1", "U0ALICE"), ("H2", "cli:root")]
     incident, said = record_word(incident, "refute", "GPUs were clean", "h2", "cli:root", 12)
     assert said == Recorded("refuted", "GPUs were clean", "H2", "cli:root")
+    assert said.plain == "H2 refuted: GPUs were clean"
     assert (incident.hypotheses[1].status, incident.hypotheses[1].decided_by) == ("refuted", "cli:root")
     incident, said = record_word(incident, "confirm", "", "H1", "U0BOB", 13)
     assert incident.hypotheses[0].decided_by == "<@U0BOB>" and said.text == "(no reason given)"
     incident, said = record_word(incident, "note", "tried 0.88", "", "U0BOB", 14)
-    assert incident.observations[-1].text == "<@U0BOB>: tried 0.88" and said.kind == "note"
+    assert incident.observations[-1].text == "<@U0BOB>: tried 0.88"
+    assert said.kind == "note" and said.plain == "note: tried 0.88"
     assert person("cli:root") == "cli:root" and person("gpuops") == "gpuops" and person("W0ENT") == "<@W0ENT>"
 
     for verb, text, hid, what in (("hypothesis", " ", "", "say what the hypothesis is"),
