@@ -482,7 +482,6 @@ async def start(transport: Transport, inventory: Inventory, store: AttemptStore,
 async def _started(store: AttemptStore, attempt: Attempt, starting: asyncio.Future[CommandResult],
                    note: str = "") -> Attempt:
     """The attempt as its start's answer leaves it: launching with its server's PID, or failed."""
-    target = Target("container", attempt.node, attempt.vmid, attempt.container)
     try:
         pid = int((await starting).stdout.strip().splitlines()[-1])
     except (GpuopsError, ValueError, IndexError) as exc:
@@ -491,7 +490,7 @@ async def _started(store: AttemptStore, attempt: Attempt, starting: asyncio.Futu
                          error_line=reason)
         await store.save(failed)
         await store.unlock(attempt.node, attempt.vmid, attempt.id)
-        raise UsageError(f"could not start SGLang on {target.label}: {reason}") from None
+        raise UsageError(f"could not start SGLang on {attempt.target_label}: {reason}") from None
     attempt = replace(attempt, pid=pid).moved(AttemptStatus.LAUNCHING, time.time(), f"started, PID {pid}{note}")
     await store.save(attempt)
     return attempt

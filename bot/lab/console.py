@@ -228,9 +228,8 @@ class SlackFeed:
             self._render(call)
         self.cursor = max(self.cursor, upto)
 
-    def flush(self, at_prompt: bool = False) -> bool:
-        """Print what arrived since (``at_prompt``: from a new line, the prompt shown again after); True when
-        something was printed."""
+    def flush(self, at_prompt: bool = False) -> None:
+        """Print what arrived since (``at_prompt``: from a new line, the prompt shown again after)."""
         calls = self.standin.calls[self.cursor:]
         self.cursor += len(calls)
         printed = [text for text in map(self._render, calls) if text]
@@ -242,7 +241,6 @@ class SlackFeed:
             with suppress(OSError):
                 sys.stdout.write(PROMPT)
                 sys.stdout.flush()
-        return bool(printed)
 
     def _render(self, call: Call) -> str:
         if not call.delivered or call.method not in SAID:
