@@ -21,6 +21,7 @@ from bot.app import Services
 from bot.core.attempts import Attempt
 from bot.core.incident import Incident, Observation, Recorded, gpu_reading, record_word, with_attempts
 from bot.core.inventory import Target
+from bot.core.startup_log import progress_recorded
 from bot.core.status import assess_node
 from bot.slack import UNREACHABLE_ERRORS, slack_error
 from bot.triage import TriageReport
@@ -101,17 +102,20 @@ async def record_from_terminal(services: Services, thread: Incident, verb: str, 
 
 async def container_changed(services: Services, client: Any, node: str, vmid: int) -> bool:
     """An attempt on this container changed: bring every thread following it up to date (its attempts read once
-    for all of them). A failure here never costs the caller its own work: it is logged, and False returned when
-    trying again later may help (the scheduler gives the container back; the next mention in the thread catches up
-    too). A thread Slack will never take an edit in (archived, the bot removed) is left, and does not stop the
-    others."""
+    for all of them), and the launch cards that say less than their attempt's record (a terminal stopped it) drawn
+    again. A failure here never costs the caller its own work: it is logged, and False returned when trying again
+    later may help (the scheduler gives the container back; the next mention in the thread catches up too). A
+    message Slack will never take an edit in (archived, the bot removed) is left, and does not stop the others."""
     try:
         following = await services.incidents.following(node, vmid)
-        attempts = await services.attempts.recent(node, vmid, 20) if following else []
+        attempts = await services.attempts.recent(node, vmid, 20)
+        behind = await services.attempts.cards_behind([a for a in attempts if a.message_ts])
     except Exception:
         log.exception("reading the incident threads of %s:%s failed", node, vmid)
         return False
     done = True
+    for attempt in behind:
+        done = await _redraw_card(services, client, attempt) and done
     for listed in following:
         try:
             async with services.incidents.locked(listed.channel, listed.thread_ts):
@@ -126,6 +130,21 @@ async def container_changed(services: Services, client: Any, node: str, vmid: in
                           node, vmid)
             done = False
     return done
+
+
+async def _redraw_card(services: Services, client: Any, attempt: Attempt) -> bool:
+    """The attempt's launch card drawn again from its record: its status, and the figures its log gave. False when
+    it could not be, and trying again may help."""
+    card = views.progress_message(attempt, progress_recorded(attempt.observed))
+    try:
+        await client.chat_update(channel=attempt.channel, ts=attempt.message_ts, text=card.text, blocks=card.blocks)
+    except Exception as exc:
+        if (error := slack_error(exc)) not in UNREACHABLE_ERRORS:
+            log.exception("redrawing the launch card of attempt %s failed", attempt.id)
+            return False
+        log.warning("the launch card of attempt %s cannot be edited (%s); left as it is", attempt.id, error)
+    await services.attempts.card_redrawn(attempt.id)
+    return True
 
 
 def triage_reading(services: Services, report: TriageReport, now: float) -> Observation | None:

@@ -682,7 +682,7 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
     current = await store.get(attempt.id) or attempt
     if current.status in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
         current = current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")
-        await store.save(current)
+        await store.save(current, card_behind=True)  # its card, if launched in Slack, still says ready
     await store.unlock(attempt.node, attempt.vmid, attempt.id)
     return StopResult(current, used, note)
 

@@ -34,7 +34,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,6 +54,8 @@ PREFIX = "gpuops:"
 AUDIT_STREAM = PREFIX + "audit"
 ACTIVE_SET = PREFIX + "attempts:active"
 CHANGED_SET = PREFIX + "containers-changed"  # containers whose attempts changed, for the incident threads
+# attempts whose launch card in the channel says less than their record (stopped from a terminal, which has no Slack)
+CARDS_BEHIND = PREFIX + "cards-behind"
 ACTIVE_BACKFILLED = PREFIX + "attempts:active:backfilled"  # set once the running set holds older records too
 AUDIT_MAXLEN = 100_000
 STATUS_TTL_S = 8 * 24 * 3600
@@ -381,10 +383,14 @@ class AttemptStore:
     def __init__(self, client: aioredis.Redis) -> None:
         self.redis = client
 
-    async def save(self, attempt: Attempt) -> None:
+    async def save(self, attempt: Attempt, card_behind: bool = False) -> None:
+        """``card_behind``: the attempt's launch card (if it has one) no longer says what the record does, and is to
+        be drawn again from it (:meth:`cards_behind`) by whoever has Slack."""
         try:
             pipe = self.redis.pipeline(transaction=True)
             self._queue_save(pipe, attempt)
+            if card_behind and attempt.channel and attempt.message_ts:
+                pipe.sadd(CARDS_BEHIND, attempt.id)
             await pipe.execute()
         except RedisError as exc:
             raise StoreError(f"attempt {attempt.id} not saved: {type(exc).__name__}") from None
@@ -438,6 +444,16 @@ class AttemptStore:
     async def mark_changed(self, node: str, vmid: int) -> None:
         """Give a container back to be looked at again (its threads could not be brought up to date)."""
         await self.redis.sadd(CHANGED_SET, f"{node}:{vmid}")
+
+    async def cards_behind(self, attempts: Sequence[Attempt]) -> list[Attempt]:
+        """Those of ``attempts`` whose launch card is to be drawn again from their record."""
+        if not attempts:
+            return []
+        behind = await self.redis.smismember(CARDS_BEHIND, [a.id for a in attempts])
+        return [a for a, is_behind in zip(attempts, behind, strict=True) if is_behind]
+
+    async def card_redrawn(self, attempt_id: str) -> None:
+        await self.redis.srem(CARDS_BEHIND, attempt_id)
 
     async def get(self, attempt_id: str) -> Attempt | None:
         raw = await self.redis.get(f"{PREFIX}attempt:{attempt_id}")

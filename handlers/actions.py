@@ -14,9 +14,7 @@ from slack_bolt.async_app import AsyncApp
 
 from bot import views
 from bot.app import Services
-from bot.core.attempts import Attempt, AttemptStatus
 from bot.core.inventory import Target
-from bot.core.startup_log import progress_recorded
 from bot.errors import GpuopsError
 from bot.incidents import container_changed
 from bot.launch import LaunchRequest, free, stop
@@ -51,7 +49,6 @@ def register(app: AsyncApp, services: Services) -> None:
             text = f":warning: {exc.user_message}"
         await respond(text=text, replace_original=True)
         if pending["action"] == "stop" and (stopped := await services.attempts.get(pending["attempt"])):
-            await _card_says_stopped(client, stopped)
             await container_changed(services, client, stopped.node, stopped.vmid)
         await services.store.audit(action=action, user=user, channel=channel, requested_by=pending.get("user", ""),
                                    result=text[:500])
@@ -94,18 +91,6 @@ async def _stop(services: Services, pending: dict[str, Any], user: str) -> str:
         return f":warning: attempt {pending['attempt']} is no longer recorded"
     result = await stop(services.transport, services.inventory, services.attempts, attempt, services.launch, user)
     return views.stopped_text(result)
-
-
-async def _card_says_stopped(client: Any, attempt: Attempt) -> None:
-    """The launch's card in the channel no longer says `ready` (or `launching`) once its server was stopped. A launch
-    still followed has its card redrawn by its follower too; this one is drawn from the record."""
-    if attempt.status is not AttemptStatus.STOPPED or not (attempt.channel and attempt.message_ts):
-        return
-    card = views.progress_message(attempt, progress_recorded(attempt.observed))
-    try:
-        await client.chat_update(channel=attempt.channel, ts=attempt.message_ts, text=card.text, blocks=card.blocks)
-    except Exception:  # the stop is done and recorded either way
-        log.exception("redrawing the launch card of stopped attempt %s failed", attempt.id)
 
 
 async def _free(services: Services, pending: dict[str, Any]) -> str:

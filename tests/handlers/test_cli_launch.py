@@ -351,3 +351,34 @@ async def test_a_launch_stopped_while_its_server_starts_records_that_server_to_b
     stopped = await terminal(lab, tmp_path, "stop", "--yes", planned.id)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert node.launched_pids() == [] and await lab.services.attempts.lock_holder("pve5", 129) is None
+
+
+async def test_a_slack_launch_stopped_from_a_terminal_has_its_card_say_stopped_on_the_bots_next_tick(lab, tmp_path):
+    """A terminal has no Slack: its stop leaves the launch card to the bot, which draws it again from the record
+    once (not on every later change of the container)."""
+    from bot.scheduler import Scheduler
+    from bot.views import blocks_to_text
+    from tests.handlers.test_launch_flow import wait_text
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS}")
+    await wait_text(lab, "*ready*")
+    (ready,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert ready.status is AttemptStatus.READY and ready.message_ts
+
+    def card_edits():
+        return [blocks_to_text(c.blocks) for c in lab.standin.calls
+                if c.method == "chat.update" and c.params.get("ts") == ready.message_ts]
+
+    before = len(card_edits())
+    stopped = await terminal(lab, tmp_path, "stop", "--yes", ready.id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert len(card_edits()) == before  # the terminal itself has no Slack
+    scheduler = Scheduler(lab.services, lab.app.client)
+    await scheduler.tick()
+    edits = card_edits()[before:]
+    assert len(edits) == 1 and f"Launch `{ready.id}`* on pve5:129 (sglang-a6000) — *stopped*" in edits[0], edits
+    assert f"KV pool {ready.observed['kv_tokens']:,} tokens observed" in edits[0]
+    await lab.services.attempts.mark_changed("pve5", 129)  # the container changes again: the card is not redrawn
+    await scheduler.tick()
+    assert len(card_edits()) == before + 1
