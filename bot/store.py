@@ -389,8 +389,8 @@ class AttemptStore:
         try:
             pipe = self.redis.pipeline(transaction=True)
             self._queue_save(pipe, attempt)
-            if card_behind and attempt.channel and attempt.message_ts:
-                pipe.sadd(CARDS_BEHIND, attempt.id)
+            if card_behind:
+                self._queue_card_behind(pipe, attempt)
             await pipe.execute()
         except RedisError as exc:
             raise StoreError(f"attempt {attempt.id} not saved: {type(exc).__name__}") from None
@@ -444,6 +444,19 @@ class AttemptStore:
     async def mark_changed(self, node: str, vmid: int) -> None:
         """Give a container back to be looked at again (its threads could not be brought up to date)."""
         await self.redis.sadd(CHANGED_SET, f"{node}:{vmid}")
+
+    async def redraw_card_later(self, attempt: Attempt) -> None:
+        """The attempt's launch card to be drawn again from its record on the next pass over its container (the
+        edit that was to say where it ended could not be made now)."""
+        pipe = self.redis.pipeline(transaction=True)
+        self._queue_card_behind(pipe, attempt)
+        await pipe.execute()
+
+    @staticmethod
+    def _queue_card_behind(pipe: Any, attempt: Attempt) -> None:
+        if attempt.channel and attempt.message_ts:
+            pipe.sadd(CARDS_BEHIND, attempt.id)
+            pipe.sadd(CHANGED_SET, f"{attempt.node}:{attempt.vmid}")
 
     async def cards_behind(self, attempts: Sequence[Attempt]) -> list[Attempt]:
         """Those of ``attempts`` whose launch card is to be drawn again from their record."""

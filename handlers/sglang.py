@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Sequence
@@ -46,9 +47,11 @@ from bot.launch import (
     request_key,
     start,
 )
-from bot.slack import post_messages, upload_png
+from bot.slack import UNREACHABLE_ERRORS, post_messages, slack_error, upload_png
 from bot.triage import TriageReport, find_attempt, record_triage, triage_attempt
 from handlers.common import authorize
+
+log = logging.getLogger(__name__)
 
 
 def container_target(services: Services, spec: str, attempts_too: bool = False) -> Target:
@@ -213,8 +216,15 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
             return
         last_edit = now
         message = views.progress_message(stored, progress)
-        await client.chat_update(channel=stored.channel, ts=stored.message_ts, text=message.text,
-                                 blocks=message.blocks)
+        try:
+            await client.chat_update(channel=stored.channel, ts=stored.message_ts, text=message.text,
+                                     blocks=message.blocks)
+        except Exception as exc:
+            # an edit Slack would not take now costs neither the following nor the result: the next stage edits
+            # the card again, and the last is drawn again from the record on the next pass over the container
+            log.warning("editing the launch card of %s failed (%s)", stored.id, slack_error(exc) or type(exc).__name__)
+            if final and slack_error(exc) not in UNREACHABLE_ERRORS:
+                await services.attempts.redraw_card_later(stored)
         if final:
             detail = [f"Attempt `{stored.id}` {stored.status.value}: "
                       f"{views.escape_mrkdwn(stored.transitions[-1].note if stored.transitions else '')}"]
@@ -223,9 +233,13 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
                 predicted = stored.predicted.get(key)
                 detail.append(f"• {key}: observed {value}" + (f", predicted {predicted}" if predicted is not None
                                                                else ""))
-            await client.chat_postMessage(channel=stored.channel, thread_ts=stored.thread_ts or stored.message_ts,
-                                          text="\n".join(detail))
-            await container_changed(services, client, stored.node, stored.vmid)
+            try:
+                await client.chat_postMessage(channel=stored.channel, thread_ts=stored.thread_ts or stored.message_ts,
+                                              text="\n".join(detail))
+            except Exception:  # the history and the thread's summary say it too
+                log.exception("saying how attempt %s ended in its thread failed", stored.id)
+            if not await container_changed(services, client, stored.node, stored.vmid):
+                await services.attempts.mark_changed(stored.node, stored.vmid)  # the scheduler tries again
 
     return await follow(services.transport, services.inventory, services.attempts, attempt, notify, services.launch,
                         services.replica, services.stopping)

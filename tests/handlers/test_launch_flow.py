@@ -4,6 +4,7 @@ import os
 import re
 
 from bot import views
+from bot.core.attempts import AttemptStatus
 from bot.lab.nodes import container_path
 from bot.views import blocks_to_text
 
@@ -408,3 +409,26 @@ async def test_a_model_given_by_its_hub_id_launches_from_the_containers_cache(la
         assert log and "model_path='Qwen/Qwen3.6-27B'" in Path(log.group(1)).read_text()
     finally:
         shutil.rmtree(repo.parent)
+
+
+async def test_a_card_slack_would_not_edit_does_not_stop_the_launch_being_followed_and_is_drawn_again_later(lab):
+    """Slack refusing the card's edits (a passing internal_error) costs neither the following nor the result: the
+    launch is followed to ready, its result said in the thread, and the card drawn again on the bot's next tick."""
+    from bot.scheduler import Scheduler
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    lab.standin.fail["chat.update"] = "internal_error"
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16")
+    await lab.standin.wait_for(lambda cs: any(c.method == "chat.postMessage" and "thread_ts" in c.params
+                                              and "observed" in str(c.params.get("text")) for c in cs), 60)
+    (ready,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert ready.status is AttemptStatus.READY
+    refused = [c for c in lab.standin.calls if c.method == "chat.update" and c.params.get("ts") == ready.message_ts]
+    assert refused and not any("*ready*" in blocks_to_text(c.blocks) for c in refused[:-1])  # only the last said it
+    del lab.standin.fail["chat.update"]
+    before = len(lab.standin.calls)
+    await Scheduler(lab.services, lab.app.client).tick()
+    cards = [blocks_to_text(c.blocks) for c in lab.standin.calls[before:]
+             if c.method == "chat.update" and c.params.get("ts") == ready.message_ts]
+    assert len(cards) == 1 and f"Launch `{ready.id}`* on pve5:129 (sglang-a6000) — *ready*" in cards[-1]
