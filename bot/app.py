@@ -124,12 +124,16 @@ def build_app(services: Services) -> AsyncApp:
         process_before_response=False,
     )
 
-    @app.error
-    async def on_error(error: Exception, body: dict[str, Any], logger: logging.Logger) -> None:
-        ref = uuid.uuid4().hex[:8]
-        logger.exception("unhandled error ref=%s in %s", ref, body.get("command") or body.get("type"), exc_info=error)
-
     from handlers import actions, gpu, sglang
+    from handlers.common import say_failure
+
+    @app.error
+    async def on_error(error: Exception, body: dict[str, Any], logger: logging.Logger, respond: Any,
+                       client: Any) -> None:
+        ref = uuid.uuid4().hex[:8]
+        logger.error("unhandled error ref=%s in %s", ref, body.get("command") or body.get("type"), exc_info=error)
+        await say_failure(error, ref, body, respond, client)
+
     from handlers.mentions import register as register_mentions
 
     gpu.register(app, services)

@@ -109,8 +109,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                                    limits=services.limits, deadline_s=services.settings.status_deadline_s)
         report = await with_launches(report, services.attempts)
         if args.json:
-            print(json.dumps({**status_data(report.statuses, report.launches), "elapsed_s": round(report.elapsed_s, 3)},
-                             indent=2))
+            unread = {"launches_unread": report.launches_unread} if report.launches_unread else {}
+            print(json.dumps({**status_data(report.statuses, report.launches), "elapsed_s": round(report.elapsed_s, 3),
+                              **unread}, indent=2))
         else:
             print(status_text(report))
         # exit 3 when any target needs attention: scripts and cron can act on it

@@ -52,6 +52,7 @@ class StatusReport:
     elapsed_s: float
     # the recorded launches whose process groups hold GPU memory: (node, vmid, group) -> what to call them
     launches: dict[Launch, LaunchRef] = field(default_factory=dict)
+    launches_unread: str | None = None  # why the history could not be read to name them
 
 
 class SmiFailed(GpuopsError):
@@ -268,6 +269,6 @@ async def with_launches(report: StatusReport, attempts: AttemptStore) -> StatusR
         running = await running_launches(attempts)
     except GpuopsError as exc:
         log.warning("GPU processes not matched to launches: %s", exc.user_message)
-        return report
+        return replace(report, launches_unread=exc.user_message)
     return replace(report, launches={key: launch_ref(a) for key, a in running.items()})
 

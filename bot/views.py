@@ -155,7 +155,10 @@ def status_summary(report: StatusReport) -> str:
     for v in views:
         counts[v.state] = counts.get(v.state, 0) + 1
     parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-    return f"GPU status: {len(views)} target{'s' if len(views) != 1 else ''} ({parts}) in {report.elapsed_s:.1f}s"
+    text = f"GPU status: {len(views)} target{'s' if len(views) != 1 else ''} ({parts}) in {report.elapsed_s:.1f}s"
+    if report.launches_unread:
+        text += f"; processes not matched to recorded launches: {report.launches_unread}"
+    return text
 
 
 def status_messages(report: StatusReport) -> list[SlackMessage]:

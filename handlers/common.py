@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -9,6 +10,9 @@ from slack_sdk.errors import SlackApiError
 
 from bot.app import Services
 from bot.core.roles import Decision, decide
+from bot.errors import GpuopsError
+
+log = logging.getLogger(__name__)
 
 GROUP_CACHE_S = 300.0
 
@@ -34,3 +38,21 @@ async def authorize(services: Services, client: Any, action: str, user: str, cha
     if not decision.allowed:
         await services.store.audit(action=action, user=user, channel=channel, result="denied", reason=decision.reason)
     return decision
+
+
+async def say_failure(error: Exception, ref: str, body: dict[str, Any], respond: Any, client: Any) -> None:
+    """A command, click or mention that failed past its own handling is answered, not left at its "checking…": a
+    GpuopsError says its user message; anything else (a bug of the bot's, Slack refusing the answer) only a
+    reference to the bot's log, where the whole error is, never its own text. Privately to the person for a command
+    or click; in the thread for a mention."""
+    text = (f":warning: {error.user_message}" if isinstance(error, GpuopsError) else
+            f":warning: gpuops failed while answering this; the bot's log has the error under reference `{ref}`.")
+    event = body.get("event") or {}
+    try:
+        if respond is not None and body.get("response_url"):
+            await respond(text=text, response_type="ephemeral", replace_original=False)
+        elif event.get("channel"):
+            await client.chat_postMessage(channel=event["channel"], thread_ts=event.get("thread_ts") or event.get("ts"),
+                                          text=text)
+    except Exception:  # Slack itself may be what failed: the log keeps the error either way
+        log.warning("telling the person about error ref=%s failed too", ref, exc_info=True)

@@ -1,5 +1,6 @@
 """The hypothesis-test loop in an incident thread, through signed Events API deliveries."""
 
+from bot.lab.console import CHANNEL
 from bot.views import blocks_to_text
 from tests.handlers.test_launch_flow import wait_text
 from tests.handlers.test_triage import failed_launch
@@ -360,3 +361,24 @@ async def test_a_terminals_word_names_its_thread_or_records_nothing(lab, tmp_pat
     assert (await lab.services.incidents.get("C0LAB", first.thread_ts)).hypotheses == ()
     shown = await terminal(lab, tmp_path, "incident", "sglang-a6000", "--thread", first.thread_ts)
     assert f"Thread {first.thread_ts}" in shown.stdout and second.thread_ts not in shown.stdout
+
+
+async def test_a_mention_whose_summary_slack_will_not_edit_keeps_its_word_and_says_where_the_error_is(lab, caplog):
+    """Slack refusing the summary's edit for a reason the bot cannot pass over (invalid_blocks: a bug of its own):
+    the word the person said is recorded all the same, and the thread is told a reference to the bot's log, not
+    left silent and not shown the error's text."""
+    first, summary_ts = await thread_with_summary(lab, "note first")
+    lab.standin.fail["chat.update"] = "invalid_blocks"
+    await lab.mention("note GPUs looked clean at 21:40", first.thread_ts)
+    calls = await wait_text(lab, "reference `", method="chat.postMessage")
+    (told,) = [c for c in calls if c.method == "chat.postMessage" and "reference `" in str(c.params.get("text"))]
+    assert told.params["thread_ts"] == first.thread_ts and "invalid_blocks" not in told.params["text"]
+    ref = told.params["text"].split("reference `")[1].split("`")[0]
+    assert any(ref in r.getMessage() for r in caplog.records)
+    incident = await lab.services.incidents.get(CHANNEL, first.thread_ts)
+    assert incident.observations[-1].text.endswith(": GPUs looked clean at 21:40")
+    del lab.standin.fail["chat.update"]
+    await lab.mention("history", first.thread_ts)  # the next word there brings the summary up to date
+    calls = await lab.standin.wait_for(lambda cs: any(
+        c.method == "chat.update" and c.delivered and "21:40" in blocks_to_text(c.blocks) for c in cs), 30)
+    assert "GPUs looked clean at 21:40" in summary_text(calls, summary_ts)
