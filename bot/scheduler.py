@@ -84,7 +84,7 @@ class Scheduler:
                 result.posted.append(f"{name}:{occurrence}")
             except Exception:
                 # nothing was sent, so the occurrence stays due for the next tick (on any replica)
-                await self.services.store.redis.delete(f"gpuops:{key}")
+                await self.health.unclaim(key)
                 log.exception("health post %s failed; will retry", key)
         result.taken_over = await self.take_over()
         result.containers = await self.update_threads()
@@ -280,7 +280,7 @@ class Scheduler:
 
         taken = []
         for attempt in await self.services.attempts.with_status("launching"):
-            if await self.services.store.redis.exists(f"gpuops:tracker:{attempt.id}"):
+            if await self.services.attempts.leased(attempt.id):
                 continue
             self.services.spawn(track(self.services, self.client, attempt))
             taken.append(attempt.id)

@@ -575,6 +575,10 @@ class AttemptStore:
             return True
         return bool(await self.redis.eval(_RENEW, 1, key, replica, ttl_s))
 
+    async def leased(self, attempt_id: str) -> bool:
+        """Whether some replica (or a terminal) follows the attempt now: its lease has not lapsed."""
+        return bool(await self.redis.exists(f"{PREFIX}tracker:{attempt_id}"))
+
     async def drop_lease(self, attempt_id: str, replica: str) -> None:
         await self.redis.eval(_RELEASE, 1, f"{PREFIX}tracker:{attempt_id}", replica)
 
@@ -668,6 +672,10 @@ class HealthStore:
 
     async def claim(self, key: str, owner: str, ttl_s: int) -> bool:
         return bool(await self.redis.set(f"{PREFIX}{key}", owner, nx=True, ex=ttl_s))
+
+    async def unclaim(self, key: str) -> None:
+        """Give a claim back (the work it was for was not done), for the next tick on any replica."""
+        await self.redis.delete(f"{PREFIX}{key}")
 
     async def add_samples(self, samples: list[GpuSample], down: list[Unreachable], now: float) -> None:
         pipe = self.redis.pipeline(transaction=True)
