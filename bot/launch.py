@@ -827,20 +827,20 @@ async def exited_servers(transport: Transport, inventory: Inventory, store: Atte
 class ExitReport:
     attempt: Attempt  # with its first error line, as the log shows it
     finding: Finding | None  # None when the log could not be read
-    progress: Progress  # how far its log says it got, for its launch card
 
 
 async def exit_report(transport: Transport, store: AttemptStore, attempt: Attempt) -> ExitReport:
     """What the log of a server that exited while serving says: its first cause (the log read at both
-    ends), and the first error line recorded on the attempt for its card and the history."""
+    ends), and the first error line recorded on the attempt for its card and the history (the card is drawn from
+    the record: an excerpt's stages are not the whole log's)."""
     if not attempt.log_path:
-        return ExitReport(attempt, None, Progress())
+        return ExitReport(attempt, None)
     try:
         out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.log_excerpt(attempt.log_path)),
                                   ok_exit=(0,))
     except GpuopsError as exc:
         log.warning("reading the log of exited server %s: %s", attempt.id, exc.user_message)
-        return ExitReport(attempt, None, Progress())
+        return ExitReport(attempt, None)
     excerpt = remote.parse_log_excerpt(out.stdout)
     # a server the kernel killed writes nothing of it: the node's kernel log since it started may name the cause
     finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt),
@@ -852,7 +852,7 @@ async def exit_report(transport: Transport, store: AttemptStore, attempt: Attemp
     if error and error != attempt.error_line:
         attempt = replace(attempt, error_line=error[:500])
         await store.save(attempt)
-    return ExitReport(attempt, finding, progress)
+    return ExitReport(attempt, finding)
 
 
 __all__ = ["ExitReport", "LaunchSettings", "Preflight", "VerdictKind", "exit_report", "exited_servers", "follow",

@@ -117,19 +117,18 @@ class Scheduler:
                                          self.services.attempts, now):
             report = await exit_report(self.services.transport, self.services.attempts, gone)
             attempt = report.attempt
+            # its launch card no longer says "ready": drawn from the record with the threads, now or on a bot's tick
+            await self.services.attempts.redraw_card_later(attempt)
             if self.client is not None:
-                try:
-                    if attempt.channel:  # none when launched from a terminal: the history and threads still say it
+                if attempt.channel:  # none when launched from a terminal: the history and threads still say it
+                    try:
                         await post_messages(self.client, attempt.channel,
                                             [views.server_exited_message(attempt, report.finding)],
                                             pace=self.services.pace, thread_ts=attempt.thread_ts, broadcast=True)
-                    if attempt.message_ts:  # its launch card no longer says "ready"
-                        card = views.progress_message(attempt, report.progress)
-                        await self.client.chat_update(channel=attempt.channel, ts=attempt.message_ts, text=card.text,
-                                                      blocks=card.blocks)
-                except Exception:  # the failure is recorded in the history either way
-                    log.exception("announcing exited server %s failed", attempt.id)
-                await container_changed(self.services, self.client, attempt.node, attempt.vmid)
+                    except Exception:  # the failure is recorded in the history either way
+                        log.exception("announcing exited server %s failed", attempt.id)
+                if not await container_changed(self.services, self.client, attempt.node, attempt.vmid):
+                    await self.services.attempts.mark_changed(attempt.node, attempt.vmid)
             announced.append(attempt.id)
         return announced
 

@@ -186,6 +186,23 @@ async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_threa
     assert (await one.tick()).exited == [] and (await two.tick()).exited == []
 
 
+async def test_an_exited_server_whose_announcement_slack_refused_still_has_its_card_say_failed(replicas):
+    """Slack refusing the exit's announcement (a passing internal_error) does not leave the launch card saying
+    ready: the card is drawn from the attempt's record, with the stages and figures it reached (not the stages of
+    the log excerpt the announcement reads)."""
+    lab, one, two, clock = replicas
+    attempt = await ready_server(lab)
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    before = len(lab.standin.calls)
+    await killed_and_sampled(attempt, replicas)
+    refused = [c for c in lab.standin.calls[before:] if c.method == "chat.postMessage"]
+    assert any("exited while serving" in str(c.params.get("text")) for c in refused)
+    cards = [blocks_to_text(c.blocks) for c in lab.standin.calls[before:]
+             if c.method == "chat.update" and c.params.get("ts") == attempt.message_ts]
+    assert len(cards) == 1 and "— *failed*" in cards[0] and ":white_check_mark: ready" in cards[0]
+    assert f"KV pool {attempt.observed['kv_tokens']:,} tokens observed" in cards[0]
+
+
 async def test_a_ready_server_launched_from_a_terminal_that_exits_is_recorded_and_posted_nowhere(replicas, caplog):
     """`gpuops launch` records no channel (the terminal was told): the sampler still records the exit, and sends
     Slack nothing for it, rather than a post to no channel that fails."""
