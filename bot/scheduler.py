@@ -248,19 +248,23 @@ class Scheduler:
             slows = await self.services.attempts.streak("slow", attempt.id, self._slow(seconds), ttl)
             if self.client is None or not attempt.channel:  # no channel: launched from a terminal
                 continue
-            if misses == 2:
+            # said once a streak, from its second probe in a row; a post Slack refused is tried on the next probe
+            if misses >= 2 and await self.services.attempts.streak_to_say("unanswered", attempt.id, ttl):
+                kind, announced = "unanswered", unanswering
                 message = views.server_unanswering_message(attempt, str(health.get("error", "")), now)
-                announced = unanswering
-            elif slows == 2 and seconds is not None:
+            elif slows >= 2 and seconds is not None and await self.services.attempts.streak_to_say(
+                    "slow", attempt.id, ttl):
+                kind, announced = "slow", slow
                 message = views.server_slow_message(attempt, seconds, self.slow_answer_s, now)
-                announced = slow
             else:
                 continue
             try:
                 await post_messages(self.client, attempt.channel, [message], pace=self.services.pace,
                                     thread_ts=attempt.thread_ts, broadcast=True)
             except Exception:
-                log.exception("announcing server %s failed", attempt.id)
+                log.exception("announcing server %s failed; tried again on its next probe", attempt.id)
+                await self.services.attempts.streak_unsaid(kind, attempt.id)
+                continue
             announced.append(attempt.id)
         return unanswering, slow
 

@@ -528,13 +528,22 @@ class AttemptStore:
         that did not; the count lapses after ``ttl_s`` without a probe."""
         key = f"{PREFIX}{kind}:{attempt_id}"
         if not hit:
-            await self.redis.delete(key)
+            await self.redis.delete(key, f"{key}:said")
             return 0
         pipe = self.redis.pipeline(transaction=True)
         pipe.incr(key)
         pipe.expire(key, ttl_s)
-        count, _ = await pipe.execute()
+        pipe.expire(f"{key}:said", ttl_s)  # an announced streak stays announced while it lasts
+        count, *_ = await pipe.execute()
         return int(count)
+
+    async def streak_to_say(self, kind: str, attempt_id: str, ttl_s: int) -> bool:
+        """True once per streak (for one replica): the streak is to be announced now. :meth:`streak_unsaid` gives
+        it back when the announcement could not be sent, for the next probe that still sees it."""
+        return bool(await self.redis.set(f"{PREFIX}{kind}:{attempt_id}:said", "1", nx=True, ex=ttl_s))
+
+    async def streak_unsaid(self, kind: str, attempt_id: str) -> None:
+        await self.redis.delete(f"{PREFIX}{kind}:{attempt_id}:said")
 
     async def lock(self, node: str, vmid: int, holder: str, ttl_s: int) -> str | None:
         """Take the container's launch lock; returns None on success, else the current holder."""

@@ -259,6 +259,26 @@ async def test_a_ready_server_that_lives_but_stops_answering_is_announced_once(r
     assert (await lab.services.attempts.get(attempt.id)).status.value == "ready"  # alive: not called failed
 
 
+async def test_a_not_answering_server_whose_announcement_slack_refused_is_announced_on_the_next_sample(replicas):
+    """The second miss in a row is announced; when Slack refuses that post (a passing internal_error), the next
+    sample that still misses announces it, and once it has been said, no later one does."""
+    import signal
+
+    lab, one, two, clock = replicas
+    attempt = await ready_server(lab)
+    os.kill(attempt.pid, signal.SIGUSR1)  # the stand-in this test's lab started: it lives, but answers 503
+    results = []
+    for slot in ("07:40", "08:10", "08:40", "09:10"):
+        lab.standin.fail.pop("chat.postMessage", None)
+        if slot == "08:10":
+            lab.standin.fail["chat.postMessage"] = "internal_error"
+        clock.now = at(f"2026-12-03 {slot}")
+        results.append((await one.tick()).unanswering + (await two.tick()).unanswering)
+    assert results == [[], [], [attempt.id], []], results
+    said = [c for c in lab.standin.of("chat.postMessage") if "is not answering" in str(c.params.get("text"))]
+    assert [c.answer.get("ok") for c in said] == [False, True]
+
+
 async def test_a_ready_server_whose_container_stopped_is_announced_as_gone(replicas):
     lab, one, two, clock = replicas
     attempt = await ready_server(lab)
