@@ -33,7 +33,7 @@ from bot.errors import GpuopsError
 from bot.faults import read_faults
 from bot.incidents import container_changed
 from bot.launch import container_of, exit_report, exited_servers, health_probe
-from bot.slack import post_messages, upload_png
+from bot.slack import post_messages, slack_error, upload_png
 from bot.status import read_cuda_devices, read_status
 from bot.store import HealthStore
 
@@ -271,10 +271,19 @@ class Scheduler:
     async def post(self, channel: str, targets_spec: str, name: str, now: float) -> HealthReport:
         report = await self.report(targets_spec, name, now)
         posted = await post_messages(self.client, channel, views.health_messages(report), pace=self.services.pace)
-        recorded, _ = await self.health.samples_since(now - 24 * 3600)
-        png = health_png(recorded, now, f"GPU memory and utilization, last 24 h ({name})")
-        await upload_png(self.client, channel, posted[0] if posted else None, png, "gpu-health.png", "GPU health")
-        await self.health.save_report(name, report.to_dict())
+        # the report went out: what follows must not have it sent again (a failure before here does, on the next
+        # tick), so the chart and the record for the next post's "what changed" are only logged when they fail
+        try:
+            recorded, _ = await self.health.samples_since(now - 24 * 3600)
+            png = health_png(recorded, now, f"GPU memory and utilization, last 24 h ({name})")
+            await upload_png(self.client, channel, posted[0] if posted else None, png, "gpu-health.png", "GPU health")
+        except Exception as exc:
+            log.warning("chart of health post %s not attached (%s)", name, slack_error(exc) or type(exc).__name__,
+                        exc_info=slack_error(exc) is None)
+        try:
+            await self.health.save_report(name, report.to_dict())
+        except Exception:
+            log.exception("health post %s sent but not recorded: the next post compares with the one before", name)
         return report
 
     async def take_over(self) -> list[str]:

@@ -63,6 +63,18 @@ async def test_exactly_one_post_per_schedule_across_replicas(replicas):
     assert len(upload) == 1 and upload[0].params["content"].count(b"\x89PNG") == 1
 
 
+async def test_a_health_post_whose_chart_slack_refuses_is_posted_once_not_on_every_tick(replicas, caplog):
+    """The report went out; its chart did not (the app lacks files:write): the post is not sent again on every
+    tick, as one that never went out would be, and the log says why the chart is missing."""
+    lab, one, two, clock = replicas
+    lab.standin.fail["files.getUploadURLExternal"] = "missing_scope"
+    for minutes in (31, 32, 33):
+        clock.now = at(f"2026-12-03 08:{minutes}")
+        await asyncio.gather(one.tick(), two.tick())
+    assert len(health_posts(lab)) == 1
+    assert "chart of health post" in caplog.text and "missing_scope" in caplog.text
+
+
 async def test_a_post_missed_while_all_replicas_were_down_is_sent_late_once(replicas):
     lab, one, two, clock = replicas
     clock.now = at("2026-12-03 11:55")  # everyone was down at 08:30
