@@ -102,10 +102,11 @@ async def record_from_terminal(services: Services, thread: Incident, verb: str, 
 
 async def container_changed(services: Services, client: Any, node: str, vmid: int) -> bool:
     """An attempt on this container changed: bring every thread following it up to date (its attempts read once
-    for all of them), and the launch cards that say less than their attempt's record (a terminal stopped it) drawn
-    again. A failure here never costs the caller its own work: it is logged, and False returned when trying again
-    later may help (the scheduler gives the container back; the next mention in the thread catches up too). A
-    message Slack will never take an edit in (archived, the bot removed) is left, and does not stop the others."""
+    for all of them), and the launch cards that say less than their attempt's record drawn again (a stop from a
+    terminal, an edit Slack refused). A failure here never costs the caller its own work: it is logged, and False
+    returned when trying again later may help (the scheduler gives the container back; the next mention in the
+    thread catches up too). A message Slack will never take an edit in (archived, the bot removed) is left, and does
+    not stop the others."""
     try:
         following = await services.incidents.following(node, vmid)
         attempts = await services.attempts.recent(node, vmid, 20)

@@ -54,7 +54,8 @@ PREFIX = "gpuops:"
 AUDIT_STREAM = PREFIX + "audit"
 ACTIVE_SET = PREFIX + "attempts:active"
 CHANGED_SET = PREFIX + "containers-changed"  # containers whose attempts changed, for the incident threads
-# attempts whose launch card in the channel says less than their record (stopped from a terminal, which has no Slack)
+# attempts whose launch card in the channel says less than their record (stopped from a terminal, which has no
+# Slack; an edit Slack refused): drawn again from the record on the next pass over their container
 CARDS_BEHIND = PREFIX + "cards-behind"
 ACTIVE_BACKFILLED = PREFIX + "attempts:active:backfilled"  # set once the running set holds older records too
 AUDIT_MAXLEN = 100_000
