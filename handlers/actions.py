@@ -6,7 +6,6 @@ action is consumed once from Redis, so a double click or an expired button does 
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
 
@@ -19,8 +18,6 @@ from bot.errors import GpuopsError
 from bot.incidents import container_changed
 from bot.launch import LaunchRequest, free, stop
 from handlers.common import authorize
-
-log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp, services: Services) -> None:

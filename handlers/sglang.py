@@ -222,8 +222,9 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
         except Exception as exc:
             # an edit Slack would not take now costs neither the following nor the result: the next stage edits
             # the card again, and the last is drawn again from the record on the next pass over the container
-            log.warning("editing the launch card of %s failed (%s)", stored.id, slack_error(exc) or type(exc).__name__)
-            if final and slack_error(exc) not in UNREACHABLE_ERRORS:
+            error = slack_error(exc)
+            log.warning("editing the launch card of %s failed (%s)", stored.id, error or type(exc).__name__)
+            if final and error not in UNREACHABLE_ERRORS:
                 await services.attempts.redraw_card_later(stored)
         if final:
             detail = [f"Attempt `{stored.id}` {stored.status.value}: "

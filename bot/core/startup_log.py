@@ -118,7 +118,8 @@ def observed_of(progress: Progress) -> dict[str, object]:
 
 def progress_recorded(observed: Mapping[str, Any]) -> Progress:
     """The progress an attempt's record keeps (what :func:`observed_of` wrote), for its card drawn again once the
-    log is no longer followed (a stop). The stage is the one whose label the recorded one starts with."""
+    log is no longer followed (a stop, an exit while serving, an edit Slack refused). The stage is the one whose
+    label the recorded one starts with."""
     label = str(observed.get("stage", ""))
     stage = max((s for s in Stage if label.startswith(STAGE_LABEL[s])), key=lambda s: len(STAGE_LABEL[s]),
                 default=Stage.STARTING)
