@@ -679,10 +679,17 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
     left = [p for p in host.processes if p.pid == attempt.pid]
     memory = "; ".join(f"GPU {g.index}: {g.memory_used_mib} MiB used" for g in host.gpus)
     note = ("memory NOT returned: " if left else "memory returned: ") + memory
-    current = await store.get(attempt.id) or attempt
-    if current.status in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
-        current = current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")
-        await store.save(current, card_behind=True)  # its card, if launched in Slack, still says ready
+
+    def stopped(current: Attempt) -> Attempt | None:
+        if current.status not in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
+            return None  # another writer (the follower seeing it exit) decided it first
+        return current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")
+
+    # its card, if launched in Slack, still says ready: it is drawn again from the record
+    current = await store.change(attempt.id, stopped, card_behind=True)
+    if current is None:  # not in the history (it was lost): recorded as it ends
+        current = stopped(attempt) or attempt
+        await store.save(current, card_behind=True)
     await store.unlock(attempt.node, attempt.vmid, attempt.id)
     return StopResult(current, used, note)
 
@@ -787,11 +794,23 @@ async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -
     return out.exit_status == 0, f"the server's process (PID {attempt.pid}) exited"
 
 
-async def _record_gone(store: AttemptStore, attempt: Attempt, status: AttemptStatus, at: float, note: str) -> Attempt:
-    moved = attempt.moved(status, at, note)
-    await store.save(moved)
+async def _record_gone(store: AttemptStore, attempt: Attempt, status: AttemptStatus, at: float,
+                       note: str) -> Attempt | None:
+    """``attempt`` moved to ``status``, unless another writer moved it since it was read (a stop from a terminal
+    while its process was looked for): then None, and the record is left as that writer left it."""
+    moved: list[Attempt] = []
+
+    def gone(current: Attempt) -> Attempt | None:
+        moved.clear()  # a record another writer moved meanwhile is read again
+        if current.status is attempt.status:
+            moved.append(current.moved(status, at, note))
+        return moved[0] if moved else None
+
+    await store.change(attempt.id, gone)
+    if not moved:
+        return None
     await store.unlock(attempt.node, attempt.vmid, attempt.id)
-    return moved
+    return moved[0]
 
 
 async def reconcile(transport: Transport, inventory: Inventory, store: AttemptStore) -> list[Attempt]:
@@ -815,11 +834,10 @@ async def exited_servers(transport: Transport, inventory: Inventory, store: Atte
         alive, why = await _alive(transport, inventory, attempt)
         if alive is not False:
             continue
-        current = await store.get(attempt.id) or attempt
-        if current.status is AttemptStatus.READY:
-            when = time.strftime("%H:%M UTC", time.gmtime(now))
-            gone.append(await _record_gone(store, current, AttemptStatus.FAILED, now,
-                                           f"{why} while serving (noticed {when})"))
+        when = time.strftime("%H:%M UTC", time.gmtime(now))
+        failed = await _record_gone(store, attempt, AttemptStatus.FAILED, now, f"{why} while serving (noticed {when})")
+        if failed is not None:
+            gone.append(failed)
     return gone
 
 
@@ -848,10 +866,11 @@ async def exit_report(transport: Transport, store: AttemptStore, attempt: Attemp
     progress = advance(Progress(), excerpt.text.splitlines())
     named = finding.explanation if finding.label == HOST_OOM_KILL else \
         finding.evidence[0].text if finding.label != "unknown" and finding.evidence else None
-    error = named or progress.error_line
-    if error and error != attempt.error_line:
-        attempt = replace(attempt, error_line=error[:500])
-        await store.save(attempt)
+    error = (named or progress.error_line or "")[:500]
+    if error:
+        # the record as it is now: a triage of the exited server may have labelled it while its log was read
+        attempt = await store.change(attempt.id, lambda current: None if current.error_line == error else
+                                     replace(current, error_line=error)) or attempt
     return ExitReport(attempt, finding)
 
 

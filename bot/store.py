@@ -409,11 +409,12 @@ class AttemptStore:
         # whoever wrote it (a terminal has no Slack), the scheduler brings the threads following it up to date
         pipe.sadd(CHANGED_SET, f"{attempt.node}:{attempt.vmid}")
 
-    async def change(self, attempt_id: str, change: Callable[[Attempt], Attempt | None]) -> Attempt | None:
+    async def change(self, attempt_id: str, change: Callable[[Attempt], Attempt | None],
+                     card_behind: bool = False) -> Attempt | None:
         """Change the stored attempt as it is at that moment, and nothing else: the record is watched while it is
         read and changed, and the change made again on a record another writer moved meanwhile (the launch's
         follower finishing it while a triage adds its label). ``change`` returns None to leave it as it is. None
-        when no such attempt is stored."""
+        when no such attempt is stored. ``card_behind`` as for :meth:`save`, when it is changed."""
         key = f"{PREFIX}attempt:{attempt_id}"
         try:
             for _ in range(50):
@@ -429,6 +430,8 @@ class AttemptStore:
                             return current
                         pipe.multi()
                         self._queue_save(pipe, changed)
+                        if card_behind:
+                            self._queue_card_behind(pipe, changed)
                         await pipe.execute()
                         return changed
                     except WatchError:

@@ -176,8 +176,13 @@ async def _run_launch(services: Services, client: Any, respond: Any, request: La
     posted = await post_messages(client, request.channel, [check_message, views.progress_message(attempt, Progress())],
                                  respond=respond, pace=services.pace)
     if len(posted) == 2:
-        attempt = replace(attempt, message_ts=posted[1], thread_ts=posted[1])
-        await attempts.save(attempt)
+        card = posted[1]
+
+        def on_card(current: Attempt) -> Attempt:
+            return replace(current, message_ts=card, thread_ts=card)
+
+        # the record as it is now (a terminal may already have stopped it)
+        attempt = await attempts.change(attempt.id, on_card) or on_card(attempt)
     await services.store.audit(action="sglang.launch", user=request.user, channel=request.channel,
                                target=request.target.label, attempt=attempt.id, argv=list(redacted(attempt.argv)),
                                forced=str(attempt.forced), result=f"started PID {attempt.pid}")

@@ -7,13 +7,25 @@ from dataclasses import replace
 import pytest
 
 from bot.config import parse_inventory
+from bot.core.argv import log_excerpt, pct_exec, process_alive
 from bot.core.attempts import AttemptStatus
 from bot.core.inventory import resolve_targets
 from bot.core.startup_log import Stage
 from bot.core.status import Thresholds
 from bot.errors import UsageError
 from bot.lab.nodes import container_path
-from bot.launch import LaunchRequest, LaunchSettings, follow, free, gpu_holders, preflight, reconcile, start, stop
+from bot.launch import (
+    LaunchRequest,
+    LaunchSettings,
+    exit_report,
+    follow,
+    free,
+    gpu_holders,
+    preflight,
+    reconcile,
+    start,
+    stop,
+)
 from bot.ssh import SshTransport
 from bot.store import AttemptStore, connect
 
@@ -190,6 +202,74 @@ async def test_restart_reconciles_live_and_dead_attempts(setup):
     assert [a.id for a in resumed] == [live.id]
     assert (await store.get(dead.id)).status is AttemptStatus.ORPHANED
     await stop(transport, inventory, store, live, FAST, "test")
+
+
+class WritesMeanwhile(SshTransport):
+    """The real transport, where another writer changes the history once while one command's answer comes back:
+    a write placed exactly where a real one (a terminal's stop, a person's triage) can land."""
+
+    def __init__(self, inventory, argv, write):
+        super().__init__(inventory)
+        self.argv, self.write, self.wrote = tuple(argv), write, False
+
+    async def run(self, node, argv, **kwargs):
+        result = await super().run(node, argv, **kwargs)
+        if tuple(argv) == self.argv and not self.wrote:
+            self.wrote = True
+            await self.write()
+        return result
+
+
+async def test_a_restart_keeps_a_stop_recorded_while_it_looked_for_the_process(setup):
+    """The bot restarts while a terminal stops the launch: the stop recorded while the restart looked for the
+    process is what the history keeps (the restart does not write its older copy over it as orphaned)."""
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["hang"], delay_s=0.02)
+    _, pre = await run_launch(node, inventory, transport, store,
+                              ("--tp", "2", "--mem-fraction-static", "0.88", "--mamba-ssm-dtype", "bfloat16"))
+    attempt = await start(transport, inventory, store, pre, FAST, time.time())
+    stopped = await stop(transport, inventory, store, attempt, FAST, "cli:root")
+    launching = replace(stopped.attempt, transitions=stopped.attempt.transitions[:-1])
+    await store.save(launching)  # as it was when the terminal's stop began
+
+    async def terminal_stop():
+        await store.change(attempt.id, lambda _: stopped.attempt)
+
+    racing = WritesMeanwhile(inventory, pct_exec(129, process_alive(attempt.pid)), terminal_stop)
+    try:
+        assert await reconcile(racing, inventory, store) == []
+    finally:
+        await racing.close()
+    assert racing.wrote
+    kept = await store.get(attempt.id)
+    assert kept.status is AttemptStatus.STOPPED and kept.transitions[-1].note.startswith("stopped by cli:root")
+
+
+async def test_an_exit_report_keeps_a_label_recorded_while_it_read_the_log(setup):
+    """A server that exited is triaged by a person while the exit's report reads its log: the report's first error
+    line is added to the record as it is then, with the person's label kept."""
+    node, inventory, transport, store = setup
+    node.set_scenario(129, ["kv_pool_oom"], delay_s=0.02)
+    _, pre = await run_launch(node, inventory, transport, store, (*SEED, "--mem-fraction-static", "0.85"),
+                              force=True)
+    final, _ = await collect(await start(transport, inventory, store, pre, FAST, time.time()), inventory, transport,
+                             store)
+    exited = replace(final, error_line=None)  # as the sampler read it: exited, no error line recorded yet
+    await store.save(exited)
+
+    async def triage():
+        await store.change(final.id, lambda a: replace(a, observed={**a.observed, "triage": "kv_cache_oom"}))
+
+    racing = WritesMeanwhile(inventory, pct_exec(129, log_excerpt(final.log_path)), triage)
+    try:
+        report = await exit_report(racing, store, exited)
+    finally:
+        await racing.close()
+    assert racing.wrote
+    kept = await store.get(final.id)
+    assert kept.observed["triage"] == "kv_cache_oom"
+    assert kept.error_line == report.attempt.error_line == \
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
 
 
 async def test_free_kills_only_the_listed_pids_still_holding_memory(setup):
