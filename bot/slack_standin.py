@@ -34,8 +34,8 @@ class Call:
 
     @property
     def delivered(self) -> bool:
-        """Slack accepted it (a response_url post, or an API call answered ok)."""
-        return self.method == "response_url" or bool(self.answer.get("ok"))
+        """Slack accepted it (a response_url post or an API call answered ok)."""
+        return bool(self.answer.get("ok"))
 
     @property
     def blocks(self) -> list[dict[str, Any]]:
@@ -46,7 +46,8 @@ class Call:
 class SlackStandIn:
     def __init__(self, bot_user_id: str = "U0GPUOPS", team_id: str = "T0LAB") -> None:
         self.calls: list[Call] = []
-        self.fail: dict[str, str] = {}  # method -> Slack error code (persistent until removed)
+        # method (or "response_url") -> Slack error code (persistent until removed)
+        self.fail: dict[str, str] = {}
         self.rate_limit: dict[str, int] = {}  # method -> how many 429s to answer first
         self.usergroups: dict[str, list[str]] = {}  # group id -> member user ids
         self.bot_user_id = bot_user_id
@@ -154,8 +155,11 @@ class SlackStandIn:
 
     async def _respond(self, request: web.Request) -> web.Response:
         body = await self._body(request)
-        await self._record(Call("response_url", body, dict(request.headers), {"ok": True}))
-        return web.Response(text="ok")
+        refused = self.fail.get("response_url")
+        await self._record(Call("response_url", body, dict(request.headers),
+                                {"ok": False, "error": refused} if refused else {"ok": True}))
+        # a response_url answers in plain text: 404 with the reason once it expired or was used up
+        return web.Response(status=404, text=refused) if refused else web.Response(text="ok")
 
     async def _upload(self, request: web.Request) -> web.Response:
         data = await request.read()

@@ -6,6 +6,7 @@ action is consumed once from Redis, so a double click or an expired button does 
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -17,7 +18,9 @@ from bot.core.inventory import Target
 from bot.errors import GpuopsError
 from bot.incidents import container_changed
 from bot.launch import LaunchRequest, free, stop
-from handlers.common import authorize
+from handlers.common import answer_click, authorize
+
+log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp, services: Services) -> None:
@@ -44,11 +47,14 @@ def register(app: AsyncApp, services: Services) -> None:
                 text = await _free(services, pending)
         except GpuopsError as exc:
             text = f":warning: {exc.user_message}"
-        await respond(text=text, replace_original=True)
+        except Exception:  # signals may have been sent: the audit says it was tried, the bot's log has the error
+            await _audit(services, action, user, channel, pending, "failed: an error in the bot (see its log)")
+            raise
+        # the audit first: what was done on the host is recorded whatever Slack does with the answer
+        await _audit(services, action, user, channel, pending, text)
+        await answer_click(respond, client, channel, user, text)
         if pending["action"] == "stop" and (stopped := await services.attempts.get(pending["attempt"])):
             await container_changed(services, client, stopped.node, stopped.vmid)
-        await services.store.audit(action=action, user=user, channel=channel, requested_by=pending.get("user", ""),
-                                   result=text[:500])
 
     @app.action("gpuops_cancel")
     async def cancel(ack: Any, body: dict[str, Any], respond: Any) -> None:
@@ -80,6 +86,15 @@ def register(app: AsyncApp, services: Services) -> None:
             await run_launch(services, client, respond, request)
         except GpuopsError as exc:
             await respond(text=f":warning: {exc.user_message}", response_type="ephemeral", replace_original=False)
+
+
+async def _audit(services: Services, action: str, user: str, channel: str, pending: dict[str, Any],
+                 result: str) -> None:
+    try:
+        await services.store.audit(action=action, user=user, channel=channel, requested_by=pending.get("user", ""),
+                                   result=result[:500])
+    except GpuopsError as exc:  # the bot's log keeps the record the audit could not
+        log.error("audit of %s by %s not recorded (%s): %s", action, user, exc.user_message, result[:500])
 
 
 async def _stop(services: Services, pending: dict[str, Any], user: str) -> str:

@@ -56,3 +56,19 @@ async def say_failure(error: Exception, ref: str, body: dict[str, Any], respond:
                                           text=text)
     except Exception:  # Slack itself may be what failed: the log keeps the error either way
         log.warning("telling the person about error ref=%s failed too", ref, exc_info=True)
+
+
+async def answer_click(respond: Any, client: Any, channel: str, user: str, text: str) -> None:
+    """The result of an action a click confirmed, in place of the confirmation; in the channel when Slack will not
+    take it there (the click's response_url expired, was used up, or could not be reached): a person who confirmed a
+    stop is told whether it happened, whatever Slack's answer to the first try."""
+    try:
+        answer = await respond(text=text, replace_original=True)
+        status = getattr(answer, "status_code", 200)
+        if status < 300:
+            return
+        why = f"HTTP {status} {str(getattr(answer, 'body', ''))[:80]}"
+    except Exception as exc:  # connection errors of the response_url's host
+        why = type(exc).__name__
+    log.warning("answering a click through its response_url failed (%s); saying it in %s", why, channel)
+    await client.chat_postMessage(channel=channel, text=f"<@{user}>: {text}")

@@ -131,10 +131,12 @@ class Lab:
                                        stdin=subprocess.DEVNULL, text=True, env=env, timeout=300, check=False)
         return done.returncode, (done.stdout + done.stderr).rstrip("\n")
 
-    async def click(self, action_id: str, value: str, user_id: str = "U0ALICE") -> tuple[int, list[Call]]:
+    async def click(self, action_id: str, value: str, user_id: str = "U0ALICE",
+                    response_url: str | None = None) -> tuple[int, list[Call]]:
         """A signed button click, as Slack sends it; returns the HTTP status and the calls it caused."""
         before = len(self.standin.calls)
-        body = block_action_body(action_id, value, user_id=user_id, response_url=self.standin.response_url("click"))
+        body = block_action_body(action_id, value, user_id=user_id,
+                                 response_url=response_url or self.standin.response_url("click"))
         async with aiohttp.ClientSession() as http, http.post(
             self.app_url, data=body, headers=signed_headers(self.signing_secret, body)
         ) as answer:

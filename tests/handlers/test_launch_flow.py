@@ -3,6 +3,8 @@
 import os
 import re
 
+import pytest
+
 from bot import views
 from bot.core.attempts import AttemptStatus
 from bot.lab.nodes import container_path
@@ -127,6 +129,32 @@ async def test_stop_asks_for_a_click_then_verifies_the_memory(lab):
                            and "— *stopped*" in blocks_to_text(c.blocks)][-1].blocks)
     assert f"Launch `{stopped.id}`* on pve5:129 (sglang-a6000) — *stopped*" in card
     assert f"KV pool {stopped.observed['kv_tokens']:,} tokens observed" in card and "CUDA graphs captured" in card
+
+
+@pytest.mark.parametrize("slack", ["refused", "unreachable"])
+async def test_a_stop_whose_answer_slack_does_not_take_is_said_in_the_channel_and_audited(lab, slack):
+    """The click's response_url is refused (it expired or was used up) or cannot be reached: the stop it confirmed
+    is done, the audit records it, and the person is told in the channel instead."""
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "*ready*")
+    await lab.slash("/sglang", "stop sglang-a6000", user_id="U0ALICE")
+    confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    if slack == "refused":
+        lab.standin.fail["response_url"] = "expired_url"
+        await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
+    else:  # nothing listens on port 1 of loopback
+        await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE", response_url="http://127.0.0.1:1/r")
+    calls = await wait_text(lab, "Stopped attempt", method="chat.postMessage", timeout=30)
+    said = [c for c in calls if c.method == "chat.postMessage" and "Stopped attempt" in str(c.params.get("text"))]
+    assert len(said) == 1 and said[0].params["channel"] == "C0LAB"
+    assert said[0].params["text"].startswith("<@U0ALICE>: ") and "memory returned" in said[0].params["text"]
+    assert lab.nodes["pve5"].read_state()["processes"] == []
+    audit = await lab.services.store.audit_entries(20)
+    result = said[0].params["text"].removeprefix("<@U0ALICE>: ")
+    assert [e["result"] for e in audit if e["action"] == "sglang.stop"] == [result]
 
 
 async def test_free_kills_only_the_listed_pids_after_confirmation(lab):
