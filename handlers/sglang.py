@@ -134,9 +134,22 @@ async def budget(services: Services, client: Any, respond: Any, target: Target, 
     posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title, refused),
                                  respond=respond, pace=services.pace)
     png = budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title)
-    await upload_png(client, channel, posted[0] if posted else None, png, "budget.png", planned.title)
+    if not posted:  # answered through the response_url: the bot is not in the channel, where files go
+        missing = "the bot is not in this channel (`/invite @gpuops` and ask again for it)"
+    else:
+        try:
+            await upload_png(client, channel, posted[0], png, "budget.png", planned.title)
+            missing = ""
+        except Exception as exc:  # the explanation went out; only its picture is missing
+            error = slack_error(exc)
+            log.warning("attaching the budget chart in %s failed (%s)", channel, error or type(exc).__name__)
+            missing = (f"Slack refused the upload (`{error}`)" if error else "Slack could not be reached") + \
+                (": the app needs the `files:write` scope" if error == "missing_scope" else "")
     await services.store.audit(action="sglang.budget", user=user, channel=channel, target=target.label,
                                model=request.model_path, verdict=planned.budget.verdict.value)
+    if missing:
+        await respond(text=f":information_source: the budget's chart is not attached: {missing}",
+                      response_type="ephemeral", replace_original=False)
 
 
 async def run_launch(services: Services, client: Any, respond: Any, request: LaunchRequest) -> Attempt | None:

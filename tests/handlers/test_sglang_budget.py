@@ -1,5 +1,7 @@
 """/sglang budget through the real app: facts read from the lab container over SSH."""
 
+import pytest
+
 from bot.lab.nodes import container_path
 from bot.views import blocks_to_text
 
@@ -23,6 +25,28 @@ async def test_budget_of_the_seed_launch_is_explained_with_a_chart(lab):
     assert upload.params["content"].count(b"\x89PNG") == 1
     complete = next(c for c in calls if c.method == "files.completeUploadExternal")
     assert complete.params.get("thread_ts") == post.answer["ts"]
+
+
+@pytest.mark.parametrize("refused", ["files.getUploadURLExternal", "chat.postMessage"])
+async def test_a_budget_whose_chart_cannot_be_attached_is_answered_and_says_why(lab, refused):
+    """The explanation goes out and is audited when its chart cannot: the app lacks files:write (the upload is
+    refused), or the bot is not in the channel (the explanation came through the response_url, and a file cannot
+    go there). The person is told why the chart is missing, not that the command failed."""
+    lab.standin.fail[refused] = "missing_scope" if refused.startswith("files") else "not_in_channel"
+    model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+    await lab.slash("/sglang", f"budget sglang-a6000 {model} {SEED_FLAGS} --mem-fraction-static 0.85")
+    calls = await lab.standin.wait_for(lambda cs: any("chart is not attached" in str(c.params.get("text"))
+                                                      for c in cs), 30)
+    answers = [c for c in calls if c.delivered and c.method in ("chat.postMessage", "response_url")]
+    assert "WILL FAIL" in blocks_to_text(answers[0].blocks)
+    note = answers[-1].params["text"]
+    assert note.endswith("Slack refused the upload (`missing_scope`): the app needs the `files:write` scope"
+                         if refused.startswith("files") else
+                         "the bot is not in this channel (`/invite @gpuops` and ask again for it)")
+    assert not [c for c in calls if "gpuops failed while answering" in str(c.params.get("text"))]
+    assert not lab.standin.of("files.completeUploadExternal")
+    audit = await lab.services.store.audit_entries(10)
+    assert [e["verdict"] for e in audit if e["action"] == "sglang.budget"] == ["fails"]
 
 
 async def test_budget_refuses_a_relative_model_path_and_a_node_target(lab):
