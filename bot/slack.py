@@ -23,11 +23,13 @@ from bot.errors import GpuopsError
 from bot.views import SlackMessage
 
 log = logging.getLogger(__name__)
-FALLBACK_ERRORS = {"not_in_channel", "channel_not_found", "is_archived"}
 # a message there cannot be sent or edited however often it is tried again (the channel is gone or archived, the bot
 # was removed, the token revoked): a retry loop would only log the same refusal every tick
-UNREACHABLE_ERRORS = FALLBACK_ERRORS | {"thread_not_found", "cant_update_message", "account_inactive", "invalid_auth",
-                                        "token_revoked", "team_access_not_granted"}
+UNREACHABLE_ERRORS = {"not_in_channel", "channel_not_found", "is_archived", "thread_not_found", "cant_update_message",
+                      "account_inactive", "invalid_auth", "token_revoked", "team_access_not_granted"}
+# the message itself is refused (a bug of the bot's): sent through a response_url instead, it would be refused too
+MESSAGE_ERRORS = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "msg_blocks_too_long", "no_text",
+                  "too_many_attachments", "invalid_attachments"}
 CHANNEL_PACE_S = 1.0  # Slack allows about one message per second per channel
 
 
@@ -94,9 +96,10 @@ async def post_messages(
     thread_ts: str | None = None,
     broadcast: bool = False,
 ) -> list[str]:
-    """Post in order; returns the ``ts`` of each. When the bot is not in the channel, fall
-    back to the command's response_url so the answer is never lost. ``broadcast``: a thread reply
-    that is also shown in the channel."""
+    """Post in order; returns the ``ts`` of each. When Slack refuses to post a message (the bot is not in the
+    channel, a passing ``internal_error``) rather than the message itself, it goes to the person through the
+    command's response_url instead, so the answer is not lost; the refusal is raised when that fails too.
+    ``broadcast``: a thread reply that is also shown in the channel."""
     posted: list[str] = []
     for message in messages:
         await pace.wait(channel)
@@ -107,13 +110,30 @@ async def post_messages(
             )
             posted.append(str(answer["ts"]))
         except SlackApiError as exc:
-            error = exc.response.get("error", "")
-            if respond is None or error not in FALLBACK_ERRORS:
+            if respond is None or slack_error(exc) in MESSAGE_ERRORS:
                 raise
-            log.warning("chat.postMessage to %s failed with %s; answering through response_url", channel, error)
-            await respond(text=message.text, blocks=message.blocks, response_type="ephemeral",
-                          replace_original=False)
+            log.warning("chat.postMessage to %s failed with %s; answering through response_url", channel,
+                        slack_error(exc))
+            if await responded(respond, text=message.text, blocks=message.blocks, response_type="ephemeral",
+                               replace_original=False) is not None:
+                raise
     return posted
+
+
+async def responded(respond: Any, **message: Any) -> str | None:
+    """Send ``message`` through a response_url (Bolt's ``respond``); None when Slack took it, else why not (it
+    answers an expired or used-up URL with an HTTP error, which ``respond`` does not raise)."""
+    try:
+        answer = await respond(**message)
+    except Exception as exc:  # the response_url's host could not be reached
+        why = type(exc).__name__
+    else:
+        status = getattr(answer, "status_code", 200)
+        if status < 300:
+            return None
+        why = f"HTTP {status} {str(getattr(answer, 'body', ''))[:80]}"
+    log.warning("answering through the response_url failed (%s)", why)
+    return why
 
 
 async def upload_png(client: AsyncWebClient, channel: str, thread_ts: str | None, png: bytes, filename: str,

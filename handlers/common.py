@@ -11,6 +11,7 @@ from slack_sdk.errors import SlackApiError
 from bot.app import Services
 from bot.core.roles import Decision, decide
 from bot.errors import GpuopsError
+from bot.slack import responded
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,6 @@ async def answer_click(respond: Any, client: Any, channel: str, user: str, text:
     """The result of an action a click confirmed, in place of the confirmation; in the channel when Slack will not
     take it there (the click's response_url expired, was used up, or could not be reached): a person who confirmed a
     stop is told whether it happened, whatever Slack's answer to the first try."""
-    try:
-        answer = await respond(text=text, replace_original=True)
-        status = getattr(answer, "status_code", 200)
-        if status < 300:
-            return
-        why = f"HTTP {status} {str(getattr(answer, 'body', ''))[:80]}"
-    except Exception as exc:  # connection errors of the response_url's host
-        why = type(exc).__name__
-    log.warning("answering a click through its response_url failed (%s); saying it in %s", why, channel)
-    await client.chat_postMessage(channel=channel, text=f"<@{user}>: {text}")
+    if await responded(respond, text=text, replace_original=True) is not None:
+        log.warning("saying the result of a click in %s instead", channel)
+        await client.chat_postMessage(channel=channel, text=f"<@{user}>: {text}")

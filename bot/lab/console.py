@@ -189,15 +189,17 @@ class Lab:
         assert self.services is not None
         return await Scheduler(self.services, self.app.client).update_threads()
 
-    async def slash(self, command: str, text: str, user_id: str = "U0ALICE") -> tuple[int, str, list[Call]]:
-        """Send a signed slash command; return (HTTP status, ack text, calls it caused)."""
+    async def slash(self, command: str, text: str, user_id: str = "U0ALICE",
+                    answered: bool = True) -> tuple[int, str, list[Call]]:
+        """Send a signed slash command; return (HTTP status, ack text, calls it caused). ``answered``: wait for the
+        answer Slack took (False when Slack is made to refuse it)."""
         before = len(self.standin.calls)
         body = slash_body(command, text, user_id=user_id, response_url=self.standin.response_url())
         async with aiohttp.ClientSession() as http, http.post(
             self.app_url, data=body, headers=signed_headers(self.signing_secret, body)
         ) as answer:
             status, ack = answer.status, await answer.text()
-        if ack.endswith("…"):  # acknowledged: the answer follows as a message
+        if answered and ack.endswith("…"):  # acknowledged: the answer follows as a message
             await self.standin.wait_for(
                 lambda calls: any(c.method in ("chat.postMessage", "response_url") and c.delivered
                                   for c in calls[before:]),

@@ -68,6 +68,30 @@ async def test_not_in_channel_falls_back_to_response_url(lab):
     assert responded and "pve5" in blocks_to_text(responded[0].blocks)
 
 
+async def test_a_post_slack_refuses_goes_to_the_person_privately(lab, caplog):
+    """Slack refusing the answer's post (a passing internal_error) costs the person neither the answer nor a
+    "gpuops failed" reply: it comes through the command's response_url, and the log says why."""
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    await lab.slash("/gpu", "status pve5")
+    calls = await lab.standin.wait_for(lambda cs: any(c.method == "response_url" and c.blocks for c in cs), 30)
+    responded = [c for c in calls if c.method == "response_url"]
+    assert len(responded) == 1 and "pve5" in blocks_to_text(responded[0].blocks)
+    assert responded[0].params["response_type"] == "ephemeral"
+    assert "chat.postMessage to C0LAB failed with internal_error; answering through response_url" in caplog.text
+
+
+async def test_a_post_slack_refuses_everywhere_is_answered_with_a_reference_to_the_log(lab, caplog):
+    """When the response_url refuses it too, the refusal goes on to the error handler: the person is told that the
+    bot failed (by the reference in its log), not left at "checking…"."""
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    lab.standin.fail["response_url"] = "used_url"
+    await lab.slash("/gpu", "status pve5", answered=False)
+    calls = await lab.standin.wait_for(lambda cs: any("gpuops failed while answering" in str(c.params.get("text"))
+                                                      for c in cs), 30)
+    assert [c.params["text"] for c in calls if c.method == "response_url"][-1].startswith(":warning: gpuops failed")
+    assert "answering through the response_url failed (HTTP 404 used_url)" in caplog.text
+
+
 async def test_rate_limited_post_is_retried(lab):
     lab.standin.rate_limit["chat.postMessage"] = 1
     status, ack, calls = await lab.slash("/gpu", "status pve5")
