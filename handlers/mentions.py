@@ -7,6 +7,7 @@ retries Events API deliveries).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -22,6 +23,8 @@ from bot.errors import GpuopsError, StoreError
 from bot.incidents import container_attempts, refresh_summary, synced, triage_reading
 from bot.status import read_status, with_launches
 from handlers.common import authorize
+
+log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp, services: Services) -> None:
@@ -80,7 +83,10 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
     if verb in RECORD_VERBS:
         incident, recorded = record_word(incident, verb, rest, hid, user, now)
         if recorded.kind != "note":  # a note shows in the summary; a hypothesis gets its id, a decision is said
-            await reply(views.recorded_text(recorded))
+            try:
+                await reply(views.recorded_text(recorded))
+            except Exception:  # recorded all the same, and the thread's summary shows it
+                log.warning("saying %s in thread %s failed", recorded.kind, thread, exc_info=True)
     elif verb == "status":
         targets = _targets(services, incident, rest)
         report = await read_status(services.transport, services.inventory, targets, limits=services.limits,

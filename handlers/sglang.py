@@ -321,7 +321,8 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
         choices = await _launch_choices(services, request, remedy_launches(report.planned.budget, request.flags))
     for experiment in report.experiments:
         choices.append((f"launch with {experiment.change}", await _pending_launch(services, request, experiment.argv)))
+    # the label first: what the log says is the attempt's, whatever Slack does with the answer
+    await record_triage(attempts, services.store, report, user, channel)
     await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
                         thread_ts=thread_ts or attempt.thread_ts, pace=services.pace)
-    await record_triage(attempts, services.store, report, user, channel)
     return report

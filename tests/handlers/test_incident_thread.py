@@ -1,5 +1,7 @@
 """The hypothesis-test loop in an incident thread, through signed Events API deliveries."""
 
+import asyncio
+
 from bot.lab.console import CHANNEL
 from bot.views import blocks_to_text
 from tests.handlers.test_launch_flow import wait_text
@@ -196,6 +198,36 @@ async def test_a_hypothesis_with_slacks_control_characters_reads_as_typed(lab):
     assert f"*H1* {typed}" in summary
     incident = await lab.services.incidents.get("C0LAB", first.thread_ts)
     assert incident.hypotheses[0].text == typed
+
+
+async def test_a_hypothesis_whose_reply_slack_refuses_is_kept_and_shown_in_the_summary(lab):
+    """Slack refusing the reply that names a new hypothesis (a passing internal_error) does not lose it: it is
+    recorded, and the thread's summary (an edit Slack takes) shows it."""
+    first, summary_ts = await thread_with_summary(lab, "note the first launch ran at 0.85")
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    await lab.mention("hypothesis leftover GPU memory from an earlier run", first.thread_ts)
+    calls = await wait_text(lab, "leftover GPU memory", method="chat.update")
+    assert "*H1* leftover GPU memory from an earlier run" in summary_text(calls, summary_ts)
+    incident = await lab.services.incidents.get("C0LAB", first.thread_ts)
+    assert [(h.id, h.text) for h in incident.hypotheses] == [("H1", "leftover GPU memory from an earlier run")]
+    refused = [c for c in lab.standin.of("chat.postMessage") if not c.delivered]
+    assert any("*H1*" in str(c.params.get("text")) for c in refused)  # the reply was tried
+
+
+async def test_a_thread_triage_whose_answer_slack_refuses_still_labels_the_attempt(lab):
+    """`@gpuops triage` whose answer Slack refuses in the thread (a passing internal_error): the label its reading
+    of the log found is recorded on the attempt all the same (the history and the summaries show it)."""
+    first, summary_ts = await thread_with_summary(lab, "note the first launch ran at 0.85")
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    await lab.mention("triage", first.thread_ts)
+    await lab.standin.wait_for(lambda cs: any(not c.delivered and f"*Triage of `{first.id}`*" in blocks_to_text(
+        c.blocks) for c in cs), 60)
+    for _ in range(100):
+        labelled = await lab.services.attempts.get(first.id)
+        if labelled.observed.get("triage"):
+            break
+        await asyncio.sleep(0.1)
+    assert labelled.observed.get("triage") == "kv_pool_oom"
 
 
 async def thread_with_summary(lab, mention):
