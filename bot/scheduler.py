@@ -33,7 +33,7 @@ from bot.errors import GpuopsError
 from bot.faults import read_faults
 from bot.incidents import container_changed
 from bot.launch import container_of, exit_report, exited_servers, health_probe
-from bot.slack import post_messages, slack_error, upload_png
+from bot.slack import UNREACHABLE_ERRORS, post_messages, slack_error, upload_png
 from bot.status import read_cuda_devices, read_status
 from bot.store import HealthStore
 
@@ -82,7 +82,11 @@ class Scheduler:
             try:
                 await self.post(schedule.channel, schedule.targets, name, now)
                 result.posted.append(f"{name}:{occurrence}")
-            except Exception:
+            except Exception as exc:
+                if (error := slack_error(exc)) in UNREACHABLE_ERRORS:  # as refused on every tick: not read again
+                    log.error("health post %s cannot be sent to %s (%s): invite the bot to the channel, or name "
+                              "another in the inventory's schedules; not tried again", key, schedule.channel, error)
+                    continue
                 # nothing was sent, so the occurrence stays due for the next tick (on any replica)
                 await self.health.unclaim(key)
                 log.exception("health post %s failed; will retry", key)
@@ -268,15 +272,18 @@ class Scheduler:
             announced.append(attempt.id)
         return unanswering, slow
 
-    async def post(self, channel: str, targets_spec: str, name: str, now: float) -> HealthReport:
+    async def post(self, channel: str, targets_spec: str, name: str, now: float, respond: Any = None) -> HealthReport:
+        """``respond``: a person asked for it (`/gpu health`), who gets it privately where the bot cannot post."""
         report = await self.report(targets_spec, name, now)
-        posted = await post_messages(self.client, channel, views.health_messages(report), pace=self.services.pace)
+        posted = await post_messages(self.client, channel, views.health_messages(report), pace=self.services.pace,
+                                     respond=respond)
         # the report went out: what follows must not have it sent again (a failure before here does, on the next
         # tick), so the chart and the record for the next post's "what changed" are only logged when they fail
         try:
             recorded, _ = await self.health.samples_since(now - 24 * 3600)
             png = health_png(recorded, now, f"GPU memory and utilization, last 24 h ({name})")
-            await upload_png(self.client, channel, posted[0] if posted else None, png, "gpu-health.png", "GPU health")
+            if posted:  # not where the report came privately: a file cannot go there
+                await upload_png(self.client, channel, posted[0], png, "gpu-health.png", "GPU health")
         except Exception as exc:
             log.warning("chart of health post %s not attached (%s)", name, slack_error(exc) or type(exc).__name__,
                         exc_info=slack_error(exc) is None)

@@ -37,7 +37,7 @@ def register(app: AsyncApp, services: Services) -> None:
 
             scheduler = Scheduler(services, client)
             await scheduler.post(command["channel_id"], request.target, f"ondemand:{command['channel_id']}",
-                                 time.time())
+                                 time.time(), respond=respond)
             return
         if isinstance(request, GpuFreeRequest):
             await ack(f"listing what holds GPU memory on {targets[0].label}…")

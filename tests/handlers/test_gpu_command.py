@@ -92,6 +92,22 @@ async def test_a_post_slack_refuses_everywhere_is_answered_with_a_reference_to_t
     assert "answering through the response_url failed (HTTP 404 used_url)" in caplog.text
 
 
+async def test_gpu_health_posts_the_report_with_its_chart_and_privately_where_the_bot_is_not(lab):
+    """`/gpu health` answers in the channel with the daily report and its chart in the thread; in a channel the bot is
+    not in, the report comes privately through the command's response_url (a chart cannot go there)."""
+    _, ack, _ = await lab.slash("/gpu", "health pve5")
+    assert ack == "building the health report (last 24 h)…"
+    calls = await lab.standin.wait_for(lambda cs: any(c.method == "files.completeUploadExternal" for c in cs), 60)
+    (post,) = [c for c in calls if c.method == "chat.postMessage"]
+    assert post.params["channel"] == "C0LAB" and "GPU health" in post.params["text"]
+    lab.standin.fail["chat.postMessage"] = "not_in_channel"
+    await lab.slash("/gpu", "health pve5")
+    calls = await lab.standin.wait_for(lambda cs: any(c.method == "response_url" and "GPU health" in str(
+        c.params.get("text")) for c in cs), 60)
+    (answer,) = [c for c in calls if c.method == "response_url"]
+    assert answer.params["response_type"] == "ephemeral" and "pve5" in blocks_to_text(answer.blocks)
+
+
 async def test_rate_limited_post_is_retried(lab):
     lab.standin.rate_limit["chat.postMessage"] = 1
     status, ack, calls = await lab.slash("/gpu", "status pve5")

@@ -75,6 +75,24 @@ async def test_a_health_post_whose_chart_slack_refuses_is_posted_once_not_on_eve
     assert "chart of health post" in caplog.text and "missing_scope" in caplog.text
 
 
+async def test_a_health_post_to_a_channel_the_bot_is_not_in_is_not_read_and_tried_on_every_tick(replicas, caplog):
+    """Slack will never take a post there (the bot is not in the channel): the occurrence is not given back, so the
+    nodes are not read again and the same refusal is not logged every 30 s; the log says what to do. A refusal for
+    a passing reason is tried again on the next tick."""
+    lab, one, two, clock = replicas
+    lab.standin.fail["chat.postMessage"] = "not_in_channel"
+    for minutes in (31, 32, 33):
+        clock.now = at(f"2026-12-03 08:{minutes}")
+        await asyncio.gather(one.tick(), two.tick())
+    assert len(health_posts(lab)) == 1 and not health_posts(lab)[0].delivered
+    assert "health post post:morning:2026-12-03 cannot be sent to C0OPS (not_in_channel)" in caplog.text
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    for minutes in (31, 32):
+        clock.now = at(f"2026-12-04 08:{minutes}")
+        await asyncio.gather(one.tick(), two.tick())
+    assert len(health_posts(lab)) == 3
+
+
 async def test_a_post_missed_while_all_replicas_were_down_is_sent_late_once(replicas):
     lab, one, two, clock = replicas
     clock.now = at("2026-12-03 11:55")  # everyone was down at 08:30
