@@ -110,10 +110,10 @@ async def post_messages(
             )
             posted.append(str(answer["ts"]))
         except SlackApiError as exc:
-            if respond is None or slack_error(exc) in MESSAGE_ERRORS:
+            error = slack_error(exc)
+            if respond is None or error in MESSAGE_ERRORS:
                 raise
-            log.warning("chat.postMessage to %s failed with %s; answering through response_url", channel,
-                        slack_error(exc))
+            log.warning("chat.postMessage to %s failed with %s; answering through response_url", channel, error)
             if await responded(respond, text=message.text, blocks=message.blocks, response_type="ephemeral",
                                replace_original=False) is not None:
                 raise

@@ -134,8 +134,9 @@ async def budget(services: Services, client: Any, respond: Any, target: Target, 
     posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title, refused),
                                  respond=respond, pace=services.pace)
     png = budget_png(planned.budget, list(planned.gpu_totals_gib), planned.title)
-    if not posted:  # answered through the response_url: the bot is not in the channel, where files go
-        missing = "the bot is not in this channel (`/invite @gpuops` and ask again for it)"
+    if not posted:  # answered through the response_url (the bot not in the channel, Slack refusing the post)
+        missing = "Slack would not post the answer in this channel, so it came privately, where a file cannot go " \
+                  "(if the bot is not in the channel: `/invite @gpuops`)"
     else:
         try:
             await upload_png(client, channel, posted[0], png, "budget.png", planned.title)

@@ -42,7 +42,8 @@ async def test_a_budget_whose_chart_cannot_be_attached_is_answered_and_says_why(
     note = answers[-1].params["text"]
     assert note.endswith("Slack refused the upload (`missing_scope`): the app needs the `files:write` scope"
                          if refused.startswith("files") else
-                         "the bot is not in this channel (`/invite @gpuops` and ask again for it)")
+                         "so it came privately, where a file cannot go (if the bot is not in the channel: "
+                         "`/invite @gpuops`)")
     assert not [c for c in calls if "gpuops failed while answering" in str(c.params.get("text"))]
     assert not lab.standin.of("files.completeUploadExternal")
     audit = await lab.services.store.audit_entries(10)
