@@ -77,7 +77,8 @@ def register(app: AsyncApp, services: Services) -> None:
                           replace_original=False)
             return
         decision = await authorize(services, client, "sglang.launch", user, channel)
-        if not decision.allowed:
+        if not decision.allowed:  # the button stays for someone who may launch
+            await services.attempts.put_pending(body["actions"][0]["value"], pending, services.settings.confirm_ttl_s)
             await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
             return
         target = Target("container", pending["node"], int(pending["vmid"]), pending.get("name"))

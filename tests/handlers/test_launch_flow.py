@@ -64,6 +64,19 @@ async def test_refused_preflight_offers_remedies_and_a_click_launches_the_change
                                               for c in cs if c.method == "response_url"), 10)
 
 
+async def test_a_remedy_button_a_viewer_clicks_stays_for_an_operator(lab):
+    """A viewer's click on a remedy launch does nothing, and leaves the button to an operator (it is not used up)."""
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85")
+    refusal = post_with(calls, "Pre-flight refused")
+    choice = next(b for b in buttons(refusal) if "--mamba-ssm-dtype bfloat16" in b["text"]["text"])
+    await lab.click(choice["action_id"], choice["value"], user_id="U0EVE")
+    await lab.standin.wait_for(lambda cs: any("needs the operator role" in str(c.params.get("text")) for c in cs), 10)
+    assert all(a.pid is None for a in await lab.services.attempts.recent("pve5", 129, 5))  # nothing launched
+    await lab.click(choice["action_id"], choice["value"], user_id="U0ALICE")
+    await wait_text(lab, "*ready*")
+
+
 async def test_forced_launch_fails_with_its_first_error_line_and_progress_edits(lab):
     lab.nodes["pve5"].set_scenario(129, ["sigquit_after_oom"], delay_s=0.05)
     _, ack, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
