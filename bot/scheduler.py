@@ -285,8 +285,9 @@ class Scheduler:
             if posted:  # not where the report came privately: a file cannot go there
                 await upload_png(self.client, channel, posted[0], png, "gpu-health.png", "GPU health")
         except Exception as exc:
-            log.warning("chart of health post %s not attached (%s)", name, slack_error(exc) or type(exc).__name__,
-                        exc_info=slack_error(exc) is None)
+            error = slack_error(exc)  # a refusal is said in a line; anything else with its traceback
+            log.warning("chart of health post %s not attached (%s)", name, error or type(exc).__name__,
+                        exc_info=error is None)
         try:
             await self.health.save_report(name, report.to_dict())
         except Exception:
