@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -21,6 +22,7 @@ from bot.core.incident import RECORD_VERBS, Incident, gpu_reading, parse_mention
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError
 from bot.incidents import container_attempts, refresh_summary, synced, triage_reading
+from bot.slack import post_messages
 from bot.status import read_status, with_launches
 from handlers.common import authorize
 
@@ -44,19 +46,46 @@ def register(app: AsyncApp, services: Services) -> None:
         async def warn(exc: GpuopsError) -> None:
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":warning: {exc.user_message}")
 
+        answers = ThreadAnswers(client, channel, thread, services)
         try:
             # one mention at a time per thread: each reads the record the previous one saved
             async with services.incidents.locked(channel, thread):
                 incident = await services.incidents.get(channel, thread) or Incident(channel, thread)
                 incident = await _link_container(services, incident, thread)
                 try:
-                    incident = await handle(services, client, incident, mention.verb, mention.rest, mention.target,
-                                            user)
+                    incident = await handle(services, client, answers, incident, mention.verb, mention.rest,
+                                            mention.target, user)
                 except GpuopsError as exc:
                     await warn(exc)
                 await refresh_summary(services, client, incident)
         except StoreError as exc:  # the thread's lock or record could not be had
             await warn(exc)
+        if answers.refused is not None:  # now that the record is kept, the person is told (the app's error handler)
+            raise answers.refused
+
+
+class ThreadAnswers:
+    """Where a mention's answers go: its thread. Slack refusing one (a passing ``internal_error``) must not cost the
+    thread what the mention recorded, so the refusal is logged and held here, and raised once the record is saved
+    and the summary shows it."""
+
+    def __init__(self, client: Any, channel: str, thread: str, services: Services) -> None:
+        self.client, self.channel, self.thread, self.pace = client, channel, thread, services.pace
+        self.refused: Exception | None = None
+
+    async def post(self, messages: list[views.SlackMessage]) -> None:
+        await self._tried(post_messages(self.client, self.channel, messages, thread_ts=self.thread, pace=self.pace))
+
+    async def say(self, text: str) -> None:
+        await self._tried(self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread, text=text))
+
+    async def _tried(self, answer: Awaitable[Any]) -> None:
+        try:
+            await answer
+        except Exception as exc:
+            log.warning("answering in thread %s/%s failed; what was recorded is kept", self.channel, self.thread,
+                        exc_info=True)
+            self.refused = self.refused or exc
 
 
 async def _link_container(services: Services, incident: Incident, thread: str) -> Incident:
@@ -70,21 +99,18 @@ async def _link_container(services: Services, incident: Incident, thread: str) -
     return incident
 
 
-async def handle(services: Services, client: Any, incident: Incident, verb: str, rest: str, hid: str,
-                 user: str) -> Incident:
+async def handle(services: Services, client: Any, answers: ThreadAnswers, incident: Incident, verb: str, rest: str,
+                 hid: str, user: str) -> Incident:
+    """What one mention records on the thread's incident, then says there: the record comes first."""
     from dataclasses import replace
 
     channel, thread = incident.channel, incident.thread_ts
     now = time.time()
-
-    async def reply(text: str) -> None:
-        await client.chat_postMessage(channel=channel, thread_ts=thread, text=text)
-
     if verb in RECORD_VERBS:
         incident, recorded = record_word(incident, verb, rest, hid, user, now)
         if recorded.kind != "note":  # a note shows in the summary; a hypothesis gets its id, a decision is said
             try:
-                await reply(views.recorded_text(recorded))
+                await client.chat_postMessage(channel=channel, thread_ts=thread, text=views.recorded_text(recorded))
             except Exception:  # recorded all the same, and the thread's summary shows it
                 log.warning("saying %s in thread %s failed", recorded.kind, thread, exc_info=True)
     elif verb == "status":
@@ -92,39 +118,37 @@ async def handle(services: Services, client: Any, incident: Incident, verb: str,
         report = await read_status(services.transport, services.inventory, targets, limits=services.limits,
                                    deadline_s=services.settings.status_deadline_s)
         report = await with_launches(report, services.attempts)
-        for message in views.status_messages(report):
-            await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
         incident = incident.observe(gpu_reading(now, report.statuses))
         if incident.node is None and targets and targets[0].vmid is not None:
             incident = replace(incident, node=targets[0].node, vmid=targets[0].vmid)
+        await answers.post(views.status_messages(report))
     elif verb == "triage":
-        from handlers.sglang import triage
+        from handlers.sglang import triaged
 
         target = _thread_target(services, incident, rest)
         if rest and target is not None:  # the thread is about the container named from now on
             incident = replace(incident, node=target.node, vmid=target.vmid)
-        triaged = await triage(services, client, _ThreadRespond(client, channel, thread), rest or None, target, user,
-                               channel, thread_ts=thread)
-        if (reading := triage_reading(services, triaged, now)) is not None:  # its snapshot is evidence here too
+        triage, message = await triaged(services, rest or None, target, user, channel)
+        if (reading := triage_reading(services, triage, now)) is not None:  # its snapshot is evidence here too
             incident = incident.observe(reading)
         attempts = await container_attempts(services, incident)
         latest = attempts[0] if attempts else None
         label = latest.observed.get("triage") if latest else None
         if latest and label:
             incident = incident.propose_triage(label, latest.id, now)
+        await answers.post([message])
     elif verb == "log":
-        from handlers.sglang import show_log
+        from handlers.sglang import log_tail
 
         spec, lines = log_args(rest.split(), views.MENTION_HELP)
-        await show_log(services, client, _ThreadRespond(client, channel, thread), spec,
-                       _thread_target(services, incident, spec or ""), lines, channel, thread_ts=thread)
+        await answers.post(await log_tail(services, spec, _thread_target(services, incident, spec or ""), lines,
+                                          channel))
     elif verb == "history":
         attempts = await container_attempts(services, incident)
         where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"
-        message = views.history_message(attempts, where)
-        await client.chat_postMessage(channel=channel, thread_ts=thread, text=message.text, blocks=message.blocks)
+        await answers.post([views.history_message(attempts, where)])
     else:
-        await reply(views.MENTION_HELP)
+        await answers.say(views.MENTION_HELP)
     return await synced(services, incident)
 
 
@@ -145,13 +169,3 @@ def _targets(services: Services, incident: Incident, rest: str) -> list[Target]:
     if incident.node is not None:
         return [Target("node", incident.node)]
     return resolve_targets("all", services.inventory)
-
-
-class _ThreadRespond:
-    """A `respond` that answers in the thread (mentions have no response_url)."""
-
-    def __init__(self, client: Any, channel: str, thread: str) -> None:
-        self.client, self.channel, self.thread = client, channel, thread
-
-    async def __call__(self, text: str = "", blocks: Any = None, **_: Any) -> None:
-        await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread, text=text, blocks=blocks)

@@ -301,16 +301,31 @@ async def history(services: Services, client: Any, respond: Any, target: Target 
 
 
 async def show_log(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None,
-                   lines: int, channel: str, thread_ts: str | None = None) -> None:
-    """The last lines of the attempt's own log, where it was asked (a channel, or an incident's thread)."""
+                   lines: int, channel: str) -> None:
+    await post_messages(client, channel, await log_tail(services, spec, target, lines, channel), respond=respond,
+                        pace=services.pace)
+
+
+async def log_tail(services: Services, spec: str | None, target: Target | None, lines: int,
+                   channel: str) -> list[views.SlackMessage]:
+    """The last lines of the attempt's own log, as messages (for a channel, or an incident's thread)."""
     attempt = await find_attempt(services.attempts, spec, target, channel)
     log = await read_attempt_log(services.transport, attempt, lines)
-    await post_messages(client, channel, views.attempt_log_messages(log, time.time()), respond=respond,
-                        thread_ts=thread_ts, pace=services.pace)
+    return views.attempt_log_messages(log, time.time())
 
 
 async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,
-                 channel: str, thread_ts: str | None = None) -> TriageReport:
+                 channel: str) -> TriageReport:
+    report, message = await triaged(services, spec, target, user, channel)
+    await post_messages(client, channel, [message], respond=respond, thread_ts=report.attempt.thread_ts,
+                        pace=services.pace)
+    return report
+
+
+async def triaged(services: Services, spec: str | None, target: Target | None, user: str,
+                  channel: str) -> tuple[TriageReport, views.SlackMessage]:
+    """The triage of an attempt, its label recorded, and the answer to show (with its remedy buttons): what the log
+    says is the attempt's whatever Slack then does with the answer."""
     attempts = services.attempts
     attempt = await find_attempt(attempts, spec, target, channel)
     report = await triage_attempt(services.transport, services.inventory, attempt,
@@ -322,8 +337,5 @@ async def triage(services: Services, client: Any, respond: Any, spec: str | None
         choices = await _launch_choices(services, request, remedy_launches(report.planned.budget, request.flags))
     for experiment in report.experiments:
         choices.append((f"launch with {experiment.change}", await _pending_launch(services, request, experiment.argv)))
-    # the label first: what the log says is the attempt's, whatever Slack does with the answer
     await record_triage(attempts, services.store, report, user, channel)
-    await post_messages(client, channel, [views.triage_message(report, choices)], respond=respond,
-                        thread_ts=thread_ts or attempt.thread_ts, pace=services.pace)
-    return report
+    return report, views.triage_message(report, choices)

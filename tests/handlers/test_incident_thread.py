@@ -230,6 +230,35 @@ async def test_a_thread_triage_whose_answer_slack_refuses_still_labels_the_attem
     assert labelled.observed.get("triage") == "kv_pool_oom"
 
 
+async def test_a_thread_status_whose_answer_slack_refuses_is_observed_all_the_same_and_the_person_told(lab):
+    """`@gpuops status` whose GPU table Slack refuses in the thread (a passing internal_error): the reading is still
+    the thread's evidence (the summary's edit shows it), and the person is then told a reference to the bot's log."""
+    first, summary_ts = await thread_with_summary(lab, "note the first launch ran at 0.85")
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    await lab.mention("status", first.thread_ts)
+    calls = await wait_text(lab, "GPUs clean", method="chat.update")
+    assert "GPUs clean: pve5: GPU 0 1/49140 MiB, GPU 1 1/49140 MiB, no compute process" in summary_text(
+        calls, summary_ts)
+    incident = await lab.services.incidents.get(CHANNEL, first.thread_ts)
+    assert incident.observations[-1].kind == "status" and "GPUs clean" in incident.observations[-1].text
+    calls = await lab.standin.wait_for(lambda cs: any("reference `" in str(c.params.get("text")) for c in cs), 30)
+    refused = [c for c in calls if c.method == "chat.postMessage" and not c.delivered]
+    assert "GPU status" in str(refused[-2].params.get("text")) and "reference `" in refused[-1].params["text"]
+
+
+async def test_a_thread_triage_whose_answer_slack_refuses_still_proposes_its_hypothesis_there(lab):
+    """`@gpuops triage` whose answer Slack refuses: its first cause is still the thread's hypothesis and its reading
+    of the GPUs the thread's evidence, both in the summary's edit."""
+    first, summary_ts = await thread_with_summary(lab, "note the first launch ran at 0.85")
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    await lab.mention("triage", first.thread_ts)
+    calls = await wait_text(lab, "the first cause is kv_pool_oom", method="chat.update")
+    text = summary_text(calls, summary_ts)
+    assert "*H1* the first cause is kv_pool_oom" in text and "triage's reading: GPUs clean" in text
+    assert any(not c.delivered and f"*Triage of `{first.id}`*" in blocks_to_text(c.blocks)
+               for c in lab.standin.of("chat.postMessage"))  # the answer was tried first
+
+
 async def thread_with_summary(lab, mention):
     """A failed launch's thread, ``mention`` said there: (the failed attempt, the ts of the summary it posted)."""
     first = await failed_launch(lab, "kv_pool_oom")
