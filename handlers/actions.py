@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -29,17 +30,11 @@ def register(app: AsyncApp, services: Services) -> None:
         await ack()
         user = body["user"]["id"]
         channel = (body.get("channel") or {}).get("id", "")
-        pending = await services.attempts.take_pending(body["actions"][0]["value"])
+        pending = await _claim(services, client, body, respond, lambda p: CONFIRMED_ACTIONS[p["action"]],
+                               ":hourglass: this confirmation expired or was already used; nothing was done")
         if pending is None:
-            await respond(text=":hourglass: this confirmation expired or was already used; nothing was done",
-                          response_type="ephemeral", replace_original=False)
             return
-        action = {"stop": "sglang.stop", "free": "gpu.free"}[pending["action"]]
-        decision = await authorize(services, client, action, user, channel)
-        if not decision.allowed:
-            await services.attempts.put_pending(body["actions"][0]["value"], pending, services.settings.confirm_ttl_s)
-            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
-            return
+        action = CONFIRMED_ACTIONS[pending["action"]]
         try:
             if pending["action"] == "stop":
                 text = await _stop(services, pending, user)
@@ -69,24 +64,39 @@ def register(app: AsyncApp, services: Services) -> None:
         await ack()
         from handlers.sglang import run_launch
 
-        user = body["user"]["id"]
-        channel = (body.get("channel") or {}).get("id", "")
-        pending = await services.attempts.take_pending(body["actions"][0]["value"])
+        pending = await _claim(services, client, body, respond, lambda _: "sglang.launch",
+                               ":hourglass: this button expired or was already used")
         if pending is None:
-            await respond(text=":hourglass: this button expired or was already used", response_type="ephemeral",
-                          replace_original=False)
-            return
-        decision = await authorize(services, client, "sglang.launch", user, channel)
-        if not decision.allowed:  # the button stays for someone who may launch
-            await services.attempts.put_pending(body["actions"][0]["value"], pending, services.settings.confirm_ttl_s)
-            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
             return
         target = Target("container", pending["node"], int(pending["vmid"]), pending.get("name"))
-        request = LaunchRequest(target, pending["model_path"], tuple(pending["flags"]), user, pending["channel"])
+        request = LaunchRequest(target, pending["model_path"], tuple(pending["flags"]), body["user"]["id"],
+                                pending["channel"])
         try:
             await run_launch(services, client, respond, request)
         except GpuopsError as exc:
             await respond(text=f":warning: {exc.user_message}", response_type="ephemeral", replace_original=False)
+
+
+CONFIRMED_ACTIONS = {"stop": "sglang.stop", "free": "gpu.free"}  # a pending confirmation's kind -> its role action
+
+
+async def _claim(services: Services, client: Any, body: dict[str, Any], respond: Any,
+                 action_of: Callable[[dict[str, Any]], str], expired: str) -> dict[str, Any] | None:
+    """The pending action a button stands for, taken from Redis once, when the person who clicked may do it; else
+    None, the person told why. A click refused for its role gives the pending action back, so the button stays for
+    someone who may."""
+    key = body["actions"][0]["value"]
+    pending = await services.attempts.take_pending(key)
+    if pending is None:
+        await respond(text=expired, response_type="ephemeral", replace_original=False)
+        return None
+    channel = (body.get("channel") or {}).get("id", "")
+    decision = await authorize(services, client, action_of(pending), body["user"]["id"], channel)
+    if not decision.allowed:
+        await services.attempts.put_pending(key, pending, services.settings.confirm_ttl_s)
+        await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
+        return None
+    return pending
 
 
 async def _audit(services: Services, action: str, user: str, channel: str, pending: dict[str, Any],

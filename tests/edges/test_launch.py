@@ -258,7 +258,7 @@ async def test_an_exit_report_keeps_a_label_recorded_while_it_read_the_log(setup
     await store.save(exited)
 
     async def triage():
-        await store.change(final.id, lambda a: replace(a, observed={**a.observed, "triage": "kv_cache_oom"}))
+        await store.change(final.id, lambda a: replace(a, observed={**a.observed, "triage": "kv_pool_oom"}))
 
     racing = WritesMeanwhile(inventory, pct_exec(129, log_excerpt(final.log_path)), triage)
     try:
@@ -267,7 +267,7 @@ async def test_an_exit_report_keeps_a_label_recorded_while_it_read_the_log(setup
         await racing.close()
     assert racing.wrote
     kept = await store.get(final.id)
-    assert kept.observed["triage"] == "kv_cache_oom"
+    assert kept.observed["triage"] == "kv_pool_oom"
     assert kept.error_line == report.attempt.error_line == \
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
 
