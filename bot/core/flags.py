@@ -44,6 +44,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _tcp_port(text: str) -> int:
+    value = _whole(text)
+    if not 1 <= value <= 65535:
+        raise ValueError("must be a TCP port, 1 to 65535")
+    return value
+
+
 def _ratio(text: str) -> float:
     value = _number(text)
     if value <= 0:
@@ -113,7 +120,7 @@ ALIASES = {
 }
 # known, not memory-relevant: accepted and passed to the server unchanged
 PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
-    "--model-path": _text, "--model": _text, "--tokenizer-path": _text, "--host": _text, "--port": _positive,
+    "--model-path": _text, "--model": _text, "--tokenizer-path": _text, "--host": _text, "--port": _tcp_port,
     "--served-model-name": _text, "--trust-remote-code": SWITCH, "--reasoning-parser": _text,
     "--tool-call-parser": _text, "--chat-template": _text, "--attention-backend": _text,
     "--linear-attn-backend": _text, "--sampling-backend": _text, "--log-level": _text,

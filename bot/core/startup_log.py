@@ -67,11 +67,16 @@ _GRAPH_STEP = re.compile(rf"(?P<bar>{COMPILE_BAR}|{CAPTURE_BAR})[^)]*\):\s+\d+%\
 _SCHED = re.compile(SCHEDULER_LINE)
 _READY = re.compile(READY_LINE)
 _RANK = re.compile(r"\bTP(\d+)\b")
+_TRACEBACK_HEADER = "Traceback (most recent call last)"
 _ERROR = re.compile(
-    r"(?:^|\s)(?:Traceback \(most recent call last\)|[A-Za-z_.]*(?:Error|Exception)(?::|$)|"
+    rf"(?:^|\s)(?:{re.escape(_TRACEBACK_HEADER)}|[A-Za-z_.]*(?:Error|Exception)(?::|$)|"
     rf"Received sigquit|SIGQUIT received|CUDA out of memory|Not enough memory|{SCHEDULER_DEAD_LINE}|"
     rf"{CHILD_CRASHED_LINE})"
 )
+
+# the line a traceback ends in, unindented after its frames: `torch.OutOfMemoryError: ...`, `AssertionError`
+# (a class name, so not a level another process logs meanwhile: `INFO:     127.0.0.1 - "GET /health"`)
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*[a-z]\w*(?::\s|:?$)")
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,9 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
         p = replace(p, lines_read=number)
         benign = "WARNING" in line or BENIGN_NOTICE in line
         if p.error_line is None and _ERROR.search(line) and not benign:
+            p = replace(p, error_line=scrub_secrets(line.strip())[:500], error_line_no=number)
+        elif p.error_line is not None and _TRACEBACK_HEADER in p.error_line and _RAISED.match(line):
+            # the header says only that something raised; the exception it ends in says what
             p = replace(p, error_line=scrub_secrets(line.strip())[:500], error_line_no=number)
         if _READY.search(line):
             p = replace(p, stage=Stage.READY)

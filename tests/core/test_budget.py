@@ -942,6 +942,8 @@ def test_flags_parse_aliases_prefixes_and_passthrough():
     (["--kv-cache-dtype", "int3"], "must be one of"),
     (["--context-length"], "needs a value"),
     (["positional"], "start with --"),
+    (["--port", "99999"], "`--port 99999`: must be a TCP port, 1 to 65535"),  # not a pre-flight that finds it free
+    (["--port=0"], "`--port 0`: must be a TCP port, 1 to 65535"),
 ])
 def test_bad_flag_values_name_the_flag(argv, message):
     with pytest.raises(UsageError) as err:

@@ -195,3 +195,35 @@ def test_a_childs_death_the_parent_reports_is_the_launchs_first_error_when_nothi
     assert launcher.error_line == blocks[0].splitlines()[0] and launcher.error_line_no == 1
     watchdog = advance(Progress(), blocks[1].splitlines())
     assert watchdog.error_line is not None and "crashed with exit code -11" in watchdog.error_line
+
+
+FAILURES = {c["id"]: c for c in (json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text()
+                                 .splitlines() if x)}
+
+
+@pytest.mark.parametrize(("case", "raised"), [
+    ("sglang-5285", "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB."),
+    ("sglang-4205", "Exception: Capture cuda graph failed: [../third_party/gloo/gloo/transport/tcp/pair.cc:534]"),
+    ("flashinfer-2203", "subprocess.CalledProcessError: Command '['ninja', "),
+])
+def test_a_tracebacks_first_error_is_the_exception_it_raised_not_its_header(case, raised):
+    """Real logs whose first error is a traceback: the line a launch's card and history show is the exception the
+    traceback ends in (what failed), not `Traceback (most recent call last):`, which says only that something did."""
+    lines = FAILURES[case]["log_excerpt"].splitlines()
+    progress = advance(Progress(), lines)
+    assert progress.error_line.startswith(raised)
+    assert lines[progress.error_line_no - 1].strip() == progress.error_line[:500]
+    header = next(n for n, line in enumerate(lines) if "Traceback (most recent call last)" in line)
+    streamed = advance(advance(Progress(), lines[:header + 2]), lines[header + 2:])  # read as it was written
+    assert streamed.error_line == progress.error_line
+
+
+def test_a_traceback_cut_before_its_exception_keeps_its_header_as_the_first_error():
+    # real: a capture whose traceback the excerpt cuts in its frames (sglang-2384); and the frames' own
+    # code lines (indented) are never taken for the exception
+    lines = FAILURES["sglang-2384"]["log_excerpt"].splitlines()
+    progress = advance(Progress(), lines)
+    assert "Traceback (most recent call last)" in progress.error_line
+    assert advance(Progress(), ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+                                "    RuntimeError('not raised: a line of code')",
+                                'INFO:     127.0.0.1:53910 - "GET /health HTTP/1.1" 503']).error_line_no == 1

@@ -580,6 +580,8 @@ async def test_a_context_longer_than_the_models_is_named_and_its_computed_length
     and the triage names that refusal (not an unknown) with the budget's --context-length as the button."""
     attempt = await failed_launch(lab, "auto", flags="--tp 2 --context-length 524288 --mem-fraction-static 0.88 "
                                                      "--mamba-ssm-dtype bfloat16")
+    # the card's and the history's first error is the exception the traceback ends in, not its header
+    assert attempt.error_line.startswith("ValueError: User-specified context_length (524288) is greater")
     report, text = await triaged(lab, attempt)
     assert (f"*Triage of `{attempt.id}`* on pve5:129 (sglang-a6000): *context_length_over_model* "
             "(high confidence") in text
