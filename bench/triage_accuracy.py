@@ -4,7 +4,8 @@
 
 CASES.jsonl is in the format of ../shared/corpus/sglang-failures. One line per case (expected
 vs got); how many keep their label when copied out of a terminal that cut long lines, and when handed
-over by a log collector (docker, containerd, journald, syslog; colour codes whose ESC a copy lost); then
+over by a log collector (docker, containerd, journald, syslog; colour codes whose ESC a copy lost); whether a
+failed launch's card would show the line the case's evidence quotes as its first error; then
 ``triage: top-1 P/N (full+error_line), partial P/N, echoes avoided P/N``.
 """
 
@@ -14,11 +15,13 @@ import argparse
 import json
 import sys
 import time
+from difflib import SequenceMatcher
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.core.diagnosis import Finding, LaunchContext, diagnose  # noqa: E402
+from bot.core.diagnosis import Finding, LaunchContext, cause_line, diagnose  # noqa: E402
+from bot.core.startup_log import Progress, advance  # noqa: E402
 
 
 def as_text(value: object, joiner: str = "\n") -> str:
@@ -80,6 +83,15 @@ COLLECTORS = {
 }
 
 
+def quotes(evidence: str, line: str | None) -> bool:
+    """``line`` is the one the case's evidence quotes: 30 characters in common, or all of the shorter (the evidence
+    drops a line's prefixes and may add a note after it)."""
+    if not line or not evidence.strip():
+        return False
+    match = SequenceMatcher(None, evidence, line, autojunk=False).find_longest_match(0, len(evidence), 0, len(line))
+    return match.size >= min(30, len(evidence.strip()), len(line.strip()))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases")
@@ -98,6 +110,7 @@ def main(argv: list[str]) -> int:
             if isinstance(case, dict):
                 cases.append(case)
     top = top_n = partial = partial_n = echo_ok = echo_n = phase_ok = phase_n = 0
+    card_ok = first_ok = card_n = 0  # a failed launch's card: its first error line against the case's evidence
     read: list[tuple[str, LaunchContext, str]] = []  # each log, its launch, and the label it got
     started = time.perf_counter()
     for case in cases:
@@ -121,6 +134,10 @@ def main(argv: list[str]) -> int:
         if quality in ("full", "error_line"):
             top_n += 1
             top += right
+            first = advance(Progress(), as_text(case.get("log_excerpt")).splitlines()).error_line
+            card_n += 1
+            first_ok += quotes(as_text(case.get("evidence")), first)
+            card_ok += quotes(as_text(case.get("evidence")), cause_line(finding) or first)
         else:
             partial_n += 1
             partial += right
@@ -153,6 +170,8 @@ def main(argv: list[str]) -> int:
                  for text, context, label in read for add in COLLECTORS.values()]
     print(f"collected copies ({', '.join(COLLECTORS)}): the same label as the log itself in "
           f"{sum(collected)}/{len(collected)}")
+    print(f"launch card's first error: the case's evidence line in {card_ok}/{card_n} (full+error_line; the log's "
+          f"first error line alone: {first_ok}/{card_n})")
     print(f"triage: top-1 {top}/{top_n} (full+error_line), partial {partial}/{partial_n}, "
           f"echoes avoided {echo_ok}/{echo_n}")
     return 0

@@ -23,7 +23,7 @@ from bot.budget import PlannedBudget, plan_budget, read_installed_flags
 from bot.core import argv as remote
 from bot.core.attempts import ACTIVE, GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import Budget, VerdictKind
-from bot.core.diagnosis import ECHO, HOST_OOM_KILL, Finding, diagnose, diagnose_excerpt
+from bot.core.diagnosis import ECHO, Finding, LaunchContext, cause_line, diagnose, diagnose_excerpt
 from bot.core.flags import LaunchFlags, env_words, parse_sglang_flags, redacted, secret_value
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
@@ -546,10 +546,13 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                     tail = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
                         attempt.log_path, offset)), ok_exit=(0, 1))
                     progress = advance(progress, (buffer + tail.stdout).split("\n"))
-                reason = progress.error_line or f"the server process exited during {progress.label}, with no error line"
+                killed = None
                 if not progress.error_line or diagnose(progress.error_line).label == ECHO:
                     # a death the log does not explain: the kernel's OOM killer may have done it
-                    reason = await _kernel_kill(transport, attempt, started, progress.error_line) or reason
+                    killed = await _kernel_kill(transport, attempt, started, progress.error_line)
+                # the first cause as a triage names it, when the log's first error line is only its echo
+                reason = killed or await _cause_in_log(transport, attempt) or progress.error_line or \
+                    f"the server process exited during {progress.label}, with no error line"
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)
             if now - last_output > settings.stall_timeout_s:
                 reason = (f"no output for {int(now - last_output) // 60} min after {progress.label} began "
@@ -847,26 +850,40 @@ class ExitReport:
     finding: Finding | None  # None when the log could not be read
 
 
-async def exit_report(transport: Transport, store: AttemptStore, attempt: Attempt) -> ExitReport:
-    """What the log of a server that exited while serving says: its first cause (the log read at both
-    ends), and the first error line recorded on the attempt for its card and the history (the card is drawn from
-    the record: an excerpt's stages are not the whole log's)."""
+async def _log_excerpt(transport: Transport, attempt: Attempt) -> remote.LogExcerpt | None:
+    """The attempt's own log, read at both ends as a triage reads it; None when it cannot be read (said in the
+    bot's log: what needed it goes on without)."""
     if not attempt.log_path:
-        return ExitReport(attempt, None)
+        return None
     try:
         out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.log_excerpt(attempt.log_path)),
                                   ok_exit=(0,))
     except GpuopsError as exc:
-        log.warning("reading the log of exited server %s: %s", attempt.id, exc.user_message)
+        log.warning("reading the log of %s: %s", attempt.id, exc.user_message)
+        return None
+    return remote.parse_log_excerpt(out.stdout)
+
+
+async def _cause_in_log(transport: Transport, attempt: Attempt) -> str | None:
+    """The line that shows the first cause the attempt's whole log names (see :func:`cause_line`)."""
+    excerpt = await _log_excerpt(transport, attempt)
+    if excerpt is None:
+        return None
+    return cause_line(diagnose_excerpt(excerpt, context=LaunchContext.from_argv(attempt.argv)))
+
+
+async def exit_report(transport: Transport, store: AttemptStore, attempt: Attempt) -> ExitReport:
+    """What the log of a server that exited while serving says: its first cause (the log read at both
+    ends), and the first error line recorded on the attempt for its card and the history (the card is drawn from
+    the record: an excerpt's stages are not the whole log's)."""
+    excerpt = await _log_excerpt(transport, attempt)
+    if excerpt is None:
         return ExitReport(attempt, None)
-    excerpt = remote.parse_log_excerpt(out.stdout)
     # a server the kernel killed writes nothing of it: the node's kernel log since it started may name the cause
-    finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt),
+    finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, context=LaunchContext.from_argv(attempt.argv)),
                                        await _oom_kills_since(transport, attempt, attempt.created_at), attempt.vmid)
     progress = advance(Progress(), excerpt.text.splitlines())
-    named = finding.explanation if finding.label == HOST_OOM_KILL else \
-        finding.evidence[0].text if finding.label != "unknown" and finding.evidence else None
-    error = (named or progress.error_line or "")[:500]
+    error = (cause_line(finding) or progress.error_line or "")[:500]
     if error:
         # the record as it is now: a triage of the exited server may have labelled it while its log was read
         attempt = await store.change(attempt.id, lambda current: None if current.error_line == error else

@@ -884,6 +884,20 @@ def _wrapper_label(tail: str) -> str:
     return "cuda_graph_capture_error"
 
 
+def cause_line(finding: Finding) -> str | None:
+    """The line a failed launch's card and history show as its first error, when the whole log's reading names a
+    cause with some confidence: the cause's first evidence line (the first line that merely says `Error` can be an
+    echo, as the scheduler's TypeError after a context longer than the KV pool is), or the OOM killer's kill, which
+    the log has no line of. None: the log's first error line stands."""
+    if finding.label == HOST_OOM_KILL:
+        return finding.explanation
+    if finding.label in NOT_A_CAUSE or finding.label == ECHO or finding.confidence == "low":
+        return None
+    # a frame or the code that raised says where, not what: the exception's own line does
+    said = [e.text for e in finding.evidence if not e.text.lstrip().startswith(('File "', "raise "))]
+    return said[0] if said else None
+
+
 def diagnose_excerpt(excerpt: LogExcerpt, *, stalled_minutes: float | None = None,
                      context: LaunchContext | None = None) -> Finding:
     """``diagnose`` over what ``argv.log_excerpt`` read of a long log: line numbers as in the file, and a

@@ -227,3 +227,22 @@ def test_a_traceback_cut_before_its_exception_keeps_its_header_as_the_first_erro
     assert advance(Progress(), ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
                                 "    RuntimeError('not raised: a line of code')",
                                 'INFO:     127.0.0.1:53910 - "GET /health HTTP/1.1" 503']).error_line_no == 1
+
+
+def test_the_first_error_a_card_shows_is_the_cause_the_whole_log_names_not_its_echo():
+    """Real: a prompt longer than the KV pool, whose scheduler then raised a TypeError (sglang-4048): the log's first
+    `...Error:` line is that echo; the reading of the whole log names the cause's own line. A reading with no cause,
+    or a low-confidence one, leaves the first error line standing."""
+    from bot.core.diagnosis import Evidence, Finding, cause_line, diagnose
+
+    text = FAILURES["sglang-4048"]["log_excerpt"]
+    assert advance(Progress(), text.splitlines()).error_line.startswith("TypeError: '>' not supported")
+    assert cause_line(diagnose(text)).endswith("Input length (160062 tokens) exceeds the maximum allowed length "
+                                               "(59862 tokens). Use a shorter input or enable --allow-auto-truncate.")
+    # real: NCCL's failure quoted with the code that raised it (sglang-4289): the card shows what was raised
+    assert cause_line(diagnose(FAILURES["sglang-4289"]["log_excerpt"])) == \
+        "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    quoted = (Evidence(3, "AssertionError:"),)
+    assert cause_line(Finding("torch_compile_error", "startup", "low", "", "", quoted)) is None
+    assert cause_line(Finding("unknown", "startup", "medium", "", "", quoted)) is None
+    assert cause_line(Finding("child_process_died", "startup", "high", "", "", quoted)) is None

@@ -22,7 +22,9 @@ def test_triage_bench_scores_log_lines_given_as_a_list_the_same(tmp_path):
     as_lists = tmp_path / "cases.jsonl"
     as_lists.write_text("\n".join(json.dumps({**c, "log_excerpt": (c.get("log_excerpt") or "").split("\n")})
                                   for c in cases) + "\n{not json\n")
-    original = bench("triage_accuracy.py", FIXTURES / "sglang-failures/cases.jsonl").splitlines()[-1]
+    *_, card, original = bench("triage_accuracy.py", FIXTURES / "sglang-failures/cases.jsonl").splitlines()
+    shown, alone = (int(n) for n in re.findall(r"(\d+)/\d+", card))  # a launch card's first error, against evidence
+    assert card.startswith("launch card's first error: the case's evidence line in ") and shown > alone
     listed = bench("triage_accuracy.py", as_lists)
     assert re.fullmatch(r"triage: top-1 \d+/\d+ \(full\+error_line\), partial \d+/\d+, echoes avoided \d+/\d+",
                         original)

@@ -153,6 +153,10 @@ async def test_a_piecewise_graph_failure_relaunches_without_that_runner_and_the_
     The click relaunches with --disable-piecewise-cuda-graph, the stand-in then starts, and that start confirms the
     triage's hypothesis in the thread's summary."""
     attempt = await failed_launch(lab, "piecewise_graph_error", "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
+    # the card's first error is the line the triage names (the log's first error line is the traceback's header,
+    # cut in its frames: it says only that the scheduler raised)
+    assert attempt.error_line.startswith("[2026-06-08 19:59:38] Piecewise CUDA Graph failed with error: ")
+    await wait_text(lab, f"first error: `{attempt.error_line[:60]}")
     await lab.mention("triage", attempt.thread_ts)
     report = post_with(await wait_text(lab, "Triage of", method="chat.postMessage"), "Triage of")
     text = blocks_to_text(report.blocks)
