@@ -113,8 +113,7 @@ def register(app: AsyncApp, services: Services) -> None:
             elif isinstance(request, SglangStopRequest):
                 await ask_stop(services, client, respond, request.target, target, user, channel)
             elif isinstance(request, SglangTriageRequest):
-                report = await triage(services, client, respond, request.target, target, user, channel)
-                await triage_answered(services, client, report, time.time())
+                await triage(services, client, respond, request.target, target, user, channel)
             elif isinstance(request, SglangLogRequest):
                 await show_log(services, client, respond, request.target, target, request.lines, channel)
             else:
@@ -315,11 +314,15 @@ async def log_tail(services: Services, spec: str | None, target: Target | None, 
 
 
 async def triage(services: Services, client: Any, respond: Any, spec: str | None, target: Target | None, user: str,
-                 channel: str) -> TriageReport:
+                 channel: str) -> None:
+    """`/sglang triage`, answered in the attempt's thread; an incident there takes its reading and first cause
+    whatever Slack does with the answer."""
     report, message = await triaged(services, spec, target, user, channel)
-    await post_messages(client, channel, [message], respond=respond, thread_ts=report.attempt.thread_ts,
-                        pace=services.pace)
-    return report
+    try:
+        await post_messages(client, channel, [message], respond=respond, thread_ts=report.attempt.thread_ts,
+                            pace=services.pace)
+    finally:
+        await triage_answered(services, client, report, time.time())
 
 
 async def triaged(services: Services, spec: str | None, target: Target | None, user: str,

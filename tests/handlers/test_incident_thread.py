@@ -259,6 +259,19 @@ async def test_a_thread_triage_whose_answer_slack_refuses_still_proposes_its_hyp
                for c in lab.standin.of("chat.postMessage"))  # the answer was tried first
 
 
+async def test_a_slash_triage_whose_answer_slack_refuses_everywhere_still_proposes_its_hypothesis_in_the_thread(lab):
+    """`/sglang triage` whose answer neither the thread nor the command's response_url takes: the incident thread
+    still takes its first cause as a hypothesis (the summary's edit shows it)."""
+    failed, summary_ts = await thread_with_summary(lab, "note looking at this one")
+    lab.standin.fail["chat.postMessage"] = "internal_error"
+    lab.standin.fail["response_url"] = "expired_url"
+    await lab.slash("/sglang", f"triage {failed.id}", user_id="U0EVE", answered=False)
+    calls = await wait_text(lab, "the first cause is kv_pool_oom", method="chat.update")
+    assert "*H1* the first cause is kv_pool_oom (proposed by triage of" in summary_text(calls, summary_ts)
+    assert any(not c.delivered and f"*Triage of `{failed.id}`*" in blocks_to_text(c.blocks)
+               for c in lab.standin.of("chat.postMessage"))  # the answer was tried first
+
+
 async def thread_with_summary(lab, mention):
     """A failed launch's thread, ``mention`` said there: (the failed attempt, the ts of the summary it posted)."""
     first = await failed_launch(lab, "kv_pool_oom")
