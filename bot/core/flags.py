@@ -432,6 +432,11 @@ def _env_refusal(name: str) -> str | None:
     return None
 
 
+def _own_name(typed: str, name: str) -> str:
+    """After a flag as the person typed it: SGLang's own name for it, when that differs (an alias, an abbreviation)."""
+    return "" if typed == name else f" (SGLang's `{name}`)"
+
+
 def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
     """Typed flags from an argv; raises :class:`UsageError` on a bad value, naming the flag."""
     values: dict[str, Any] = {}
@@ -451,20 +456,20 @@ def parse_sglang_flags(argv: Sequence[str]) -> LaunchFlags:
         target, parser = MODELLED.get(name, (None, _parser(name)))
         if parser is SWITCH:
             if eq:
-                raise UsageError(f"`{name}` is a switch and takes no value")
+                raise UsageError(f"`{raw_name}`{_own_name(raw_name, name)} is a switch and takes no value")
             if target:
                 values[target] = True
             else:
                 passthrough.append(name)
             continue
         if not eq and end - start < 2:
-            raise UsageError(f"`{name}` needs a value")
+            raise UsageError(f"`{raw_name}`{_own_name(raw_name, name)} needs a value")
         text = inline if eq else argv[start + 1]
         try:
             value = parser(text)
         except ValueError as exc:
             shown = REDACTED if name in SECRET_FLAGS else text[:40]
-            raise UsageError(f"`{name} {shown}`: {exc}") from None
+            raise UsageError(f"`{raw_name} {shown}`{_own_name(raw_name, name)}: {exc}") from None
         if target:
             values[target] = value
         else:

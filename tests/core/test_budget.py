@@ -944,6 +944,9 @@ def test_flags_parse_aliases_prefixes_and_passthrough():
     (["positional"], "start with --"),
     (["--port", "99999"], "`--port 99999`: must be a TCP port, 1 to 65535"),  # not a pre-flight that finds it free
     (["--port=0"], "`--port 0`: must be a TCP port, 1 to 65535"),
+    (["--tp", "2;"], "`--tp 2;` (SGLang's `--tp-size`): needs a whole number"),  # named as typed
+    (["--context-len", "64k"], "`--context-len 64k` (SGLang's `--context-length`): needs a whole number"),
+    (["--disable-cuda-graph=1"], "`--disable-cuda-graph` is a switch and takes no value"),
 ])
 def test_bad_flag_values_name_the_flag(argv, message):
     with pytest.raises(UsageError) as err:
