@@ -550,7 +550,7 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 if not progress.error_line or diagnose(progress.error_line).label == ECHO:
                     # a death the log does not explain: the kernel's OOM killer may have done it
                     killed = await _kernel_kill(transport, attempt, started, progress.error_line)
-                # the first cause as a triage names it, when the log's first error line is only its echo
+                # the line that names the first cause as a triage reads the whole log, else the first error line
                 reason = killed or await _cause_in_log(transport, attempt) or progress.error_line or \
                     f"the server process exited during {progress.label}, with no error line"
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)

@@ -22,7 +22,7 @@ from bot.core.incident import RECORD_VERBS, Incident, gpu_reading, parse_mention
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError
 from bot.incidents import container_attempts, refresh_summary, synced, triage_reading
-from bot.slack import post_messages
+from bot.slack import ChannelPace, post_messages
 from bot.status import read_status, with_launches
 from handlers.common import authorize
 
@@ -46,7 +46,7 @@ def register(app: AsyncApp, services: Services) -> None:
         async def warn(exc: GpuopsError) -> None:
             await client.chat_postMessage(channel=channel, thread_ts=thread, text=f":warning: {exc.user_message}")
 
-        answers = ThreadAnswers(client, channel, thread, services)
+        answers = ThreadAnswers(client, channel, thread, services.pace)
         try:
             # one mention at a time per thread: each reads the record the previous one saved
             async with services.incidents.locked(channel, thread):
@@ -69,8 +69,8 @@ class ThreadAnswers:
     thread what the mention recorded, so the refusal is logged and held here, and raised once the record is saved
     and the summary shows it."""
 
-    def __init__(self, client: Any, channel: str, thread: str, services: Services) -> None:
-        self.client, self.channel, self.thread, self.pace = client, channel, thread, services.pace
+    def __init__(self, client: Any, channel: str, thread: str, pace: ChannelPace) -> None:
+        self.client, self.channel, self.thread, self.pace = client, channel, thread, pace
         self.refused: Exception | None = None
 
     async def post(self, messages: list[views.SlackMessage]) -> None:
