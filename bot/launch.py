@@ -882,8 +882,7 @@ async def exit_report(transport: Transport, store: AttemptStore, attempt: Attemp
     # a server the kernel killed writes nothing of it: the node's kernel log since it started may name the cause
     finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, context=LaunchContext.from_argv(attempt.argv)),
                                        await _oom_kills_since(transport, attempt, attempt.created_at), attempt.vmid)
-    progress = advance(Progress(), excerpt.text.splitlines())
-    error = (cause_line(finding) or progress.error_line or "")[:500]
+    error = (cause_line(finding) or advance(Progress(), excerpt.text.splitlines()).error_line or "")[:500]
     if error:
         # the record as it is now: a triage of the exited server may have labelled it while its log was read
         attempt = await store.change(attempt.id, lambda current: None if current.error_line == error else

@@ -53,8 +53,8 @@ def register(app: AsyncApp, services: Services) -> None:
                 incident = await services.incidents.get(channel, thread) or Incident(channel, thread)
                 incident = await _link_container(services, incident, thread)
                 try:
-                    incident = await handle(services, client, answers, incident, mention.verb, mention.rest,
-                                            mention.target, user)
+                    incident = await handle(services, answers, incident, mention.verb, mention.rest, mention.target,
+                                            user)
                 except GpuopsError as exc:
                     await warn(exc)
                 await refresh_summary(services, client, incident)
@@ -76,16 +76,19 @@ class ThreadAnswers:
     async def post(self, messages: list[views.SlackMessage]) -> None:
         await self._tried(post_messages(self.client, self.channel, messages, thread_ts=self.thread, pace=self.pace))
 
-    async def say(self, text: str) -> None:
-        await self._tried(self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread, text=text))
+    async def say(self, text: str, shown_anyway: bool = False) -> None:
+        """``shown_anyway``: the summary shows what the text says, so a refusal is only logged."""
+        await self._tried(self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread, text=text),
+                          shown_anyway)
 
-    async def _tried(self, answer: Awaitable[Any]) -> None:
+    async def _tried(self, answer: Awaitable[Any], shown_anyway: bool = False) -> None:
         try:
             await answer
         except Exception as exc:
             log.warning("answering in thread %s/%s failed; what was recorded is kept", self.channel, self.thread,
                         exc_info=True)
-            self.refused = self.refused or exc
+            if not shown_anyway:
+                self.refused = self.refused or exc
 
 
 async def _link_container(services: Services, incident: Incident, thread: str) -> Incident:
@@ -99,20 +102,17 @@ async def _link_container(services: Services, incident: Incident, thread: str) -
     return incident
 
 
-async def handle(services: Services, client: Any, answers: ThreadAnswers, incident: Incident, verb: str, rest: str,
-                 hid: str, user: str) -> Incident:
+async def handle(services: Services, answers: ThreadAnswers, incident: Incident, verb: str, rest: str, hid: str,
+                 user: str) -> Incident:
     """What one mention records on the thread's incident, then says there: the record comes first."""
     from dataclasses import replace
 
-    channel, thread = incident.channel, incident.thread_ts
+    channel = incident.channel
     now = time.time()
     if verb in RECORD_VERBS:
         incident, recorded = record_word(incident, verb, rest, hid, user, now)
         if recorded.kind != "note":  # a note shows in the summary; a hypothesis gets its id, a decision is said
-            try:
-                await client.chat_postMessage(channel=channel, thread_ts=thread, text=views.recorded_text(recorded))
-            except Exception:  # recorded all the same, and the thread's summary shows it
-                log.warning("saying %s in thread %s failed", recorded.kind, thread, exc_info=True)
+            await answers.say(views.recorded_text(recorded), shown_anyway=True)
     elif verb == "status":
         targets = _targets(services, incident, rest)
         report = await read_status(services.transport, services.inventory, targets, limits=services.limits,
