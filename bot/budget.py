@@ -14,7 +14,7 @@ from typing import Any
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, earlier_load
 from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
-from bot.core.flags import LaunchFlags, parse_sglang_flags
+from bot.core.flags import LaunchFlags, check_model_flag, parse_sglang_flags
 from bot.core.gpu import Gpu
 from bot.core.installed_flags import InstalledFlags, flag_problems, parse_installed_flags
 from bot.core.inventory import Inventory, Target
@@ -64,6 +64,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
     if target.kind != "container" or target.vmid is None:
         raise UsageError("a budget is planned for a container (`<node>:<vmid>` or its name)")
     flags = parse_sglang_flags(flag_argv)
+    check_model_flag(flag_argv, model_path)
     container = inventory.container_settings(target.node, target.vmid)
     python, hf_cache = container.python, container.hf_cache
 

@@ -24,7 +24,16 @@ from bot.core import argv as remote
 from bot.core.attempts import ACTIVE, GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, Finding, LaunchContext, cause_line, diagnose, diagnose_excerpt
-from bot.core.flags import LaunchFlags, env_words, parse_sglang_flags, redacted, secret_value
+from bot.core.flags import (
+    LaunchFlags,
+    check_model_flag,
+    env_words,
+    flag_value,
+    parse_sglang_flags,
+    redacted,
+    secret_value,
+    without_flags,
+)
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import (
     DeviceNode,
@@ -157,14 +166,12 @@ def launch_command(inventory: Inventory, pre: Preflight) -> str:
 
 
 def launch_argv(request: LaunchRequest, port: int) -> tuple[str, ...]:
-    """The launch's words as recorded: its environment words first, then the flags with the model path and port."""
+    """The launch's words as recorded and run: its environment words first, then ``--model-path`` with the model the
+    pre-flight read, the flags, and ``--port`` with the port it checked. The flags' own spellings of those two (an
+    alias, ``--port=N``) are taken out, so SGLang cannot be given another model or port than the ones checked."""
     env = env_words(request.flags)
-    flags = list(request.flags[env:])
-    if "--model-path" not in flags and "--model" not in flags:
-        flags = ["--model-path", request.model_path, *flags]
-    if not any(f == "--port" or f.startswith("--port=") for f in flags):
-        flags += ["--port", str(port)]
-    return (*request.flags[:env], *flags)
+    flags = without_flags(request.flags[env:], "--model-path", "--port")
+    return (*request.flags[:env], "--model-path", request.model_path, *flags, "--port", str(port))
 
 
 # --------------------------------------------------------------------------- pre-flight
@@ -178,8 +185,9 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     container = container_of(inventory, target)
     python = container.python
     flags = parse_sglang_flags(request.flags)  # raises UsageError naming a bad flag
-    port = next((int(request.flags[i + 1]) for i, f in enumerate(request.flags[:-1]) if f == "--port"),
-                container.port)
+    check_model_flag(request.flags, request.model_path)
+    given_port = flag_value(request.flags, "--port")  # the last one given, in any spelling, as SGLang reads it
+    port = container.port if given_port is None else int(given_port)
     node = inventory.node(target.node)
     checks: list[Check] = []
     ct_memory_mib: int | None = None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
-from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, user_flags
+from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, relaunch_flags, user_flags
 from bot.core.diagnosis import BUSY, HARDWARE, OCCUPIED, OUT_OF_RANGE, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
@@ -195,7 +195,8 @@ async def _next_experiments(transport: Transport, inventory: Inventory, target: 
     """The budget engine's remedies for a finding it sizes (from the failed attempt's own measured weights), else
     the label's own flag experiment."""
     if finding.label not in BUDGETED_LABELS:
-        return None, finding_experiments(finding, user_flags(attempt.argv))
+        default_port = inventory.container_settings(attempt.node, attempt.vmid).port
+        return None, finding_experiments(finding, relaunch_flags(attempt, default_port))
     try:
         return await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
                                  (attempt,)), ()

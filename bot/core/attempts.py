@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from bot.core.budget import MeasuredLoad
-from bot.core.flags import env_words, parse_sglang_flags, redacted
+from bot.core.flags import env_words, parse_sglang_flags, redacted, without_flags
 from bot.errors import UsageError
 
 
@@ -190,21 +190,16 @@ def is_attempt_id(text: str) -> bool:
     return bool(_ID_RE.match(text))
 
 
-LAUNCHER_FLAGS = ("--model-path", "--model", "--port")
-
-
 def user_flags(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """An attempt's launch flags without the model path and port the launcher adds."""
-    out: list[str] = []
-    skip = False
-    for token in argv:
-        if skip:
-            skip = False
-        elif token in LAUNCHER_FLAGS:
-            skip = True
-        elif token.split("=", 1)[0] not in LAUNCHER_FLAGS:
-            out.append(token)
-    return tuple(out)
+    """An attempt's launch flags without the model path and port the launcher adds (in any spelling)."""
+    return without_flags(argv, "--model-path", "--port")
+
+
+def relaunch_flags(attempt: Attempt, default_port: int) -> tuple[str, ...]:
+    """The flags that launch ``attempt`` again: its own, with its port when that is not the container's
+    ``default_port`` (a port the person chose, say because the default one is taken, stays chosen)."""
+    flags = user_flags(attempt.argv)
+    return flags if attempt.port == default_port else (*flags, "--port", str(attempt.port))
 
 
 def earlier_load(history: Sequence[Attempt], model_path: str, layout: str,

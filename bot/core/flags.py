@@ -116,11 +116,11 @@ ALIASES = {
     "--tp": "--tp-size", "--tensor-parallel-size": "--tp-size", "--pp": "--pp-size",
     "--pipeline-parallel-size": "--pp-size", "--dp": "--dp-size", "--data-parallel-size": "--dp-size",
     "--mamba-radix-cache-strategy": "--mamba-scheduler-strategy", "--ep": "--ep-size",
-    "--expert-parallel-size": "--ep-size",
+    "--expert-parallel-size": "--ep-size", "--model": "--model-path",
 }
 # known, not memory-relevant: accepted and passed to the server unchanged
 PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
-    "--model-path": _text, "--model": _text, "--tokenizer-path": _text, "--host": _text, "--port": _tcp_port,
+    "--model-path": _text, "--tokenizer-path": _text, "--host": _text, "--port": _tcp_port,
     "--served-model-name": _text, "--trust-remote-code": SWITCH, "--reasoning-parser": _text,
     "--tool-call-parser": _text, "--chat-template": _text, "--attention-backend": _text,
     "--linear-attn-backend": _text, "--sampling-backend": _text, "--log-level": _text,
@@ -518,6 +518,28 @@ def command_env(tokens: Sequence[str]) -> tuple[str, ...]:
     return tuple(found.values())
 
 
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value SGLang's argparse ends up with for ``flag`` (gpuops' name for it): the last one given, in any
+    spelling (an alias, an abbreviation, ``--flag=value``); None when it is not given a value."""
+    argv = argv[env_words(argv):]
+    value = None
+    for start, end in flag_spans(argv, _takes_value):
+        name, eq, inline = argv[start].partition("=")
+        if argv[start].startswith("--") and (_resolve(name) or name) == flag:
+            value = inline if eq else (argv[start + 1] if end - start > 1 else None)
+    return value
+
+
+def check_model_flag(argv: Sequence[str], model_path: str) -> None:
+    """Raises :class:`UsageError` when ``argv`` names another model than ``model_path`` (the one a pre-flight and a
+    budget read): SGLang would load the flag's."""
+    given = flag_value(argv, "--model-path")
+    if given is not None and given != model_path:
+        shown = given if len(given) <= 120 else given[:119] + "…"
+        raise UsageError(f"`--model-path {shown}` in the flags names another model than `{model_path}`, "
+                         "the one gpuops reads and checks: give the model once, as the command's model")
+
+
 def with_flag(argv: Sequence[str], flag: str, value: str | None) -> tuple[str, ...]:
     """``argv`` with ``flag`` set to ``value`` (a switch when None): every spelling of the flag
     (aliases, ``--flag=value``) is replaced, and nothing else changes."""
@@ -621,6 +643,6 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown", "env"}
-__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "command_env",
-           "command_flags", "field", "flag_spans", "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value",
-           "with_flag", "without_flags"]
+__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS",
+           "check_model_flag", "command_env", "command_flags", "field", "flag_spans", "flag_value",
+           "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "with_flag", "without_flags"]

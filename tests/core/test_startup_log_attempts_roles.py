@@ -66,6 +66,27 @@ def test_changes_between_attempts():
     assert flag_pairs(("--enable-torch-compile", "--tp=2")) == {"--enable-torch-compile": "(on)", "--tp": "2"}
 
 
+def test_the_model_path_and_port_are_read_as_sglangs_argparse_reads_them():
+    """The last value wins, in any spelling: an alias, a unique prefix, ``--flag=value``."""
+    from dataclasses import replace
+
+    from bot.core.attempts import relaunch_flags, user_flags
+    from bot.core.flags import check_model_flag, flag_value
+    from bot.errors import UsageError
+
+    flags = ("NCCL_DEBUG=INFO", "--port=31000", "--tp", "2", "--por", "31001", "--model", "/m")
+    assert flag_value(flags, "--port") == "31001" and flag_value(flags, "--model-path") == "/m"
+    assert flag_value(("--tp", "2"), "--port") is None and flag_value(("--port",), "--port") is None
+    check_model_flag(flags, "/m")  # the same model: taken once
+    with pytest.raises(UsageError, match="`--model-path /other` in the flags names another model than `/m`"):
+        check_model_flag(("--model-path=/other",), "/m")
+    assert user_flags(flags) == ("NCCL_DEBUG=INFO", "--tp", "2")
+    attempt = replace(_attempt("a20261101-000000-0001", "/m", ()),
+                      argv=("--model-path", "/m", "--tp", "2", "--port", "31000"), port=31000)
+    assert relaunch_flags(attempt, 31000) == ("--tp", "2")  # the container's own port: given by the launcher
+    assert relaunch_flags(attempt, 30000) == ("--tp", "2", "--port", "31000")  # a port the person chose
+
+
 def test_a_secret_flag_value_is_never_shown_but_is_passed_on():
     from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags, redacted, secret_value

@@ -173,3 +173,53 @@ async def test_the_preflight_shows_the_command_line_as_read_from_a_phone_typed_l
     attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
     assert attempt.argv[attempt.argv.index("--served-model-name") + 1] == "qwen 27b"
     assert "--tp" in attempt.argv and "--enable-torch-compile" in attempt.argv
+
+
+async def test_a_port_given_as_port_equals_is_the_one_checked_launched_and_health_checked(lab):
+    """`--port=31000` (as argparse takes it): the pre-flight checks that port, the server gets it once, and the
+    health check asks it, so the launch comes up ready rather than failed with its server left running."""
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS} --port=31000")
+    passed = blocks_to_text(post_with(calls, "Pre-flight passed").blocks)
+    assert "*port free*: 127.0.0.1:31000 is free" in passed
+    assert passed.count("--port") == 1 and "--port 31000`" in passed
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert attempt.port == 31000 and attempt.argv[-2:] == ("--port", "31000")
+    assert not any(word.startswith("--port=") for word in attempt.argv)
+
+
+async def test_a_model_path_flag_naming_another_model_is_refused_before_anything_runs(lab):
+    """The flags may not swap the model the pre-flight read (SGLang's alias `--model` included); the same model
+    given again is taken once."""
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS} --model /other")
+    (answer,) = [c for c in calls if c.method in ("response_url", "chat.postMessage")]
+    assert (f"`--model-path /other` in the flags names another model than `{model(lab)}`, the one gpuops reads and "
+            "checks: give the model once, as the command's model") in (blocks_to_text(answer.blocks)
+                                                                         or answer.params["text"])
+    assert await lab.services.attempts.recent("pve5", 129, 1) == []
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --model-path={model(lab)} {FITS}")
+    passed = blocks_to_text(post_with(calls, "Pre-flight passed").blocks)
+    assert passed.count(model(lab)) == 1  # the command line names it once
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert attempt.argv.count("--model-path") == 1 and not any(w.startswith("--model") and "=" in w
+                                                               for w in attempt.argv)
+
+
+async def test_a_triage_experiment_relaunches_on_the_port_the_failed_attempt_was_given(lab):
+    """A port the person chose (the default one may be another server's) stays chosen in the next experiment."""
+    attempt = await failed_launch(lab, "torch_compile_error",
+                                  "--mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16 --port 31000")
+    assert attempt.port == 31000
+    report, _ = await triaged(lab, attempt)
+    latest = await relaunched_by(lab, report, "launch with drop --enable-torch-compile")
+    assert latest.port == 31000 and latest.changes == ("- --enable-torch-compile (on)",)
+
+
+async def test_a_budget_remedy_relaunches_on_the_port_the_failed_attempt_was_given(lab):
+    attempt = await failed_launch(lab, "kv_pool_oom", "--mem-fraction-static 0.85 --port 31000")
+    report, _ = await triaged(lab, attempt)
+    latest = await relaunched_by(lab, report, "launch with --mamba-ssm-dtype bfloat16")
+    assert latest.port == 31000 and latest.changes == ("+ --mamba-ssm-dtype bfloat16",)
