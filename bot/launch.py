@@ -32,6 +32,7 @@ from bot.core.flags import (
     parse_sglang_flags,
     redacted,
     secret_value,
+    server_host,
     without_flags,
 )
 from bot.core.gpu import SmiSnapshot
@@ -200,8 +201,9 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     ct_config_task = asyncio.ensure_future(read_pct_config(transport, target.node, target.vmid))
     nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
+    server_at = server_host(request.flags)
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
-        target.vmid, remote.port_in_use(python, port)), ok_exit=(0, 1)))
+        target.vmid, remote.port_in_use(python, server_at, port)), ok_exit=(0, 1)))
     # NCCL between the launch GPUs makes its shared-memory segments in /dev/shm when they have no peer-to-peer path
     shm_task = asyncio.ensure_future(read_dev_shm(transport, target.node, target.vmid)) \
         if flags.gpus_needed > 1 else None
@@ -228,7 +230,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         host = await host_task
     except (RemoteError, SmiFailed, GpuopsError):
         host = None
-    checks.append(await _port_check(port_task, port))
+    checks.append(await _port_check(port_task, server_at, port))
 
     try:
         faults: NodeFaults | None = await faults_task
@@ -318,13 +320,13 @@ async def _env_check(env_task: asyncio.Future[CommandResult], env: tuple[str, ..
     return Check("environment known", "ok", f"{sglang} here knows {', '.join(sglang_variables(env))}")
 
 
-async def _port_check(port_task: asyncio.Future[CommandResult], port: int) -> Check:
+async def _port_check(port_task: asyncio.Future[CommandResult], host: str, port: int) -> Check:
     try:
         in_use = (await port_task).exit_status == 0
     except RemoteError as exc:
         return Check("port free", "warn", f"could not check port {port}: {exc.user_message}")
-    return Check("port free", "fail" if in_use else "ok",
-                 f"127.0.0.1:{port} {'is already in use' if in_use else 'is free'}")
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return Check("port free", "fail" if in_use else "ok", f"{where} {'is already in use' if in_use else 'is free'}")
 
 
 async def _device_nodes(transport: Transport, node: str, vmid: int,
@@ -617,7 +619,7 @@ async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, sta
 
 def health_probe(attempt: Attempt, python: str) -> remote.Argv:
     """The health check of an attempt's server, run in its container, with the server's own API key."""
-    return remote.pct_exec(attempt.vmid, remote.health_check(python, attempt.port,
+    return remote.pct_exec(attempt.vmid, remote.health_check(python, server_host(attempt.argv), attempt.port,
                                                              secret_value(attempt.argv, "--api-key")))
 
 

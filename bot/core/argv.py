@@ -359,15 +359,25 @@ def read_log_from(path: str, offset: int) -> Argv:
 
 PORT_SCRIPT = (
     "import socket, sys\n"
-    "s = socket.socket()\n"
-    "s.settimeout(1)\n"
-    "sys.exit(0 if s.connect_ex(('127.0.0.1', int(sys.argv[1]))) == 0 else 1)\n"
+    "try:\n"
+    "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\n"
+    "except OSError:\n"
+    "    sys.exit(1)\n"
 )
 
 
-def port_in_use(python: str, port: int) -> Argv:
-    """Exit 0 when something accepts connections on 127.0.0.1:port inside the container."""
-    return (python, "-c", PORT_SCRIPT, _check_int(port, "port", 1))
+def port_in_use(python: str, host: str, port: int) -> Argv:
+    """Exit 0 when something accepts connections on host:port inside the container."""
+    return (python, "-c", PORT_SCRIPT, _check_host(host), _check_int(port, "port", 1))
+
+
+_HOST = re.compile(r"[A-Za-z0-9._:%-]{1,253}")
+
+
+def _check_host(host: str) -> str:
+    if not _HOST.fullmatch(host):
+        raise ValueError(f"host {host[:60]!r} is not an address or host name")
+    return host
 
 
 # who listens on given TCP ports in this network namespace: LISTEN sockets from /proc/net/tcp{,6}, then the
@@ -408,10 +418,11 @@ def port_holders(python: str, ports: Sequence[int]) -> Argv:
 
 HEALTH_SCRIPT = (
     "import json, sys, time, urllib.request\n"
-    "base = 'http://127.0.0.1:%d' % int(sys.argv[1])\n"
+    "host = sys.argv[1]\n"
+    "base = 'http://%s:%d' % ('[%s]' % host if ':' in host else host, int(sys.argv[2]))\n"
     "headers = {'Content-Type': 'application/json'}\n"
-    "if len(sys.argv) > 2:\n"
-    "    headers['Authorization'] = 'Bearer ' + sys.argv[2]\n"
+    "if len(sys.argv) > 3:\n"
+    "    headers['Authorization'] = 'Bearer ' + sys.argv[3]\n"
     "out = {}\n"
     "def get(path, body=None):\n"
     "    data = None if body is None else json.dumps(body).encode()\n"
@@ -433,12 +444,12 @@ HEALTH_SCRIPT = (
 )
 
 
-def health_check(python: str, port: int, api_key: str | None = None) -> Argv:
+def health_check(python: str, host: str, port: int, api_key: str | None = None) -> Argv:
     """The server's /health, /v1/models and one 8-token generation (timed: ``generation_s``); with the
     server's own ``--api-key`` when it
     has one (passed as an argument: the server's own command line already holds it on that host)."""
     key = () if api_key is None else (_single_line(api_key),)
-    return (python, "-c", HEALTH_SCRIPT, _check_int(port, "port", 1), *key)
+    return (python, "-c", HEALTH_SCRIPT, _check_host(host), _check_int(port, "port", 1), *key)
 
 
 def _single_line(text: str) -> str:

@@ -51,6 +51,15 @@ def _tcp_port(text: str) -> int:
     return value
 
 
+_HOST = re.compile(r"[A-Za-z0-9._-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}(%[\w.-]{1,32})?\]?")
+
+
+def _host(text: str) -> str:
+    if not _HOST.fullmatch(text):
+        raise ValueError("must be an IP address or a host name")
+    return text
+
+
 def _ratio(text: str) -> float:
     value = _number(text)
     if value <= 0:
@@ -120,7 +129,7 @@ ALIASES = {
 }
 # known, not memory-relevant: accepted and passed to the server unchanged
 PASSTHROUGH: dict[str, Callable[[str], Any] | None] = {
-    "--model-path": _text, "--tokenizer-path": _text, "--host": _text, "--port": _tcp_port,
+    "--model-path": _text, "--tokenizer-path": _text, "--host": _host, "--port": _tcp_port,
     "--served-model-name": _text, "--trust-remote-code": SWITCH, "--reasoning-parser": _text,
     "--tool-call-parser": _text, "--chat-template": _text, "--attention-backend": _text,
     "--linear-attn-backend": _text, "--sampling-backend": _text, "--log-level": _text,
@@ -530,6 +539,16 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
     return value
 
 
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})  # noqa: S104 (recognised in a launch's flags, never bound)
+
+
+def server_host(argv: Sequence[str]) -> str:
+    """The address a server launched with ``argv`` answers on inside its container: the ``--host`` it binds, or
+    127.0.0.1 for SGLang's default and for the wildcard addresses (which take loopback connections too)."""
+    host = flag_value(argv, "--host")
+    return "127.0.0.1" if host is None or host in WILDCARD_HOSTS else host.strip("[]")
+
+
 def check_model_flag(argv: Sequence[str], model_path: str) -> None:
     """Raises :class:`UsageError` when ``argv`` names another model than ``model_path`` (the one a pre-flight and a
     budget read): SGLang would load the flag's."""
@@ -645,4 +664,5 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown", "env"}
 __all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS",
            "check_model_flag", "command_env", "command_flags", "field", "flag_spans", "flag_value",
-           "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "with_flag", "without_flags"]
+           "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "server_host", "with_flag",
+           "without_flags"]

@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -166,7 +167,7 @@ UNHEALTHY = threading.Event()  # SIGUSR1: the server lives but stops answering (
 SLOW = threading.Event()  # SIGUSR2: it answers, but each generation takes GPUOPS_LAB_SLOW_S seconds (default 1)
 
 
-def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPServer:
+def serve(host: str, port: int, model: str, api_key: str | None = None) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
             pass
@@ -217,7 +218,10 @@ def serve(port: int, model: str, api_key: str | None = None) -> ThreadingHTTPSer
             else:
                 self.send_error(404)
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = Server((host, port), Handler)  # SGLang binds its --host only (127.0.0.1 unless given)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -230,6 +234,7 @@ def main(argv: list[str]) -> int:
     full.parse_args(argv)
     parser = argparse.ArgumentParser(prog="sglang.launch_server (lab stand-in)")
     parser.add_argument("--model-path", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--tp-size", "--tp", type=int, default=1, dest="tp")
     parser.add_argument("--api-key")
@@ -288,7 +293,7 @@ def main(argv: list[str]) -> int:
             if "Load weight end" in line and "TP0" in line:
                 holder.hold(gpus, hold_mib, "python3 -m sglang.launch_server")
             if "fired up" in line:
-                serve(args.port, args.model_path.rstrip("/").rsplit("/", 1)[-1], args.api_key)
+                serve(args.host, args.port, args.model_path.rstrip("/").rsplit("/", 1)[-1], args.api_key)
                 print(line, flush=True)
                 while True:
                     time.sleep(3600)

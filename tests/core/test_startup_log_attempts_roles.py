@@ -87,6 +87,15 @@ def test_the_model_path_and_port_are_read_as_sglangs_argparse_reads_them():
     assert relaunch_flags(attempt, 30000) == ("--tp", "2", "--port", "31000")  # a port the person chose
 
 
+def test_a_server_is_asked_on_the_address_it_binds():
+    from bot.core.flags import server_host
+
+    assert server_host(("--tp", "2")) == "127.0.0.1"  # SGLang's default --host
+    assert server_host(("--host", "0.0.0.0")) == server_host(("--host=::",)) == "127.0.0.1"  # noqa: S104
+    assert server_host(("--host", "10.0.0.5", "--tp", "2")) == "10.0.0.5"
+    assert server_host(("--host", "[fd00::5]")) == "fd00::5"
+
+
 def test_a_secret_flag_value_is_never_shown_but_is_passed_on():
     from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags, redacted, secret_value

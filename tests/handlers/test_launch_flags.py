@@ -223,3 +223,17 @@ async def test_a_budget_remedy_relaunches_on_the_port_the_failed_attempt_was_giv
     report, _ = await triaged(lab, attempt)
     latest = await relaunched_by(lab, report, "launch with --mamba-ssm-dtype bfloat16")
     assert latest.port == 31000 and latest.changes == ("+ --mamba-ssm-dtype bfloat16",)
+
+
+async def test_a_server_bound_to_its_host_address_is_checked_and_health_checked_there(lab):
+    """`--host 127.0.0.2` (loopback, yet not 127.0.0.1): SGLang binds only that address, so the port is checked
+    and the health check asks there; asking 127.0.0.1 would call a serving server failed."""
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS} --host 127.0.0.2")
+    assert "*port free*: 127.0.0.2:30000 is free" in blocks_to_text(post_with(calls, "Pre-flight passed").blocks)
+    await wait_text(lab, "*ready*")
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert attempt.status.value == "ready" and "healthy: /health 200" in attempt.transitions[-1].note
+    _, _, calls = await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {FITS} --host '127.0.0.1;id'")
+    (answer,) = [c for c in calls if c.method == "response_url"]
+    assert answer.params["text"] == ":warning: `--host 127.0.0.1;id`: must be an IP address or a host name"
