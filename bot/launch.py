@@ -669,14 +669,24 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
         raise UsageError(f"attempt {attempt.id} has no recorded PID")
     vmid = attempt.vmid
 
-    async def alive() -> bool:
+    async def process() -> int:
+        """remote.LAUNCHED_RUNS, _GONE or _PID_REUSED: only the attempt's own server is ever signalled."""
         assert attempt.pid is not None
-        out = await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
-                                  ok_exit=(0, 1))
-        return out.exit_status == 0
+        if attempt.log_path is None:  # nothing tells its server from another process with that PID
+            return remote.LAUNCHED_PID_REUSED
+        out = await transport.run(attempt.node, remote.pct_exec(vmid, remote.launched_process(
+            attempt.pid, attempt.log_path)), ok_exit=(0, 1, 2))
+        return remote.LAUNCHED_PID_REUSED if out.exit_status is None else out.exit_status
 
+    async def alive() -> bool:
+        return await process() == remote.LAUNCHED_RUNS
+
+    found = await process()
     used = "none (it had already exited)"
-    if await alive():
+    if found == remote.LAUNCHED_PID_REUSED:
+        used = (f"none: PID {attempt.pid} is another process's now, not writing to this attempt's log, so it was "
+                "left alone")
+    if found == remote.LAUNCHED_RUNS:
         await transport.run(attempt.node, remote.pct_exec(vmid, remote.kill_group(attempt.pid, "TERM")), ok_exit=(0, 1))
         used = "SIGTERM"
         deadline = time.time() + settings.stop_timeout_s
@@ -793,18 +803,20 @@ async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -
     """Whether the attempt's process still runs in its container, and if not why; None when that cannot
     be told now (no PID, a node this inventory lacks, a node that does not answer): decide later, never
     guess. A container that is not running holds no server any more."""
-    if attempt.pid is None or attempt.node not in inventory.nodes:
+    if attempt.pid is None or attempt.log_path is None or attempt.node not in inventory.nodes:
         return None, ""
     try:
-        out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.process_alive(attempt.pid)),
-                                  ok_exit=(0, 1))
+        out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.launched_process(
+            attempt.pid, attempt.log_path)), ok_exit=(0, 1, 2))
     except CommandFailed as exc:
         if f"CT {attempt.vmid} not running" in exc.stderr_tail:  # pct's own words for a stopped container
             return False, f"its container {attempt.vmid} is not running"
         return None, ""
     except RemoteError:
         return None, ""
-    return out.exit_status == 0, f"the server's process (PID {attempt.pid}) exited"
+    if out.exit_status == remote.LAUNCHED_PID_REUSED:
+        return False, f"the server's process (PID {attempt.pid}, another process's now) exited"
+    return out.exit_status == remote.LAUNCHED_RUNS, f"the server's process (PID {attempt.pid}) exited"
 
 
 async def _record_gone(store: AttemptStore, attempt: Attempt, status: AttemptStatus, at: float,

@@ -380,7 +380,8 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
                      "apply; check that the config.json under --model-path describes the checkpoint loaded")
     if attempt.error_line:
         lines.append(f":x: first error: `{escape_mrkdwn(attempt.error_line[:400])}`")
-        lines.append("Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")
+        lines.append(left_running_line(attempt) if attempt.left_running else
+                     "Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")
     if attempt.status.value == "ready" and attempt.transitions:
         lines.append(escape_mrkdwn(attempt.transitions[-1].note))
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
@@ -388,6 +389,12 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=escape_mrkdwn(
         f"PID {attempt.pid} · log {attempt.log_path} · changes: {attempt.changes_text}")[:2800] + follow)]))
     return SlackMessage(f"Launch {attempt.id}: {status} ({progress.label})", [b.to_dict() for b in blocks])
+
+
+def left_running_line(attempt: Attempt) -> str:
+    """For a launch that failed its health check after saying ready: its server was not stopped."""
+    return (f":warning: its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log "
+            f"{attempt.id}` shows what it says, `/sglang stop {attempt.id}` stops it")
 
 
 def server_exited_message(attempt: Attempt, finding: Finding | None) -> SlackMessage:

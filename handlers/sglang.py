@@ -252,6 +252,8 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
                 predicted = stored.predicted.get(key)
                 detail.append(f"• {key}: observed {value}" + (f", predicted {predicted}" if predicted is not None
                                                                else ""))
+            if stored.left_running:
+                detail.append(views.left_running_line(stored))
             try:
                 await client.chat_postMessage(channel=stored.channel, thread_ts=stored.thread_ts or stored.message_ts,
                                               text="\n".join(detail))

@@ -6,6 +6,7 @@ transport joins it with :func:`shlex.join`, so no argument is ever interpreted b
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -350,6 +351,27 @@ def kill_pids(pids: Iterable[int], signal: str) -> Argv:
 
 def process_alive(pid: int) -> Argv:
     return ("kill", "-0", _check_int(pid, "pid", 2))
+
+
+# whether a launch's process still runs, told by what only it has: its standard output is the attempt's own log (the
+# launch started it so). A PID alone is not enough: once the server exits (or its container restarts) the same number
+# can be another process's, which a stop must never signal.
+LAUNCHED_PROCESS_SCRIPT = (
+    'pid="$1"; log="$2"\n'
+    'read -r stat 2>/dev/null <"/proc/$pid/stat" || exit 1\n'
+    'case "${stat##*) }" in Z*) exit 1;; esac\n'
+    '[ "/proc/$pid/fd/1" -ef "$log" ] && exit 0\n'  # the same file, however its path is spelled
+    '[ "$(readlink "/proc/$pid/fd/1")" = "$log (deleted)" ] && exit 0\n'  # the log removed while it runs
+    'exit 2\n'
+)
+LAUNCHED_RUNS, LAUNCHED_GONE, LAUNCHED_PID_REUSED = 0, 1, 2
+
+
+def launched_process(pid: int, log_path: str) -> Argv:
+    """Exit 0 when the process ``pid`` runs and writes to ``log_path`` (a launch's server), 1 when no process has
+    that PID (or only its zombie), 2 when another process has it now."""
+    return ("bash", "-c", LAUNCHED_PROCESS_SCRIPT, "gpuops-pid", _check_int(pid, "pid", 2),
+            posixpath.normpath(checked_path(log_path)))
 
 
 def read_log_from(path: str, offset: int) -> Argv:

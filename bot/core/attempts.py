@@ -84,6 +84,13 @@ class Attempt:
     tracker: str | None = None  # replica that follows the progress
 
     @property
+    def left_running(self) -> bool:
+        """Failed after its log said ready (the health check did not pass): its server process was not stopped, so
+        it still held its GPUs then, for a person to look at or stop."""
+        return (self.status is AttemptStatus.FAILED and self.observed.get("stage") == "ready"
+                and len(self.transitions) >= 2 and self.transitions[-2].status is AttemptStatus.LAUNCHING)
+
+    @property
     def status(self) -> AttemptStatus:
         return self.transitions[-1].status if self.transitions else AttemptStatus.PLANNED
 

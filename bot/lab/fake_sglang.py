@@ -10,7 +10,8 @@ Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "de
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
 ``p2p_unsupported``, ``port_in_use``, ``hang``, ``gpu_memory_occupied``, ``nccl_shm_error``: NCCL's /dev/shm
 transport fails, unless the launch's environment turned it off with NCCL_SHM_DISABLE=1; ``piecewise_graph_error``:
-the piecewise CUDA-graph runner fails, unless the launch has --disable-piecewise-cuda-graph);
+the piecewise CUDA-graph runner fails, unless the launch has --disable-piecewise-cuda-graph; ``unhealthy``: it says
+ready, then answers every request 503, as SIGUSR1 makes it);
 an empty queue means ``auto``: SGLang's tensor-parallel memory-balance check first (some launch GPUs with far less
 free memory than another: ``gpu_memory_occupied``), then gpuops' own budget engine decides from the flags and free
 memory.
@@ -264,9 +265,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGUSR1, lambda signum, frame: UNHEALTHY.set())
     signal.signal(signal.SIGUSR2, lambda signum, frame: SLOW.set())
+    if outcome == "unhealthy":
+        UNHEALTHY.set()
     # each failure replays its own log; the other outcomes cut or end ready.log (an unknown outcome is a KeyError)
-    log_name = {**dict.fromkeys(("ready", "hang", "gpu_memory_occupied", "host_oom_kill", "refused_before_load"),
-                                "ready.log"),
+    log_name = {**dict.fromkeys(("ready", "hang", "gpu_memory_occupied", "host_oom_kill", "refused_before_load",
+                                 "unhealthy"), "ready.log"),
                 **{name: f"{name}.log" for name in ("kv_pool_oom", "sigquit_after_oom", "torch_compile_error",
                                                     "p2p_unsupported", "port_in_use", "nccl_shm_error",
                                                     "piecewise_graph_error")}}[outcome]

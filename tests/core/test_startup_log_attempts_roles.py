@@ -149,6 +149,19 @@ def test_attempt_transitions_and_round_trip():
     assert Attempt.from_dict(json.loads(json.dumps(done.to_dict()))) == done
 
 
+def test_a_launch_that_failed_after_its_log_said_ready_left_its_server_running():
+    from dataclasses import replace
+
+    a = Attempt("a20261202-120000-abcd", "U1", "C1", "pve5", 129, "sglang-a6000", "/m", ("--tp", "2"), 30000, 1.0)
+    launching = a.moved(AttemptStatus.PLANNED, 1.0).moved(AttemptStatus.LAUNCHING, 2.0, "PID 7")
+    unhealthy = replace(launching.moved(AttemptStatus.FAILED, 3.0, "health check failed"), observed={"stage": "ready"})
+    assert unhealthy.left_running
+    assert not replace(unhealthy, observed={"stage": "loading weights"}).left_running  # it died loading
+    exited = replace(launching.moved(AttemptStatus.READY, 3.0).moved(AttemptStatus.FAILED, 4.0, "exited while serving"),
+                     observed={"stage": "ready"})
+    assert not exited.left_running  # it served, then its process went
+
+
 def test_roles_from_users_groups_and_channel_caps():
     config = RoleConfig(admins=("U0ADMIN",), operators=("S0INFRA", "U0OPS"), viewers=("*",),
                         channel_caps={"C0ANNOUNCE": "viewer"})

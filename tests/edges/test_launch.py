@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from bot.config import parse_inventory
-from bot.core.argv import log_excerpt, pct_exec, process_alive
+from bot.core.argv import launched_process, log_excerpt, pct_exec
 from bot.core.attempts import AttemptStatus
 from bot.core.inventory import resolve_targets
 from bot.core.startup_log import Stage
@@ -235,7 +235,7 @@ async def test_a_restart_keeps_a_stop_recorded_while_it_looked_for_the_process(s
     async def terminal_stop():
         await store.change(attempt.id, lambda _: stopped.attempt)
 
-    racing = WritesMeanwhile(inventory, pct_exec(129, process_alive(attempt.pid)), terminal_stop)
+    racing = WritesMeanwhile(inventory, pct_exec(129, launched_process(attempt.pid, attempt.log_path)), terminal_stop)
     try:
         assert await reconcile(racing, inventory, store) == []
     finally:

@@ -473,3 +473,63 @@ async def test_a_card_slack_would_not_edit_does_not_stop_the_launch_being_follow
     cards = [blocks_to_text(c.blocks) for c in lab.standin.calls[before:]
              if c.method == "chat.update" and c.params.get("ts") == ready.message_ts]
     assert len(cards) == 1 and f"Launch `{ready.id}`* on pve5:129 (sglang-a6000) — *ready*" in cards[-1]
+
+
+async def test_a_stop_leaves_alone_a_process_that_has_the_attempts_pid_now(lab):
+    """Once a server has exited (or its container restarted) its PID can be another process's: a stop signals only
+    the process that writes to the attempt's own log, and says it left the other alone."""
+    import os
+    import signal
+    import subprocess
+    from dataclasses import replace
+
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "*ready*")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    os.killpg(attempt.pid, signal.SIGKILL)  # the stand-in this test's lab started
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group of its own, as the server's was
+    try:
+        await lab.services.attempts.save(replace(attempt, pid=other.pid))  # the PID, as if the number came round
+        await lab.slash("/sglang", f"stop {attempt.id}")
+        confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
+        yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+        await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
+        calls = await lab.standin.wait_for(lambda cs: any(
+            "Stopped attempt" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+        done = [c for c in calls if c.method == "response_url" and "Stopped attempt" in str(c.params.get("text"))][-1]
+        assert (f"(none: PID {other.pid} is another process's now, not writing to this attempt's log, so it was left "
+                "alone)") in done.params["text"]
+        assert other.poll() is None  # still running: never signalled
+    finally:
+        other.kill()
+        other.wait()
+
+
+async def test_a_launch_failing_its_health_check_says_its_server_was_left_running_and_a_stop_ends_it(lab):
+    """The log says ready, yet the server answers 503: the launch failed, and nothing stopped it silently. Its card
+    and thread say the server still holds its GPUs and how to stop it; the stop (by PID, confirmed) ends it."""
+    lab.nodes["pve5"].set_scenario(129, ["unhealthy"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16")
+    calls = await wait_text(lab, "— *failed*", method="chat.update")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    card = blocks_to_text([c for c in calls if c.method == "chat.update" and "— *failed*" in blocks_to_text(c.blocks)]
+                          [-1].blocks)
+    assert "first error: `server said ready but the health check failed: HTTPError: HTTP Error 503" in card
+    left = (f"its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log {attempt.id}` "
+            f"shows what it says, `/sglang stop {attempt.id}` stops it")
+    assert left in card
+    thread = await wait_text(lab, f"Attempt `{attempt.id}` failed", method="chat.postMessage")
+    assert any(left in str(c.params.get("text")) for c in thread if c.params.get("thread_ts") == attempt.thread_ts)
+    assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
+    await lab.slash("/sglang", f"stop {attempt.id}")
+    confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
+    calls = await lab.standin.wait_for(
+        lambda cs: any("Stopped attempt" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+    done = [c for c in calls if c.method == "response_url" and "Stopped attempt" in str(c.params.get("text"))][-1]
+    assert "(SIGTERM)" in done.params["text"] and "memory returned" in done.params["text"]
+    assert lab.nodes["pve5"].read_state()["processes"] == []

@@ -269,6 +269,32 @@ async def test_a_ready_server_the_oom_killer_ended_is_announced_with_the_kill_as
     assert stored.error_line.startswith(f"the kernel's OOM killer killed PID {attempt.pid} (python3) in CT 129")
 
 
+async def test_a_ready_server_whose_pid_is_another_processs_now_is_noticed_gone(replicas):
+    """The number a server's PID had can come round to another process (its container restarted, say): the server
+    is told by its output going to the attempt's own log, so the sampler finds it gone rather than serving."""
+    import signal
+    import subprocess
+    from dataclasses import replace
+
+    lab, one, two, clock = replicas
+    attempt = await ready_server(lab)
+    os.killpg(attempt.pid, signal.SIGKILL)  # the stand-in this test's lab started
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        await lab.services.attempts.save(replace(attempt, pid=other.pid))
+        clock.now = at("2026-12-03 06:10")
+        first, second = await one.tick(), await two.tick()
+        assert sorted(first.exited + second.exited) == [attempt.id]
+        stored = await lab.services.attempts.get(attempt.id)
+        assert stored.status.value == "failed"
+        assert (f"the server's process (PID {other.pid}, another process's now) exited while serving"
+                in stored.transitions[-1].note)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
 async def test_a_ready_server_that_lives_but_stops_answering_is_announced_once(replicas):
     import signal
 
