@@ -96,7 +96,7 @@ class Incident:
     announcements: tuple[Recorded, ...] = ()
 
     def add_hypothesis(self, text: str, author: str, at: float) -> tuple[Incident, Hypothesis]:
-        hypothesis = Hypothesis(f"H{len(self.hypotheses) + 1}", text.strip()[:500], author, at)
+        hypothesis = Hypothesis(f"H{len(self.hypotheses) + 1}", text.strip()[:RECORD_TEXT_MAX], author, at)
         return replace(self, hypotheses=(*self.hypotheses, hypothesis)), hypothesis
 
     def propose_triage(self, label: str, attempt_id: str, at: float) -> Incident:
@@ -115,7 +115,7 @@ class Incident:
         for h in self.hypotheses:
             if h.id.lower() == hypothesis_id.lower():
                 found = True
-                h = replace(h, status=status, decided_by=by, why=why[:500],
+                h = replace(h, status=status, decided_by=by, why=why[:RECORD_TEXT_MAX],
                             tested_by=h.tested_by + ((tested_by,) if tested_by else ()))
             updated.append(h)
         if not found:
@@ -223,6 +223,7 @@ class Mention:
 
 MENTION_VERBS = ("triage", "status", "log", "hypothesis", "note", "history", "confirm", "refute", "help")
 RECORD_VERBS = ("hypothesis", "note", "confirm", "refute")  # the words that change the thread's record
+RECORD_TEXT_MAX = 500  # characters of a person's word the record keeps: the summary stays readable in one message
 
 
 SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
@@ -237,9 +238,13 @@ def person(author: str) -> str:
 def record_word(incident: Incident, verb: str, text: str, hypothesis_id: str, author: str,
                 at: float) -> tuple[Incident, Recorded]:
     """A person's hypothesis, note or decision recorded in the thread's record. ``author`` is a Slack user id, or
-    ``cli:<login>`` from a terminal. Raises UsageError for a word that says too little or names no hypothesis of
-    the thread."""
+    ``cli:<login>`` from a terminal. Raises UsageError for a word that says too little, more than the record keeps
+    (never cut short: what is recorded is what was said), or names no hypothesis of the thread."""
     text, who = text.strip(), person(author)
+    if len(text) > RECORD_TEXT_MAX:
+        what = "reason" if verb in ("confirm", "refute") else verb
+        raise UsageError(f"the thread's record keeps a {what} of up to {RECORD_TEXT_MAX} characters, and this one has "
+                         f"{len(text):,}: nothing was recorded. Say it in fewer words, or over several notes")
     if verb == "hypothesis":
         if not text:
             raise UsageError("say what the hypothesis is: `hypothesis <text>`")
@@ -254,12 +259,12 @@ def record_word(incident: Incident, verb: str, text: str, hypothesis_id: str, au
             incident = incident.decide(hypothesis_id, status, who, why)
         except KeyError:
             raise UsageError(f"no hypothesis `{hypothesis_id}` in this thread") from None
-        return incident, Recorded(status, why[:500], hypothesis_id.upper(), author)
+        return incident, Recorded(status, why, hypothesis_id.upper(), author)
     if verb == "note":
         if not text:
             raise UsageError("say what to note: `note <text>`")
-        note = Observation(at, "note", f"{who}: {text[:500]}")
-        return incident.observe(note), Recorded("note", text[:500], author=author)
+        note = Observation(at, "note", f"{who}: {text}")
+        return incident.observe(note), Recorded("note", text, author=author)
     raise UsageError(f"`{verb}` records nothing in a thread; one of {', '.join(RECORD_VERBS)} does")
 
 

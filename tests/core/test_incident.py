@@ -288,6 +288,14 @@ def test_a_word_is_recorded_as_a_mention_or_a_terminal_says_it():
     assert said.kind == "note" and said.plain == "note: tried 0.88"
     assert person("cli:root") == "cli:root" and person("gpuops") == "gpuops" and person("W0ENT") == "<@W0ENT>"
 
+    # what is recorded is what was said: a word longer than the record keeps is refused whole, never cut short
+    longest = "x" * 500
+    incident, said = record_word(incident, "note", longest, "", "U0BOB", 15)
+    assert said.text == longest and incident.observations[-1].text == f"<@U0BOB>: {longest}"
+    for verb, hid, what in (("hypothesis", "", "a hypothesis"), ("note", "", "a note"), ("refute", "H1", "a reason")):
+        with pytest.raises(UsageError, match=f"keeps {what} of up to 500 characters, and this one has 3,500: nothing "
+                                             "was recorded"):
+            record_word(incident, verb, "x" * 3500, hid, "U0BOB", 16)
     for verb, text, hid, what in (("hypothesis", " ", "", "say what the hypothesis is"),
                                   ("note", "", "", "say what to note"),
                                   ("confirm", "why", "", "name the hypothesis"),
