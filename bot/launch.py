@@ -648,15 +648,17 @@ class StopResult:
 
 
 async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None, history: str) -> Attempt:
-    """The attempt ``spec`` names (``target`` None), or the newest running one on the container ``target``;
-    ``history``: the command that lists them, for the answer when there is none."""
+    """The attempt ``spec`` names (``target`` None), or the newest running one on the container ``target`` (a failed
+    one whose server was left running counts: see :attr:`Attempt.left_running`); ``history``: the command that lists
+    them, for the answer when there is none."""
     if target is None:
         attempt = await store.get(spec)
         if attempt is None:
             raise UsageError(f"no attempt `{spec}` is recorded (`{history}` lists them)")
         return attempt
     assert target.vmid is not None
-    active = [a for a in await store.recent(target.node, target.vmid, 20) if a.status in ACTIVE and a.pid]
+    active = [a for a in await store.recent(target.node, target.vmid, 20)
+              if (a.status in ACTIVE or a.left_running) and a.pid]
     if not active:
         raise UsageError(f"no running attempt on {target.label} (see `{history} {spec}`)")
     return active[0]
@@ -665,15 +667,14 @@ async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None,
 async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, attempt: Attempt,
                settings: LaunchSettings, by: str) -> StopResult:
     """SIGTERM the attempt's process group, SIGKILL after the timeout, then check the memory came back."""
-    if attempt.pid is None:
-        raise UsageError(f"attempt {attempt.id} has no recorded PID")
+    if attempt.pid is None or attempt.log_path is None:
+        raise UsageError(f"attempt {attempt.id} has no recorded PID and log (what tells its server from another "
+                         "process): `/gpu free` stops what holds GPU memory by PID")
     vmid = attempt.vmid
 
     async def process() -> int:
         """remote.LAUNCHED_RUNS, _GONE or _PID_REUSED: only the attempt's own server is ever signalled."""
-        assert attempt.pid is not None
-        if attempt.log_path is None:  # nothing tells its server from another process with that PID
-            return remote.LAUNCHED_PID_REUSED
+        assert attempt.pid is not None and attempt.log_path is not None
         out = await transport.run(attempt.node, remote.pct_exec(vmid, remote.launched_process(
             attempt.pid, attempt.log_path)), ok_exit=(0, 1, 2))
         return remote.LAUNCHED_PID_REUSED if out.exit_status is None else out.exit_status

@@ -509,7 +509,8 @@ async def test_a_stop_leaves_alone_a_process_that_has_the_attempts_pid_now(lab):
 
 async def test_a_launch_failing_its_health_check_says_its_server_was_left_running_and_a_stop_ends_it(lab):
     """The log says ready, yet the server answers 503: the launch failed, and nothing stopped it silently. Its card
-    and thread say the server still holds its GPUs and how to stop it; the stop (by PID, confirmed) ends it."""
+    and thread say the server still holds its GPUs and how to stop it; a stop of the container (by PID, confirmed)
+    finds it and ends it."""
     lab.nodes["pve5"].set_scenario(129, ["unhealthy"], delay_s=0.02)
     await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
                                "--mamba-ssm-dtype bfloat16")
@@ -524,7 +525,7 @@ async def test_a_launch_failing_its_health_check_says_its_server_was_left_runnin
     thread = await wait_text(lab, f"Attempt `{attempt.id}` failed", method="chat.postMessage")
     assert any(left in str(c.params.get("text")) for c in thread if c.params.get("thread_ts") == attempt.thread_ts)
     assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
-    await lab.slash("/sglang", f"stop {attempt.id}")
+    await lab.slash("/sglang", "stop sglang-a6000")  # the container's newest server left running
     confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
     yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
     await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
