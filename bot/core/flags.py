@@ -8,6 +8,7 @@ flags are listed, never silently dropped.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -549,11 +550,16 @@ def server_host(argv: Sequence[str]) -> str:
     return "127.0.0.1" if host is None or host in WILDCARD_HOSTS else host.strip("[]")
 
 
+def _same_path(path: str) -> str:
+    """A path as the filesystem reads it (``/m/`` and ``/m//`` are ``/m``); a Hub id as given."""
+    return posixpath.normpath(path) if path.startswith("/") else path
+
+
 def check_model_flag(argv: Sequence[str], model_path: str) -> None:
     """Raises :class:`UsageError` when ``argv`` names another model than ``model_path`` (the one a pre-flight and a
     budget read): SGLang would load the flag's."""
     given = flag_value(argv, "--model-path")
-    if given is not None and given != model_path:
+    if given is not None and _same_path(given) != _same_path(model_path):
         shown = given if len(given) <= 120 else given[:119] + "…"
         raise UsageError(f"`--model-path {shown}` in the flags names another model than `{model_path}`, "
                          "the one gpuops reads and checks: give the model once, as the command's model")

@@ -78,6 +78,7 @@ def test_the_model_path_and_port_are_read_as_sglangs_argparse_reads_them():
     assert flag_value(flags, "--port") == "31001" and flag_value(flags, "--model-path") == "/m"
     assert flag_value(("--tp", "2"), "--port") is None and flag_value(("--port",), "--port") is None
     check_model_flag(flags, "/m")  # the same model: taken once
+    check_model_flag(("--model-path", "/models/q/"), "/models//q")  # spelled otherwise, the same folder
     with pytest.raises(UsageError, match="`--model-path /other` in the flags names another model than `/m`"):
         check_model_flag(("--model-path=/other",), "/m")
     assert user_flags(flags) == ("NCCL_DEBUG=INFO", "--tp", "2")
