@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from bot.core.flags import launch_env
+from bot.core.flags import HOST_RE, launch_env
 
 Argv = tuple[str, ...]
 
@@ -393,11 +393,8 @@ def port_in_use(python: str, host: str, port: int) -> Argv:
     return (python, "-c", PORT_SCRIPT, _check_host(host), _check_int(port, "port", 1))
 
 
-_HOST = re.compile(r"[A-Za-z0-9._:%-]{1,253}")
-
-
 def _check_host(host: str) -> str:
-    if not _HOST.fullmatch(host):
+    if not HOST_RE.fullmatch(host):
         raise ValueError(f"host {host[:60]!r} is not an address or host name")
     return host
 

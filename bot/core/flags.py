@@ -52,11 +52,11 @@ def _tcp_port(text: str) -> int:
     return value
 
 
-_HOST = re.compile(r"[A-Za-z0-9._-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}(%[\w.-]{1,32})?\]?")
+HOST_RE = re.compile(r"[A-Za-z0-9._-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}(%[\w.-]{1,32})?\]?")  # a name, IPv4 or IPv6
 
 
 def _host(text: str) -> str:
-    if not _HOST.fullmatch(text):
+    if not HOST_RE.fullmatch(text):
         raise ValueError("must be an IP address or a host name")
     return text
 

@@ -475,6 +475,18 @@ async def test_a_card_slack_would_not_edit_does_not_stop_the_launch_being_follow
     assert len(cards) == 1 and f"Launch `{ready.id}`* on pve5:129 (sglang-a6000) — *ready*" in cards[-1]
 
 
+async def confirmed_stop(lab, spec):
+    """`/sglang stop <spec>` confirmed by an operator's click: the answer saying what the stop did."""
+    await lab.slash("/sglang", f"stop {spec}")
+    confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
+    calls = await lab.standin.wait_for(
+        lambda cs: any("Stopped attempt" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+    return [c for c in calls if c.method == "response_url" and "Stopped attempt" in str(c.params.get("text"))][-1] \
+        .params["text"]
+
+
 async def test_a_stop_leaves_alone_a_process_that_has_the_attempts_pid_now(lab):
     """Once a server has exited (or its container restarted) its PID can be another process's: a stop signals only
     the process that writes to the attempt's own log, and says it left the other alone."""
@@ -492,15 +504,9 @@ async def test_a_stop_leaves_alone_a_process_that_has_the_attempts_pid_now(lab):
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group of its own, as the server's was
     try:
         await lab.services.attempts.save(replace(attempt, pid=other.pid))  # the PID, as if the number came round
-        await lab.slash("/sglang", f"stop {attempt.id}")
-        confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
-        yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
-        await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
-        calls = await lab.standin.wait_for(lambda cs: any(
-            "Stopped attempt" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
-        done = [c for c in calls if c.method == "response_url" and "Stopped attempt" in str(c.params.get("text"))][-1]
+        done = await confirmed_stop(lab, attempt.id)
         assert (f"(none: PID {other.pid} is another process's now, not writing to this attempt's log, so it was left "
-                "alone)") in done.params["text"]
+                "alone)") in done
         assert other.poll() is None  # still running: never signalled
     finally:
         other.kill()
@@ -525,12 +531,6 @@ async def test_a_launch_failing_its_health_check_says_its_server_was_left_runnin
     thread = await wait_text(lab, f"Attempt `{attempt.id}` failed", method="chat.postMessage")
     assert any(left in str(c.params.get("text")) for c in thread if c.params.get("thread_ts") == attempt.thread_ts)
     assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
-    await lab.slash("/sglang", "stop sglang-a6000")  # the container's newest server left running
-    confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
-    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
-    await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
-    calls = await lab.standin.wait_for(
-        lambda cs: any("Stopped attempt" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
-    done = [c for c in calls if c.method == "response_url" and "Stopped attempt" in str(c.params.get("text"))][-1]
-    assert "(SIGTERM)" in done.params["text"] and "memory returned" in done.params["text"]
+    done = await confirmed_stop(lab, "sglang-a6000")  # finds the container's newest server, left running
+    assert "(SIGTERM)" in done and "memory returned" in done
     assert lab.nodes["pve5"].read_state()["processes"] == []
