@@ -878,12 +878,11 @@ def _triage_attempt(args: argparse.Namespace) -> int:
         report = await triage_attempt(services.transport, services.inventory, attempt,
                                       lambda: services.attempts.recent(attempt.node, attempt.vmid, 20))
         await record_triage(services.attempts, services.store, report, _cli_user(), "")
-        default_port = services.inventory.container_settings(attempt.node, attempt.vmid).port
         if args.json:
-            print(json.dumps(_triage_report_json(report, default_port), indent=2))
+            print(json.dumps(_triage_report_json(report), indent=2))
         else:
             print(blocks_to_text(triage_message(report).blocks))
-            relaunches = _relaunch_commands(report, default_port)
+            relaunches = _relaunch_commands(report)
             if relaunches:
                 print("to run a next experiment (the buttons of the Slack answer):")
                 print("\n".join(f"  {command}" for command in relaunches))
@@ -915,25 +914,22 @@ def cmd_log(args: argparse.Namespace) -> int:
     return _with_services(args, work)
 
 
-def _relaunch_commands(report: Any, default_port: int) -> list[str]:
+def _relaunch_commands(report: Any) -> list[str]:
     """Each remedy and experiment as the /sglang launch that runs it (through the pre-flight)."""
     import shlex
 
-    from bot.core.attempts import relaunch_flags
     from bot.core.flags import redacted
     from bot.launch import remedy_launches
 
     a = report.attempt
     where = a.container or f"{a.node}:{a.vmid}"
     budget = report.planned.budget if report.planned else None
-    flag_sets = [tuple(redacted(flags)) for _, flags in remedy_launches(budget, relaunch_flags(a, default_port))]
+    flag_sets = [tuple(redacted(flags)) for _, flags in remedy_launches(budget, report.relaunch)]
     flag_sets += [tuple(redacted(e.argv)) for e in report.experiments]
     return [f"/sglang launch {shlex.join((where, a.model_path, *flags))}" for flags in flag_sets]
 
 
-def _triage_report_json(report: Any, default_port: int) -> dict[str, Any]:
-    from bot.core.attempts import relaunch_flags
-
+def _triage_report_json(report: Any) -> dict[str, Any]:
     a = report.attempt
     remedies = report.planned.budget.remedies if report.planned is not None else ()
     return {
@@ -942,7 +938,7 @@ def _triage_report_json(report: Any, default_port: int) -> dict[str, Any]:
         "gpus": report.gpus, "versions": report.versions, "disk": report.disk, "xid": list(report.xid),
         "oom_kills": list(report.oom_kills), "peer_access": report.peer_access,
         "label_evidence": list(report.label_evidence),
-        "remedies": _remedies_json(remedies, relaunch_flags(a, default_port)),
+        "remedies": _remedies_json(remedies, report.relaunch),
         "experiments": [asdict(e) for e in report.experiments],
     }
 

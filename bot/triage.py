@@ -75,6 +75,7 @@ class TriageReport:
     label_evidence: tuple[str, ...] = ()  # what the label calls for: who holds the port, which transformers
     oom_kills: tuple[str, ...] = ()  # the kernel OOM killer's kills on the node since the attempt started
     snapshot: SmiSnapshot | None = None  # the node's GPUs as the triage read them (None: not readable)
+    relaunch: tuple[str, ...] = ()  # the flags that launch the attempt again, which its next experiments change
 
 
 async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target | None,
@@ -124,6 +125,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
     python = container.python
+    relaunch = relaunch_flags(attempt, container.port)
     read = await _read_in_container(transport, attempt, python)
     gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
     kill_lines = tuple(oom_kill_findings(attempt.node, kills, attempt.vmid))
@@ -131,7 +133,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     stale = _stale(attempt, read.stat, excerpt.text)
     if stale:
         return TriageReport(attempt, None, stale, 0, gpus, read.versions, read.disk, xid, None, oom_kills=kill_lines,
-                            snapshot=snapshot)
+                            snapshot=snapshot, relaunch=relaunch)
     assert read.stat is not None  # a log that could not be stat'ed is refused as stale
     stalled = None
     if attempt.status is AttemptStatus.LAUNCHING:
@@ -140,7 +142,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     # a launch the kernel killed writes nothing of it: the node's kernel log names that cause
     finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context), kills,
                                        attempt.vmid)
-    planned, experiments = await _next_experiments(transport, inventory, target, attempt, finding)
+    planned, experiments = await _next_experiments(transport, inventory, target, attempt, finding, relaunch)
     peer_access = None
     if finding.label in PEER_ACCESS_LABELS:
         try:
@@ -152,7 +154,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         finding = replace(finding, next_step=finding.next_step.replace("<container>", f"{attempt.node}:{attempt.vmid}"))
     label_evidence = await _label_evidence(transport, attempt, python, finding, excerpt.text, read, snapshot, others)
     return TriageReport(attempt, finding, None, excerpt.text.count("\n"), gpus, read.versions, read.disk, xid, planned,
-                        experiments, peer_access, label_evidence, kill_lines, snapshot)
+                        experiments, peer_access, label_evidence, kill_lines, snapshot, relaunch)
 
 
 @dataclass(frozen=True)
@@ -191,12 +193,12 @@ async def _read_in_container(transport: Transport, attempt: Attempt, python: str
 
 
 async def _next_experiments(transport: Transport, inventory: Inventory, target: Target, attempt: Attempt,
-                            finding: Finding) -> tuple[PlannedBudget | None, tuple[Experiment, ...]]:
+                            finding: Finding, relaunch: tuple[str, ...]) -> tuple[PlannedBudget | None,
+                                                                                  tuple[Experiment, ...]]:
     """The budget engine's remedies for a finding it sizes (from the failed attempt's own measured weights), else
-    the label's own flag experiment."""
+    the label's own flag experiment on ``relaunch``."""
     if finding.label not in BUDGETED_LABELS:
-        default_port = inventory.container_settings(attempt.node, attempt.vmid).port
-        return None, finding_experiments(finding, relaunch_flags(attempt, default_port))
+        return None, finding_experiments(finding, relaunch)
     try:
         return await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
                                  (attempt,)), ()

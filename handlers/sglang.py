@@ -16,7 +16,7 @@ from bot.app import Services
 from bot.attempt_log import read_attempt_log
 from bot.budget import flag_refusals, plan_budget
 from bot.chart import budget_png
-from bot.core.attempts import Attempt, is_attempt_id, relaunch_flags
+from bot.core.attempts import Attempt, is_attempt_id
 from bot.core.commands import (
     SGLANG_USAGE,
     SglangBudgetRequest,
@@ -336,9 +336,8 @@ async def triaged(services: Services, spec: str | None, target: Target | None, u
     report = await triage_attempt(services.transport, services.inventory, attempt,
                                   lambda: attempts.recent(attempt.node, attempt.vmid, 20))
     choices: list[tuple[str, str]] = []
-    default_port = services.inventory.container_settings(attempt.node, attempt.vmid).port
     request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
-                            relaunch_flags(attempt, default_port), user, channel)
+                            report.relaunch, user, channel)
     if report.planned is not None:
         choices = await _launch_choices(services, request, remedy_launches(report.planned.budget, request.flags))
     for experiment in report.experiments:
