@@ -5,7 +5,8 @@ server takes their place on 127.0.0.1. It speaks the same wire format slack_sdk 
 (form or JSON bodies, ``Authorization: Bearer``), returns Slack-shaped answers, accepts
 file uploads (``files.getUploadURLExternal`` → upload → ``files.completeUploadExternal``)
 and response_url posts, and can be told to fail a method or rate-limit it (429 with
-``Retry-After``).
+``Retry-After``). A message Slack would refuse for its size is refused here too, with Slack's error
+(see ``refused_for_size``), so every message a test sends is held to Slack's limits.
 """
 
 from __future__ import annotations
@@ -23,6 +24,46 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
+# Slack's limits on a message's blocks (https://api.slack.com/reference/block-kit/blocks): a section's text, a
+# button's text, the blocks in one message. Beyond those, Slack refuses blocks whose text together is too long
+# (msg_blocks_too_long) at about 13,300 characters, though no single block is: measured at 13,297 characters of
+# markdown blocks in slackapi/bolt-js#2509.
+SECTION_TEXT_MAX = 3000
+BUTTON_TEXT_MAX = 75
+BLOCKS_MAX = 50
+BLOCKS_TEXT_MAX = 13_297
+SENDS_MESSAGES = {"chat.postMessage", "chat.update", "chat.postEphemeral", "response_url"}
+
+
+def _texts(node: Any) -> list[str]:
+    """Every text a block shows: its ``text`` strings, nested in sections, fields, contexts and buttons."""
+    if isinstance(node, list):
+        return [t for item in node for t in _texts(item)]
+    found: list[str] = []
+    for key, value in node.items() if isinstance(node, dict) else ():
+        found += [value] if key == "text" and isinstance(value, str) else _texts(value)
+    return found
+
+
+def refused_for_size(blocks: list[dict[str, Any]]) -> str | None:
+    """The error Slack answers a message with these blocks, or None when it takes them."""
+    if len(blocks) > BLOCKS_MAX:
+        return "invalid_blocks"
+    for block in blocks:
+        if block.get("type") == "section" and len("".join(_texts(block.get("text")))) > SECTION_TEXT_MAX:
+            return "invalid_blocks"
+        buttons = [e for e in block.get("elements") or [] if isinstance(e, dict) and e.get("type") == "button"]
+        if any(len("".join(_texts(b.get("text")))) > BUTTON_TEXT_MAX for b in buttons):
+            return "invalid_blocks"
+    if sum(len(t) for t in _texts(blocks)) > BLOCKS_TEXT_MAX:
+        return "msg_blocks_too_long"
+    return None
+
+
+def _blocks_of(params: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = params.get("blocks") or []
+    return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
+
 
 @dataclass
 class Call:
@@ -39,8 +80,7 @@ class Call:
 
     @property
     def blocks(self) -> list[dict[str, Any]]:
-        blocks = self.params.get("blocks") or []
-        return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
+        return _blocks_of(self.params)
 
 
 class SlackStandIn:
@@ -116,6 +156,8 @@ class SlackStandIn:
             answer = {"ok": False, "error": "not_authed"}
         elif method in self.fail:
             answer = {"ok": False, "error": self.fail[method]}
+        elif method in SENDS_MESSAGES and (too_big := refused_for_size(_blocks_of(params))):
+            answer = {"ok": False, "error": too_big}
         else:
             answer = self._answer(method, params, request)
         await self._record(Call(method, params, dict(request.headers), answer))
@@ -155,7 +197,7 @@ class SlackStandIn:
 
     async def _respond(self, request: web.Request) -> web.Response:
         body = await self._body(request)
-        refused = self.fail.get("response_url")
+        refused = self.fail.get("response_url") or refused_for_size(_blocks_of(body))
         await self._record(Call("response_url", body, dict(request.headers),
                                 {"ok": False, "error": refused} if refused else {"ok": True}))
         # a response_url answers in plain text: 404 with the reason once it expired or was used up

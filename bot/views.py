@@ -35,7 +35,7 @@ from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.health import HealthReport
-from bot.core.incident import Incident, Recorded, person
+from bot.core.incident import Hypothesis, Incident, Recorded, person
 from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
@@ -613,9 +613,13 @@ def _age(seconds: float) -> str:
 HYPOTHESIS_ICON = {"open": ":grey_question:", "confirmed": ":white_check_mark:", "refuted": ":x:"}
 
 
+SUMMARY_SHORT_TEXT = 160  # a hypothesis's words when all of them at length would not fit the one message
+
+
 def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMessage:
-    """The thread's one summary, edited in place: so it stays one message Slack takes, a long incident shows its
-    first attempt and as many of the latest as fit, and says how many in between `@gpuops history` lists."""
+    """The thread's one summary, edited in place. So that it stays one message Slack takes, a long incident gives way
+    in this order: each hypothesis in its first words; the attempts between the first and the latest (`@gpuops
+    history` lists them); then the oldest hypotheses, decided ones first (each is in the thread where it was said)."""
     where = f"{incident.node}:{incident.vmid}" if incident.node else "(no container linked yet)"
     head = [f":pushpin: *Incident summary* — {escape_mrkdwn(where)} (kept up to date by gpuops)", "*Attempts*"]
     tried = []
@@ -624,27 +628,46 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
         triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
         tried.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
                      f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
-    rest = ["*Hypotheses*"]
-    for h in incident.hypotheses:
-        decided = (f" — {h.status} by {_escape_keeping_mentions(h.decided_by)}: {escape_mrkdwn(h.why)[:300]}"
-                   if h.status != "open" else "")
-        rest.append(f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {escape_mrkdwn(h.text)} ({_person(h.author)}){decided}")
-    if not incident.hypotheses:
-        rest.append("none yet — `@gpuops hypothesis <text>`")
     notes = [o for o in incident.observations if o.kind in ("note", "status")][-5:]
-    if notes:
-        rest.append("*Observations*")
-        rest += [f"• {_escape_keeping_mentions(o.text[:300])}" for o in notes]
-    room = MESSAGE_TEXT_LIMIT - sum(len(x) + 1 for x in head + rest) - 200  # 200: the elision line, section joins
+    tail = ["*Observations*", *(f"• {_escape_keeping_mentions(o.text[:300])}" for o in notes)] if notes else []
+    hypotheses = {h.id: _hypothesis_line(h) for h in incident.hypotheses}
+    room = MESSAGE_TEXT_LIMIT - 400  # 400: two elision lines, the section joins
+
+    def size(*parts: Sequence[str]) -> int:
+        return sum(len(x) + 1 for part in parts for x in part)
+
+    if size(head, tried, list(hypotheses.values()), tail) > room:
+        hypotheses = {h.id: _hypothesis_line(h, SUMMARY_SHORT_TEXT) for h in incident.hypotheses}
     kept, left_out = list(tried), 0
-    while len(kept) > 2 and sum(len(x) + 1 for x in kept) > room:
+    while len(kept) > 2 and size(head, kept, list(hypotheses.values()), tail) > room:
         kept.pop(1)  # the first attempt says where it began; the latest say where it is
         left_out += 1
     if left_out:
         kept.insert(1, f"… {left_out} attempts in between (`@gpuops history` lists them)")
-    lines = head + (kept or ["none yet"]) + rest
+    # the oldest decided first, then the oldest still open; the latest is always shown
+    giving_way = [h.id for h in incident.hypotheses if h.status != "open"] + [
+        h.id for h in incident.hypotheses if h.status == "open"]
+    dropped = 0
+    while len(hypotheses) > 1 and size(head, kept, list(hypotheses.values()), tail) > room:
+        hypotheses.pop(next(i for i in giving_way if i in hypotheses and i != incident.hypotheses[-1].id))
+        dropped += 1
+    shown = list(hypotheses.values()) or ["none yet — `@gpuops hypothesis <text>`"]
+    if dropped:
+        shown.insert(0, f"… {dropped} earlier hypotheses not shown here (each is in this thread where it was said)")
+    lines = head + (kept or ["none yet"]) + ["*Hypotheses*", *shown] + tail
     blocks = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     return SlackMessage("Incident summary", [b.to_dict() for b in blocks])
+
+
+def _hypothesis_line(h: Hypothesis, words: int | None = None) -> str:
+    """A hypothesis as the summary lists it: whole, or its first ``words`` characters (and its reason's) marked cut."""
+    def cut(text: str, limit: int) -> str:
+        return escape_mrkdwn(text if len(text) <= limit else text[:limit - 1].rstrip() + "…")
+
+    decided = (f" — {h.status} by {_escape_keeping_mentions(h.decided_by)}: {cut(h.why, min(300, words or 300))}"
+               if h.status != "open" else "")
+    text = cut(h.text, words) if words else escape_mrkdwn(h.text)
+    return f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {text} ({_person(h.author)}){decided}"
 
 
 def _person(author: str) -> str:

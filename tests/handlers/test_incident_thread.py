@@ -456,3 +456,24 @@ async def test_a_mention_whose_summary_slack_will_not_edit_keeps_its_word_and_sa
     calls = await lab.standin.wait_for(lambda cs: any(
         c.method == "chat.update" and c.delivered and "21:40" in blocks_to_text(c.blocks) for c in cs), 30)
     assert "GPUs looked clean at 21:40" in summary_text(calls, summary_ts)
+
+
+async def test_a_thread_of_many_long_hypotheses_keeps_its_summary_one_message_slack_takes(lab):
+    """Slack refuses a message whose blocks hold too much text together (msg_blocks_too_long), so 28 hypotheses of the
+    record's 500 characters would freeze the summary at the one before the limit. It stays edited, and names them all
+    in their first words."""
+    import json
+
+    from tests.conftest import FIXTURES
+
+    cases = [json.loads(x) for x in (FIXTURES / "sglang-failures/cases.jsonl").read_text().splitlines() if x]
+    evidence = " ".join(c["evidence"] for c in cases) * 2  # 8,929 characters, twice
+    first, summary_ts = await thread_with_summary(lab, "note tried 0.85, then 0.88")
+    for n in range(28):
+        said = f"H{n + 1}: {evidence[n * 400:n * 400 + 490]}"
+        assert await lab.mention_answered(f"hypothesis {said}", first.thread_ts) == 200
+    refused = [c.answer.get("error") for c in lab.standin.of("chat.update") if not c.delivered]
+    assert refused == []
+    text = summary_text(lab.standin.calls, summary_ts)
+    assert all(f"*H{n}* H{n}: " in text for n in range(1, 29))  # each, in its first words
+    assert "tried 0.85, then 0.88" in text

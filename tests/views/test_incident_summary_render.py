@@ -56,3 +56,36 @@ def test_a_word_from_a_terminal_is_said_as_such_and_a_notes_author_is_a_mention(
     shown = "\n".join(b["text"]["text"] for b in incident_summary(incident, []).blocks)
     assert "• <@U0ALICE>: tried &lt;0.88&gt;" in shown  # the author a mention, what they typed escaped
     assert "*H1* leftovers (cli:root) — refuted by <@U0BOB>: clean" in shown
+
+
+def test_a_thread_of_more_hypotheses_than_fit_drops_the_oldest_decided_ones_first_and_says_so():
+    from bot.slack_standin import refused_for_size
+
+    words = " ".join(c["evidence"] for c in CASES) * 3
+    incident = Incident("C", "1.0", "pve5", 129)
+    for n in range(80):  # at the record's 500 characters; every other one refuted with a 500-character reason
+        incident, h = incident.add_hypothesis(words[n * 300:n * 300 + 500], "U0ALICE", 2000.0 + n)
+        if n % 2:
+            incident = incident.decide(h.id, "refuted", "U0BOB", words[n * 200:n * 200 + 500])
+    attempts = [failed(n, CASES[n]["evidence"][:400]) for n in range(20)]
+    summary = incident_summary(incident, attempts)
+    assert refused_for_size(summary.blocks) is None  # one message Slack takes
+    shown = blocks_to_text(summary.blocks)
+    listed = [h.id for h in incident.hypotheses if f"*{h.id}* " in shown]
+    open_ids = [h.id for h in incident.hypotheses if h.status == "open"]
+    assert set(open_ids) <= set(listed)  # every one still open is named
+    decided_shown = [i for i in listed if i not in open_ids]
+    # the decided ones that give way are the oldest: those still shown are the latest
+    assert decided_shown == [h.id for h in incident.hypotheses if h.status != "open"][-len(decided_shown):]
+    assert f"… {80 - len(listed)} earlier hypotheses not shown here (each is in this thread where it was said)" in shown
+    assert attempts[0].id in shown and attempts[-1].id in shown
+    # in their first words, marked cut
+    assert f"*H1* {words[:150]}" in shown and f"*H1* {words[:500]}" not in shown
+
+
+def test_a_summary_that_fits_shows_each_hypothesis_whole():
+    incident = Incident("C", "1.0", "pve5", 129)
+    text = CASES[0]["evidence"] + " " + CASES[1]["evidence"]
+    incident, _ = incident.add_hypothesis(text[:500], "U0ALICE", 1.0)
+    shown = blocks_to_text(incident_summary(incident, [failed(1, "x")]).blocks)
+    assert f"*H1* {text[:500].strip()} (" in shown
