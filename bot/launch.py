@@ -21,7 +21,16 @@ from typing import Any
 
 from bot.budget import PlannedBudget, plan_budget, read_installed_flags
 from bot.core import argv as remote
-from bot.core.attempts import ACTIVE, GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
+from bot.core.attempts import (
+    ACTIVE,
+    GPUS_CLEAN_CHECK,
+    SERVER_STOPPED,
+    Attempt,
+    AttemptStatus,
+    Check,
+    changes_between,
+    ct_memory_change,
+)
 from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, Finding, LaunchContext, cause_line, diagnose, diagnose_excerpt
 from bot.core.flags import (
@@ -705,6 +714,9 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
     note = ("memory NOT returned: " if left else "memory returned: ") + memory
 
     def stopped(current: Attempt) -> Attempt | None:
+        if current.left_running:  # it failed, and stays failed; its server no longer runs
+            stop_record = {"by": by, "signal": used, "memory": note, "at": time.time()}
+            return replace(current, observed={**current.observed, SERVER_STOPPED: stop_record})
         if current.status not in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
             return None  # another writer (the follower seeing it exit) decided it first
         return current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core import argv as remote
-from bot.core.attempts import ACTIVE, Attempt
+from bot.core.attempts import ACTIVE, Attempt, AttemptStatus
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import DeviceNode, cuda_devices_health, device_nodes_from_stat, nvidia_nodes_passed
 from bot.core.inventory import Inventory, Target
@@ -253,13 +253,16 @@ def report_record(report: StatusReport) -> dict[str, str]:
 
 async def running_launches(attempts: AttemptStore) -> dict[Launch, Attempt]:
     """The recorded launches still running, by (node, container, process group there): a launch starts in a
-    session of its own, so its PID inside the container is the group of every process it starts."""
-    running = await attempts.with_status(*(s.value for s in ACTIVE))
-    return {key: a for a in running if (key := launch_key(a.node, a.vmid, a.pid)) is not None}
+    session of its own, so its PID inside the container is the group of every process it starts. A failed launch
+    whose server was left running (:attr:`Attempt.left_running`) is one, among the latest attempts."""
+    recorded = await attempts.with_status(*(s.value for s in ACTIVE), AttemptStatus.FAILED.value)
+    return {key: a for a in recorded if (a.status in ACTIVE or a.left_running)
+            and (key := launch_key(a.node, a.vmid, a.pid)) is not None}
 
 
 def launch_ref(attempt: Attempt) -> LaunchRef:
-    return LaunchRef(attempt.id, attempt.status.value, attempt.port)
+    status = "failed, left running" if attempt.left_running else attempt.status.value
+    return LaunchRef(attempt.id, status, attempt.port)
 
 
 async def with_launches(report: StatusReport, attempts: AttemptStore) -> StatusReport:

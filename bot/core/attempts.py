@@ -54,6 +54,9 @@ class Check:
     detail: str
 
 
+# observed: what a stop did to the server of an attempt that had failed with it left running (the attempt stays
+# failed: it did fail; its record says the server is no longer holding its GPUs)
+SERVER_STOPPED = "server_stopped"
 GPUS_CLEAN_CHECK = "GPUs clean"  # the pre-flight's reading of the launch's GPUs: no process, no held memory
 
 
@@ -86,9 +89,10 @@ class Attempt:
     @property
     def left_running(self) -> bool:
         """Failed after its log said ready (the health check did not pass): its server process was not stopped, so
-        it still held its GPUs then, for a person to look at or stop."""
+        it still held its GPUs then, for a person to look at or stop, until a stop ended it (``server_stopped``)."""
         return (self.status is AttemptStatus.FAILED and self.observed.get("stage") == "ready"
-                and len(self.transitions) >= 2 and self.transitions[-2].status is AttemptStatus.LAUNCHING)
+                and len(self.transitions) >= 2 and self.transitions[-2].status is AttemptStatus.LAUNCHING
+                and SERVER_STOPPED not in self.observed)
 
     @property
     def status(self) -> AttemptStatus:

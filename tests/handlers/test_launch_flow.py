@@ -531,6 +531,32 @@ async def test_a_launch_failing_its_health_check_says_its_server_was_left_runnin
     thread = await wait_text(lab, f"Attempt `{attempt.id}` failed", method="chat.postMessage")
     assert any(left in str(c.params.get("text")) for c in thread if c.params.get("thread_ts") == attempt.thread_ts)
     assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
+    # the status names its processes as the launch's, and freeing the GPUs leaves it to a stop, which records it
+    await lab.slash("/gpu", "status sglang-a6000")
+    status = blocks_to_text(post_with(await wait_text(lab, "GPU status", method="chat.postMessage"),
+                                      "GPU status").blocks)
+    held = [line for line in status.splitlines() if f" {attempt.pid} " in line]
+    assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (failed, left running, port 30000)")
+                                  for line in held)
+    await lab.slash("/gpu", "free sglang-a6000")
+    free = post_with(await wait_text(lab, "Only recorded launches", method="chat.postMessage"),
+                     "Only recorded launches")
+    assert f"`/sglang stop {attempt.id}` stops its whole process group" in blocks_to_text(free.blocks)
     done = await confirmed_stop(lab, "sglang-a6000")  # finds the container's newest server, left running
     assert "(SIGTERM)" in done and "memory returned" in done
     assert lab.nodes["pve5"].read_state()["processes"] == []
+    # its record, and so its card, says so: failed still, its server no longer left running; a second stop finds none
+    from bot.scheduler import Scheduler
+
+    await Scheduler(lab.services, lab.app.client).tick()
+    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
+                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    assert "— *failed*" in card and left not in card
+    assert (f"its server (PID {attempt.pid}), left running, was then stopped by <@U0ALICE> (SIGTERM); memory "
+            "returned") in card
+    assert f"Run `/sglang triage {attempt.id}`" in card
+    before = len(lab.standin.calls)
+    await lab.slash("/sglang", "stop sglang-a6000")
+    said = await lab.standin.wait_for(lambda cs: any(c.method == "response_url" for c in cs[before:]), 30)
+    assert "no running attempt on pve5:129" in [c for c in said[before:] if c.method == "response_url"][0].params[
+        "text"]
