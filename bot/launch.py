@@ -24,7 +24,7 @@ from bot.core import argv as remote
 from bot.core.attempts import (
     ACTIVE,
     GPUS_CLEAN_CHECK,
-    SERVER_STOPPED,
+    SERVER_ENDED,
     Attempt,
     AttemptStatus,
     Check,
@@ -716,7 +716,7 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
     def stopped(current: Attempt) -> Attempt | None:
         if current.left_running:  # it failed, and stays failed; its server no longer runs
             stop_record = {"by": by, "signal": used, "memory": note, "at": time.time()}
-            return replace(current, observed={**current.observed, SERVER_STOPPED: stop_record})
+            return replace(current, observed={**current.observed, SERVER_ENDED: stop_record})
         if current.status not in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
             return None  # another writer (the follower seeing it exit) decided it first
         return current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")
@@ -851,6 +851,21 @@ async def _record_gone(store: AttemptStore, attempt: Attempt, status: AttemptSta
     return moved[0]
 
 
+async def _record_server_ended(store: AttemptStore, attempt_id: str, how: dict[str, Any]) -> Attempt | None:
+    """How a failed launch's left-running server ended, recorded on the attempt with its card to be drawn again;
+    None when it is no longer left running (a stop recorded it meanwhile)."""
+    marked: list[Attempt] = []
+
+    def mark(current: Attempt) -> Attempt | None:
+        marked.clear()  # a record another writer changed meanwhile is read again
+        if current.left_running:
+            marked.append(replace(current, observed={**current.observed, SERVER_ENDED: how}))
+        return marked[0] if marked else None
+
+    await store.change(attempt_id, mark, card_behind=True)
+    return marked[0] if marked else None
+
+
 async def reconcile(transport: Transport, inventory: Inventory, store: AttemptStore) -> list[Attempt]:
     """After a restart: launching attempts whose PID lives are followed again; the others are orphaned."""
     resumed = []
@@ -877,6 +892,23 @@ async def exited_servers(transport: Transport, inventory: Inventory, store: Atte
         if failed is not None:
             gone.append(failed)
     return gone
+
+
+async def ended_left_running(transport: Transport, inventory: Inventory, store: AttemptStore,
+                             now: float) -> list[Attempt]:
+    """Failed launches whose server was left running (among the latest attempts) and has since gone by itself:
+    each recorded so, once, with its card to be drawn again; no longer named as holding GPUs, nor found by a stop."""
+    ended = []
+    for attempt in await store.with_status(AttemptStatus.FAILED.value):
+        if not attempt.left_running:
+            continue
+        alive, why = await _alive(transport, inventory, attempt)
+        if alive is not False:
+            continue
+
+        recorded = await _record_server_ended(store, attempt.id, {"exited": why, "at": now})
+        ended += [recorded] if recorded is not None else []
+    return ended
 
 
 @dataclass(frozen=True)

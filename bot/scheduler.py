@@ -32,7 +32,7 @@ from bot.core.status import TargetStatus
 from bot.errors import GpuopsError
 from bot.faults import read_faults
 from bot.incidents import container_changed
-from bot.launch import container_of, exit_report, exited_servers, health_probe
+from bot.launch import container_of, ended_left_running, exit_report, exited_servers, health_probe
 from bot.slack import UNREACHABLE_ERRORS, post_messages, slack_error, upload_png
 from bot.status import read_cuda_devices, read_status
 from bot.store import HealthStore
@@ -46,6 +46,7 @@ class TickResult:
     posted: list[str] = field(default_factory=list)
     taken_over: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)  # ready servers found gone, announced in their threads
+    ended: list[str] = field(default_factory=list)  # servers left running by a failed launch, found gone: recorded
     unanswering: list[str] = field(default_factory=list)  # ready servers alive but failing their probe, announced
     slow: list[str] = field(default_factory=list)  # ready servers answering, but slower than slow_answer_s, announced
     containers: list[str] = field(default_factory=list)  # whose attempts changed: their threads brought up to date
@@ -70,6 +71,9 @@ class Scheduler:
             await self.sample(now)
             result.sampled = True
             result.exited = await self.watch_servers(now)
+            ended = await ended_left_running(self.services.transport, self.services.inventory,
+                                             self.services.attempts, now)
+            result.ended = [a.id for a in ended]  # their cards and threads are brought up to date below
             result.unanswering, result.slow = await self.watch_answers(now)
         for name, post in self.services.inventory.schedules.items():
             schedule = Schedule(name, post.channel, post.at, post.timezone, post.targets)

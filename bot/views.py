@@ -30,7 +30,7 @@ from slack_sdk.models.blocks import (
 
 from bot.attempt_log import AttemptLog
 from bot.core.argv import LOG_TAIL_MAX_LINES
-from bot.core.attempts import SERVER_STOPPED, Attempt, Check
+from bot.core.attempts import SERVER_ENDED, Attempt, Check
 from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
@@ -380,8 +380,8 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
                      "apply; check that the config.json under --model-path describes the checkpoint loaded")
     if attempt.error_line:
         lines.append(f":x: first error: `{escape_mrkdwn(attempt.error_line[:400])}`")
-        if attempt.observed.get(SERVER_STOPPED):
-            lines.append(server_stopped_line(attempt))
+        if attempt.observed.get(SERVER_ENDED):
+            lines.append(server_ended_line(attempt))
         lines.append(left_running_line(attempt) if attempt.left_running else
                      "Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")
     if attempt.status.value == "ready" and attempt.transitions:
@@ -399,11 +399,15 @@ def left_running_line(attempt: Attempt) -> str:
             f"{attempt.id}` shows what it says, `/sglang stop {attempt.id}` stops it")
 
 
-def server_stopped_line(attempt: Attempt) -> str:
-    """For a launch that failed with its server left running, once a stop ended it."""
-    stopped = attempt.observed[SERVER_STOPPED]
+def server_ended_line(attempt: Attempt) -> str:
+    """For a launch that failed with its server left running, once that server ended: stopped, or gone."""
+    ended = attempt.observed[SERVER_ENDED]
+    if "exited" in ended:
+        when = time.strftime("%H:%M UTC", time.gmtime(ended["at"]))
+        return (f":black_square_for_stop: its server, left running, then ended on its own: "
+                f"{escape_mrkdwn(ended['exited'])} (noticed {when})")
     return (f":black_square_for_stop: its server (PID {attempt.pid}), left running, was then stopped by "
-            f"{_person(stopped['by'])} ({escape_mrkdwn(stopped['signal'])}); {escape_mrkdwn(stopped['memory'])}")
+            f"{_person(ended['by'])} ({escape_mrkdwn(ended['signal'])}); {escape_mrkdwn(ended['memory'])}")
 
 
 def server_exited_message(attempt: Attempt, finding: Finding | None) -> SlackMessage:

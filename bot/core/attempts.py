@@ -54,9 +54,9 @@ class Check:
     detail: str
 
 
-# observed: what a stop did to the server of an attempt that had failed with it left running (the attempt stays
-# failed: it did fail; its record says the server is no longer holding its GPUs)
-SERVER_STOPPED = "server_stopped"
+# observed: how the server of an attempt that failed with it left running ended: a stop ({by, signal, memory, at}),
+# or its process found gone ({exited, at}). The attempt stays failed (it did fail); its server no longer holds GPUs.
+SERVER_ENDED = "server_ended"
 GPUS_CLEAN_CHECK = "GPUs clean"  # the pre-flight's reading of the launch's GPUs: no process, no held memory
 
 
@@ -92,7 +92,7 @@ class Attempt:
         it still held its GPUs then, for a person to look at or stop, until a stop ended it (``server_stopped``)."""
         return (self.status is AttemptStatus.FAILED and self.observed.get("stage") == "ready"
                 and len(self.transitions) >= 2 and self.transitions[-2].status is AttemptStatus.LAUNCHING
-                and SERVER_STOPPED not in self.observed)
+                and SERVER_ENDED not in self.observed)
 
     @property
     def status(self) -> AttemptStatus:

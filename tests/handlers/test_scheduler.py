@@ -402,3 +402,45 @@ async def test_the_report_names_a_container_whose_cuda_devices_are_not_in_order(
         stats = [c for c in lab.nodes["pve5"].calls()[before:] if c[:2] == ["pct", "exec"] and "stat" in c]
         assert len(stats) == 1, (spec, stats)
     assert not [f for f in (await one.report("pve6", "test", clock.now)).findings if "CUDA devices" in f]
+
+
+async def test_a_server_a_failed_launch_left_running_that_exits_is_recorded_once_and_no_longer_stoppable(replicas):
+    """A launch that failed its health check left its server running; when that server ends by itself, the sampler
+    records it on the attempt (still failed), once across replicas: the card stops saying it holds the GPUs, and a
+    stop of the container no longer finds it."""
+    import signal
+
+    from tests.handlers.test_launch_flow import SEED, model, wait_text
+
+    lab, one, two, clock = replicas
+    lab.nodes["pve5"].set_scenario(129, ["unhealthy"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "— *failed*")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert attempt.left_running
+    clock.now = at("2026-12-03 05:40")  # alive at this slot: nothing recorded
+    assert (await one.tick()).ended == [] and (await two.tick()).ended == []
+    os.killpg(attempt.pid, signal.SIGKILL)
+    for _ in range(100):
+        try:
+            os.kill(attempt.pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    clock.now = at("2026-12-03 06:10")
+    first, second = await one.tick(), await two.tick()
+    assert sorted(first.ended + second.ended) == [attempt.id] and first.exited + second.exited == []
+    stored = await lab.services.attempts.get(attempt.id)
+    assert stored.status.value == "failed" and not stored.left_running
+    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
+                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    assert (f"its server, left running, then ended on its own: the server's process (PID {attempt.pid}) exited "
+            "(noticed 06:10 UTC)") in card and "was left running" not in card
+    before = len(lab.standin.calls)
+    await lab.slash("/sglang", "stop sglang-a6000")
+    said = await lab.standin.wait_for(lambda cs: any(c.method == "response_url" for c in cs[before:]), 30)
+    assert "no running attempt on pve5:129" in [c for c in said[before:] if c.method == "response_url"][0].params[
+        "text"]
+    clock.now = at("2026-12-03 06:50")  # the next slot: already recorded, nothing more
+    assert (await one.tick()).ended == [] and (await two.tick()).ended == []
