@@ -16,6 +16,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -82,6 +83,9 @@ def web_client(token: str | None, base_url: str) -> AsyncWebClient:
         retry_handlers=[
             AsyncRateLimitErrorRetryHandler(max_retry_count=3),
             AsyncConnectionErrorRetryHandler(max_retry_count=2),
+            # Slack's servers answering 500/503 for a moment: tried again after about 0.5 s, then 1 s, rather than the
+            # answer going to a fallback (a response_url, the next tick) or, for a terminal's report, lost
+            AsyncServerErrorRetryHandler(max_retry_count=2),
         ],
     )
 

@@ -4,9 +4,10 @@ Slack's servers are the one outside system the lab and the tests cannot reach, s
 server takes their place on 127.0.0.1. It speaks the same wire format slack_sdk uses
 (form or JSON bodies, ``Authorization: Bearer``), returns Slack-shaped answers, accepts
 file uploads (``files.getUploadURLExternal`` → upload → ``files.completeUploadExternal``)
-and response_url posts, and can be told to fail a method or rate-limit it (429 with
-``Retry-After``). A message Slack would refuse for its size is refused here too, with Slack's error
-(see ``refused_for_size``), so every message a test sends is held to Slack's limits.
+and response_url posts, and can be told to fail a method, rate-limit it (429 with
+``Retry-After``) or answer it 503 as Slack's servers do when in trouble. A message Slack would
+refuse for its size is refused here too, with Slack's error (see ``refused_for_size``), so every
+message a test sends is held to Slack's limits.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class SlackStandIn:
         # method (or "response_url") -> Slack error code (persistent until removed)
         self.fail: dict[str, str] = {}
         self.rate_limit: dict[str, int] = {}  # method -> how many 429s to answer first
+        self.unavailable: dict[str, int] = {}  # method -> how many 503s (Slack's servers in trouble) to answer first
         self.usergroups: dict[str, list[str]] = {}  # group id -> member user ids
         self.bot_user_id = bot_user_id
         self.team_id = team_id
@@ -152,6 +154,10 @@ class SlackStandIn:
             self.rate_limit[method] -= 1
             answer: dict[str, Any] = {"ok": False, "error": "ratelimited"}
             status, headers = 429, {"Retry-After": "1"}
+        elif self.unavailable.get(method, 0) > 0:
+            self.unavailable[method] -= 1
+            answer = {"ok": False, "error": "service_unavailable"}
+            status = 503
         elif not token.startswith(("xoxb-", "xoxp-", "xapp-")):
             answer = {"ok": False, "error": "not_authed"}
         elif method in self.fail:

@@ -115,6 +115,17 @@ async def test_rate_limited_post_is_retried(lab):
     assert len(lab.standin.of("chat.postMessage")) == 2  # one 429, then delivered
 
 
+async def test_a_post_slacks_servers_answer_503_is_tried_again_and_delivered_in_the_channel(lab):
+    """Slack's servers failing a moment (503, twice): the status is tried again and lands in the channel, rather than
+    going privately to the person through the response_url."""
+    lab.standin.unavailable["chat.postMessage"] = 2
+    await lab.slash("/gpu", "status pve5")
+    calls = await lab.standin.wait_for(lambda c: any(x.delivered for x in c if x.method == "chat.postMessage"), 20)
+    posts = [c for c in calls if c.method == "chat.postMessage"]
+    assert [c.delivered for c in posts] == [False, False, True] and "pve5" in blocks_to_text(posts[-1].blocks)
+    assert [c for c in calls if c.method == "response_url"] == []
+
+
 async def test_status_is_audited_in_redis(lab, redis_url):
     await lab.slash("/gpu", "status pve7", user_id="U0BOB")
     client = connect(redis_url)
