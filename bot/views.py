@@ -673,13 +673,14 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
 
 
 def _hypothesis_line(h: Hypothesis, words: int | None = None) -> str:
-    """A hypothesis as the summary lists it: whole, or its first ``words`` characters (and its reason's) marked cut."""
+    """A hypothesis as the summary lists it: whole, or its first ``words`` characters (and its reason's) marked cut;
+    a person mentioned in it stays a mention."""
     def cut(text: str, limit: int) -> str:
-        return escape_mrkdwn(text if len(text) <= limit else text[:limit - 1].rstrip() + "…")
+        return _escape_keeping_mentions(text if len(text) <= limit else text[:limit - 1].rstrip() + "…")
 
     decided = (f" — {h.status} by {_escape_keeping_mentions(h.decided_by)}: {cut(h.why, min(300, words or 300))}"
                if h.status != "open" else "")
-    text = cut(h.text, words) if words else escape_mrkdwn(h.text)
+    text = cut(h.text, words) if words else _escape_keeping_mentions(h.text)
     return f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {text} ({_person(h.author)}){decided}"
 
 
@@ -695,9 +696,10 @@ def _escape_keeping_mentions(text: str) -> str:
 def recorded_text(recorded: Recorded) -> str:
     """What a word recorded in an incident thread, as said there: to the person who just said it, or, for a word
     recorded from a terminal (its author ``cli:<login>``), to the thread that has not seen it."""
-    what = (f"Recorded *{recorded.hypothesis_id}*: {escape_mrkdwn(recorded.text)}" if recorded.kind == "hypothesis"
-            else f"Noted: {escape_mrkdwn(recorded.text)}" if recorded.kind == "note"
-            else f"*{recorded.hypothesis_id}* {recorded.kind}: {escape_mrkdwn(recorded.text)}")
+    said = _escape_keeping_mentions(recorded.text)  # a person mentioned in it stays a mention
+    what = (f"Recorded *{recorded.hypothesis_id}*: {said}" if recorded.kind == "hypothesis"
+            else f"Noted: {said}" if recorded.kind == "note"
+            else f"*{recorded.hypothesis_id}* {recorded.kind}: {said}")
     return f":keyboard: {escape_mrkdwn(recorded.author)}, from a terminal: {what}" if recorded.from_terminal else what
 
 

@@ -31,13 +31,13 @@ log = logging.getLogger(__name__)
 
 def register(app: AsyncApp, services: Services) -> None:
     @app.event("app_mention")
-    async def on_mention(event: dict[str, Any], body: dict[str, Any], client: Any, say: Any) -> None:
+    async def on_mention(event: dict[str, Any], body: dict[str, Any], client: Any, say: Any, context: Any) -> None:
         if not await services.store.once(f"event:{body.get('event_id') or event.get('ts')}", ttl_s=3600):
             return  # a retried delivery
         channel = event["channel"]
         thread = event.get("thread_ts") or event["ts"]
         user = event.get("user", "")
-        mention = parse_mention(event.get("text", ""))
+        mention = parse_mention(event.get("text", ""), context.bot_user_id or "")
         action = {"triage": "sglang.triage", "log": "sglang.log"}.get(mention.verb, "gpu.status")
         decision = await authorize(services, client, action, user, channel)
         if not decision.allowed:

@@ -268,9 +268,12 @@ def record_word(incident: Incident, verb: str, text: str, hypothesis_id: str, au
     raise UsageError(f"`{verb}` records nothing in a thread; one of {', '.join(RECORD_VERBS)} does")
 
 
-def parse_mention(text: str) -> Mention:
-    """`<@U123> hypothesis leftover memory` -> Mention("hypothesis", "leftover memory")."""
-    cleaned = typed_text(re.sub(r"<@[A-Z0-9]+>", "", text)).strip()
+def parse_mention(text: str, bot_user_id: str = "") -> Mention:
+    """`<@U123> hypothesis leftover memory` -> Mention("hypothesis", "leftover memory"). The bot's own mention is
+    taken off (the leading one when its id is not known); anyone else's is part of what was said, and kept
+    (`note asked <@U0BOB> to check NCCL`)."""
+    own = rf"<@{re.escape(bot_user_id)}(?:\|[^<>]*)?>" if bot_user_id else r"^\s*<@[A-Z0-9]+(?:\|[^<>]*)?>"
+    cleaned = typed_text(re.sub(own, "", text)).strip()
     verb, _, rest = cleaned.partition(" ")
     verb = verb.lower().strip(":,")
     if verb not in MENTION_VERBS:

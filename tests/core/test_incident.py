@@ -314,3 +314,11 @@ def test_words_waiting_to_be_said_survive_the_record_and_an_older_record_reads_w
     older = incident.to_dict()
     del older["announcements"]
     assert Incident.from_dict(older) == incident
+
+
+def test_a_mention_keeps_the_people_it_names_and_takes_off_only_the_bots_own():
+    said = "<@U0GPUOPS> note asked <@U0BOB> to check NCCL_P2P_DISABLE with <@U0CAROL|carol>"
+    assert parse_mention(said, "U0GPUOPS").rest == "asked <@U0BOB> to check NCCL_P2P_DISABLE with <@U0CAROL|carol>"
+    assert parse_mention(said).rest == "asked <@U0BOB> to check NCCL_P2P_DISABLE with <@U0CAROL|carol>"  # id unknown
+    # the bot named later in the text (a reply quoting it) is still not part of the word
+    assert parse_mention("<@U0GPUOPS> hypothesis <@U0GPUOPS> saw leftovers", "U0GPUOPS").rest == "saw leftovers"

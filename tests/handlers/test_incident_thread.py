@@ -477,3 +477,22 @@ async def test_a_thread_of_many_long_hypotheses_keeps_its_summary_one_message_sl
     text = summary_text(lab.standin.calls, summary_ts)
     assert all(f"*H{n}* H{n}: " in text for n in range(1, 29))  # each, in its first words
     assert "tried 0.85, then 0.88" in text
+
+
+async def test_a_person_a_thread_note_names_is_kept_in_its_record(lab):
+    """Slack delivers a person named in a mention as `<@U0BOB>`: the note keeps them (only the bot's own mention is
+    taken off), and the summary names them."""
+    import aiohttp
+
+    from bot.slack_standin import mention_event_body, signed_headers
+
+    first, summary_ts = await thread_with_summary(lab, "note first")
+    body = mention_event_body("note asked BOB to check NCCL_P2P_DISABLE", user_id="U0ALICE",
+                              thread_ts=first.thread_ts).replace("BOB", "<@U0BOB>")  # as Slack sends a mention
+    headers = {**signed_headers(lab.signing_secret, body), "Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as http, http.post(lab.app_url, data=body, headers=headers) as answer:
+        assert answer.status == 200
+    calls = await wait_text(lab, "NCCL_P2P_DISABLE", method="chat.update")
+    assert "<@U0ALICE>: asked <@U0BOB> to check NCCL_P2P_DISABLE" in summary_text(calls, summary_ts)
+    incident = await lab.services.incidents.get(CHANNEL, first.thread_ts)
+    assert incident.observations[-1].text.endswith(": asked <@U0BOB> to check NCCL_P2P_DISABLE")

@@ -89,3 +89,17 @@ def test_a_summary_that_fits_shows_each_hypothesis_whole():
     incident, _ = incident.add_hypothesis(text[:500], "U0ALICE", 1.0)
     shown = blocks_to_text(incident_summary(incident, [failed(1, "x")]).blocks)
     assert f"*H1* {text[:500].strip()} (" in shown
+
+
+def test_a_person_named_in_a_word_stays_a_mention_in_the_reply_and_the_summary():
+    from bot.core.incident import Recorded, record_word
+    from bot.views import recorded_text
+
+    assert recorded_text(Recorded("note", "asked <@U0BOB> to check <NCCL>", "", "U0ALICE")) == (
+        "Noted: asked <@U0BOB> to check &lt;NCCL&gt;")
+    incident = Incident("C", "1.0", "pve5", 129)
+    incident, _ = record_word(incident, "hypothesis", "<@U0BOB>'s P2P change & the NCCL hang", "", "U0ALICE", 1)
+    incident, _ = record_word(incident, "refute", "<@U0BOB> reverted it, same hang", "H1", "U0ALICE", 2)
+    shown = incident_summary(incident, []).blocks[0]["text"]["text"]
+    assert ("*H1* <@U0BOB>'s P2P change &amp; the NCCL hang (<@U0ALICE>) — refuted by <@U0ALICE>: <@U0BOB> reverted "
+            "it, same hang") in shown
