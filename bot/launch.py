@@ -21,16 +21,7 @@ from typing import Any
 
 from bot.budget import PlannedBudget, plan_budget, read_installed_flags
 from bot.core import argv as remote
-from bot.core.attempts import (
-    ACTIVE,
-    GPUS_CLEAN_CHECK,
-    SERVER_ENDED,
-    Attempt,
-    AttemptStatus,
-    Check,
-    changes_between,
-    ct_memory_change,
-)
+from bot.core.attempts import ACTIVE, GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
 from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, Finding, LaunchContext, cause_line, diagnose, diagnose_excerpt
 from bot.core.flags import (
@@ -715,8 +706,7 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
 
     def stopped(current: Attempt) -> Attempt | None:
         if current.left_running:  # it failed, and stays failed; its server no longer runs
-            stop_record = {"by": by, "signal": used, "memory": note, "at": time.time()}
-            return replace(current, observed={**current.observed, SERVER_ENDED: stop_record})
+            return current.with_server_ended({"by": by, "signal": used, "memory": note, "at": time.time()})
         if current.status not in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
             return None  # another writer (the follower seeing it exit) decided it first
         return current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")
@@ -859,7 +849,7 @@ async def _record_server_ended(store: AttemptStore, attempt_id: str, how: dict[s
     def mark(current: Attempt) -> Attempt | None:
         marked.clear()  # a record another writer changed meanwhile is read again
         if current.left_running:
-            marked.append(replace(current, observed={**current.observed, SERVER_ENDED: how}))
+            marked.append(current.with_server_ended(how))
         return marked[0] if marked else None
 
     await store.change(attempt_id, mark, card_behind=True)
@@ -905,7 +895,6 @@ async def ended_left_running(transport: Transport, inventory: Inventory, store: 
         alive, why = await _alive(transport, inventory, attempt)
         if alive is not False:
             continue
-
         recorded = await _record_server_ended(store, attempt.id, {"exited": why, "at": now})
         ended += [recorded] if recorded is not None else []
     return ended

@@ -89,7 +89,7 @@ class Attempt:
     @property
     def left_running(self) -> bool:
         """Failed after its log said ready (the health check did not pass): its server process was not stopped, so
-        it still held its GPUs then, for a person to look at or stop, until a stop ended it (``server_stopped``)."""
+        it still held its GPUs then, for a person to look at or stop, until it ended (:meth:`with_server_ended`)."""
         return (self.status is AttemptStatus.FAILED and self.observed.get("stage") == "ready"
                 and len(self.transitions) >= 2 and self.transitions[-2].status is AttemptStatus.LAUNCHING
                 and SERVER_ENDED not in self.observed)
@@ -115,6 +115,11 @@ class Attempt:
         read."""
         result = next((c.result for c in self.checks if c.name == GPUS_CLEAN_CHECK), None)
         return {"ok": True, "fail": False}.get(result or "")
+
+    def with_server_ended(self, how: dict[str, Any]) -> Attempt:
+        """The attempt, failed with its server left running, once that server ended: ``how`` is a stop's
+        ``{by, signal, memory, at}`` or ``{exited, at}`` for a process found gone (see ``SERVER_ENDED``)."""
+        return replace(self, observed={**self.observed, SERVER_ENDED: how})
 
     def moved(self, status: AttemptStatus, at: float, note: str = "") -> Attempt:
         if status == self.status and self.transitions:

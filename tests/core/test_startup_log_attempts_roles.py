@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from bot.core.attempts import SERVER_ENDED, Attempt, AttemptStatus, TransitionError, changes_between, flag_pairs
+from bot.core.attempts import Attempt, AttemptStatus, TransitionError, changes_between, flag_pairs
 from bot.core.roles import Role, RoleConfig, decide, role_of
 from bot.core.startup_log import Progress, Stage, advance
 from tests.conftest import FIXTURES
@@ -161,8 +161,7 @@ def test_a_launch_that_failed_after_its_log_said_ready_left_its_server_running()
     exited = replace(launching.moved(AttemptStatus.READY, 3.0).moved(AttemptStatus.FAILED, 4.0, "exited while serving"),
                      observed={"stage": "ready"})
     assert not exited.left_running  # it served, then its process went
-    stopped = replace(unhealthy, observed={"stage": "ready", SERVER_ENDED: {"by": "U0ALICE", "signal": "SIGTERM",
-                                                                                 "memory": "memory returned"}})
+    stopped = unhealthy.with_server_ended({"by": "U0ALICE", "signal": "SIGTERM", "memory": "memory returned"})
     assert not stopped.left_running and stopped.status is AttemptStatus.FAILED  # a stop ended it; it still failed
 
 

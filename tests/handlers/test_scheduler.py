@@ -166,9 +166,9 @@ async def ready_server(lab):
     return (await lab.services.attempts.recent("pve5", 129, 1))[0]
 
 
-async def killed_and_sampled(attempt, replicas):
+async def killed_and_sampled(attempt, replicas, found="exited"):
     """The server's process group killed (the stand-in this test's lab started), then one sampling slot on both
-    replicas: one of them samples, and finds it gone."""
+    replicas: one of them samples, and finds it gone (in its tick's ``found`` list). Returns both ticks."""
     import signal
 
     _, one, two, clock = replicas
@@ -181,7 +181,8 @@ async def killed_and_sampled(attempt, replicas):
         await asyncio.sleep(0.05)
     clock.now = at("2026-12-03 06:10")
     first, second = await one.tick(), await two.tick()
-    assert sorted(first.exited + second.exited) == [attempt.id]
+    assert sorted(getattr(first, found) + getattr(second, found)) == [attempt.id]
+    return first, second
 
 
 async def test_a_ready_server_whose_process_exits_is_announced_once_in_its_thread(replicas):
@@ -408,8 +409,6 @@ async def test_a_server_a_failed_launch_left_running_that_exits_is_recorded_once
     """A launch that failed its health check left its server running; when that server ends by itself, the sampler
     records it on the attempt (still failed), once across replicas: the card stops saying it holds the GPUs, and a
     stop of the container no longer finds it."""
-    import signal
-
     from tests.handlers.test_launch_flow import SEED, model, wait_text
 
     lab, one, two, clock = replicas
@@ -421,16 +420,8 @@ async def test_a_server_a_failed_launch_left_running_that_exits_is_recorded_once
     assert attempt.left_running
     clock.now = at("2026-12-03 05:40")  # alive at this slot: nothing recorded
     assert (await one.tick()).ended == [] and (await two.tick()).ended == []
-    os.killpg(attempt.pid, signal.SIGKILL)
-    for _ in range(100):
-        try:
-            os.kill(attempt.pid, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
-    clock.now = at("2026-12-03 06:10")
-    first, second = await one.tick(), await two.tick()
-    assert sorted(first.ended + second.ended) == [attempt.id] and first.exited + second.exited == []
+    first, second = await killed_and_sampled(attempt, replicas, found="ended")
+    assert first.exited + second.exited == []
     stored = await lab.services.attempts.get(attempt.id)
     assert stored.status.value == "failed" and not stored.left_running
     card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
