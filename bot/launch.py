@@ -47,6 +47,7 @@ from bot.core.gpu_faults import (
     server_kill,
     silent_death_note,
 )
+from bot.core.incident import person
 from bot.core.installed_flags import (
     GPUOPS_TABLE,
     FlagProblem,
@@ -709,7 +710,7 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
             return current.with_server_ended({"by": by, "signal": used, "memory": note, "at": time.time()})
         if current.status not in (AttemptStatus.PLANNED, AttemptStatus.LAUNCHING, AttemptStatus.READY):
             return None  # another writer (the follower seeing it exit) decided it first
-        return current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {by} ({used}); {note}")
+        return current.moved(AttemptStatus.STOPPED, time.time(), f"stopped by {person(by)} ({used}); {note}")
 
     # its card, if launched in Slack, still says ready: it is drawn again from the record
     current = await store.change(attempt.id, stopped, card_behind=True)

@@ -384,8 +384,8 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
             lines.append(server_ended_line(attempt))
         lines.append(left_running_line(attempt) if attempt.left_running else
                      "Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")
-    if attempt.status.value == "ready" and attempt.transitions:
-        lines.append(escape_mrkdwn(attempt.transitions[-1].note))
+    if attempt.status.value in ("ready", "stopped") and attempt.transitions:  # how it is serving; who stopped it
+        lines.append(escape_keeping_mentions(attempt.transitions[-1].note))
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     follow = f" · `/sglang log {attempt.id}` shows its last lines" if status == "launching" else ""
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=escape_mrkdwn(
@@ -640,9 +640,9 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
         result = a.error_line or (a.transitions[-1].note if a.transitions else "")
         triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
         tried.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
-                     f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_mrkdwn(result)[:200]}{triage}")
+                     f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_keeping_mentions(result[:200])}{triage}")
     notes = [o for o in incident.observations if o.kind in ("note", "status")][-5:]
-    tail = ["*Observations*", *(f"• {_escape_keeping_mentions(o.text[:300])}" for o in notes)] if notes else []
+    tail = ["*Observations*", *(f"• {escape_keeping_mentions(o.text[:300])}" for o in notes)] if notes else []
     hypotheses = {h.id: _hypothesis_line(h) for h in incident.hypotheses}
     room = MESSAGE_TEXT_LIMIT - 400  # 400: two elision lines, the section joins
 
@@ -676,27 +676,28 @@ def _hypothesis_line(h: Hypothesis, words: int | None = None) -> str:
     """A hypothesis as the summary lists it: whole, or its first ``words`` characters (and its reason's) marked cut;
     a person mentioned in it stays a mention."""
     def cut(text: str, limit: int) -> str:
-        return _escape_keeping_mentions(text if len(text) <= limit else text[:limit - 1].rstrip() + "…")
+        return escape_keeping_mentions(text if len(text) <= limit else text[:limit - 1].rstrip() + "…")
 
-    decided = (f" — {h.status} by {_escape_keeping_mentions(h.decided_by)}: {cut(h.why, min(300, words or 300))}"
+    decided = (f" — {h.status} by {escape_keeping_mentions(h.decided_by)}: {cut(h.why, min(300, words or 300))}"
                if h.status != "open" else "")
-    text = cut(h.text, words) if words else _escape_keeping_mentions(h.text)
+    text = cut(h.text, words) if words else escape_keeping_mentions(h.text)
     return f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {text} ({_person(h.author)}){decided}"
 
 
 def _person(author: str) -> str:
-    return _escape_keeping_mentions(person(author))
+    return escape_keeping_mentions(person(author))
 
 
-def _escape_keeping_mentions(text: str) -> str:
-    """Text escaped for mrkdwn, except the Slack user mentions gpuops itself wrote there (a note's `<@U123>:`)."""
+def escape_keeping_mentions(text: str) -> str:
+    """Text escaped for mrkdwn, except Slack user mentions (`<@U123>`): those gpuops wrote (a note's author, who
+    stopped a launch) and those a person's words carry."""
     return re.sub(r"&lt;@([UW][A-Z0-9]{2,})&gt;", r"<@\1>", escape_mrkdwn(text))
 
 
 def recorded_text(recorded: Recorded) -> str:
     """What a word recorded in an incident thread, as said there: to the person who just said it, or, for a word
     recorded from a terminal (its author ``cli:<login>``), to the thread that has not seen it."""
-    said = _escape_keeping_mentions(recorded.text)  # a person mentioned in it stays a mention
+    said = escape_keeping_mentions(recorded.text)  # a person mentioned in it stays a mention
     what = (f"Recorded *{recorded.hypothesis_id}*: {said}" if recorded.kind == "hypothesis"
             else f"Noted: {said}" if recorded.kind == "note"
             else f"*{recorded.hypothesis_id}* {recorded.kind}: {said}")

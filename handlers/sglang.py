@@ -246,7 +246,7 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
                 await services.attempts.redraw_card_later(stored)
         if final:
             detail = [f"Attempt `{stored.id}` {stored.status.value}: "
-                      f"{views.escape_mrkdwn(stored.transitions[-1].note if stored.transitions else '')}"]
+                      f"{views.escape_keeping_mentions(stored.transitions[-1].note if stored.transitions else '')}"]
             readings = observed_of(progress)  # the log's, not what the pre-flight or a triage recorded
             for key, value in ((k, v) for k, v in stored.observed.items() if k in readings):
                 predicted = stored.predicted.get(key)

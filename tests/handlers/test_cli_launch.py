@@ -379,6 +379,7 @@ async def test_a_slack_launch_stopped_from_a_terminal_has_its_card_say_stopped_o
     edits = card_edits()[before:]
     assert len(edits) == 1 and f"Launch `{ready.id}`* on pve5:129 (sglang-a6000) — *stopped*" in edits[0], edits
     assert f"KV pool {ready.observed['kv_tokens']:,} tokens observed" in edits[0]
+    assert "stopped by cli:" in edits[0] and "(SIGTERM)" in edits[0]  # a terminal's login, as written
     await lab.services.attempts.mark_changed("pve5", 129)  # the container changes again: the card is not redrawn
     await scheduler.tick()
     assert len(card_edits()) == before + 1

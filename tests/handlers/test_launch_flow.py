@@ -142,6 +142,8 @@ async def test_stop_asks_for_a_click_then_verifies_the_memory(lab):
                            and "— *stopped*" in blocks_to_text(c.blocks)][-1].blocks)
     assert f"Launch `{stopped.id}`* on pve5:129 (sglang-a6000) — *stopped*" in card
     assert f"KV pool {stopped.observed['kv_tokens']:,} tokens observed" in card and "CUDA graphs captured" in card
+    # who stopped it, as Slack shows a person (a mention, not a bare user id), and how
+    assert "stopped by <@U0ALICE> (SIGTERM); memory returned: GPU 0: 1 MiB used" in card
 
 
 @pytest.mark.parametrize("slack", ["refused", "unreachable"])

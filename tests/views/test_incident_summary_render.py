@@ -103,3 +103,12 @@ def test_a_person_named_in_a_word_stays_a_mention_in_the_reply_and_the_summary()
     shown = incident_summary(incident, []).blocks[0]["text"]["text"]
     assert ("*H1* <@U0BOB>'s P2P change &amp; the NCCL hang (<@U0ALICE>) — refuted by <@U0ALICE>: <@U0BOB> reverted "
             "it, same hang") in shown
+
+
+def test_who_stopped_an_attempt_reads_as_a_mention_in_the_summary():
+    a = Attempt("a20261202-120000-abcd", "U1", "C", "pve5", 129, "sglang-a6000", "/models/q", ("--tp", "2"), 30000,
+                1000.0)
+    a = a.moved(AttemptStatus.PLANNED, 1000.0).moved(AttemptStatus.LAUNCHING, 1001.0).moved(AttemptStatus.READY, 1002.0)
+    stopped = a.moved(AttemptStatus.STOPPED, 1003.0, "stopped by <@U0ALICE> (SIGTERM); memory returned: GPU 0: 1 MiB")
+    shown = incident_summary(Incident("C", "1.0", "pve5", 129), [stopped]).blocks[0]["text"]["text"]
+    assert "stopped — changed:  — stopped by <@U0ALICE> (SIGTERM); memory returned: GPU 0: 1 MiB" in shown
