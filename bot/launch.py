@@ -823,38 +823,38 @@ async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -
     return out.exit_status == remote.LAUNCHED_RUNS, f"the server's process (PID {attempt.pid}) exited"
 
 
+async def _changed(store: AttemptStore, attempt_id: str, change: Callable[[Attempt], Attempt | None],
+                   card_behind: bool = False) -> Attempt | None:
+    """The stored attempt as ``change`` made it, or None when ``change`` left it as it was (``store.change`` answers
+    the record either way): ``change`` is asked again of a record another writer moved meanwhile."""
+    made: list[Attempt] = []
+
+    def once(current: Attempt) -> Attempt | None:
+        made.clear()
+        changed = change(current)
+        made.extend([changed] if changed is not None else [])
+        return changed
+
+    await store.change(attempt_id, once, card_behind=card_behind)
+    return made[0] if made else None
+
+
 async def _record_gone(store: AttemptStore, attempt: Attempt, status: AttemptStatus, at: float,
                        note: str) -> Attempt | None:
     """``attempt`` moved to ``status``, unless another writer moved it since it was read (a stop from a terminal
     while its process was looked for): then None, and the record is left as that writer left it."""
-    moved: list[Attempt] = []
-
-    def gone(current: Attempt) -> Attempt | None:
-        moved.clear()  # a record another writer moved meanwhile is read again
-        if current.status is attempt.status:
-            moved.append(current.moved(status, at, note))
-        return moved[0] if moved else None
-
-    await store.change(attempt.id, gone)
-    if not moved:
-        return None
-    await store.unlock(attempt.node, attempt.vmid, attempt.id)
-    return moved[0]
+    moved = await _changed(store, attempt.id, lambda current: current.moved(status, at, note)
+                           if current.status is attempt.status else None)
+    if moved is not None:
+        await store.unlock(attempt.node, attempt.vmid, attempt.id)
+    return moved
 
 
 async def _record_server_ended(store: AttemptStore, attempt_id: str, how: dict[str, Any]) -> Attempt | None:
     """How a failed launch's left-running server ended, recorded on the attempt with its card to be drawn again;
     None when it is no longer left running (a stop recorded it meanwhile)."""
-    marked: list[Attempt] = []
-
-    def mark(current: Attempt) -> Attempt | None:
-        marked.clear()  # a record another writer changed meanwhile is read again
-        if current.left_running:
-            marked.append(current.with_server_ended(how))
-        return marked[0] if marked else None
-
-    await store.change(attempt_id, mark, card_behind=True)
-    return marked[0] if marked else None
+    return await _changed(store, attempt_id, lambda current: current.with_server_ended(how)
+                          if current.left_running else None, card_behind=True)
 
 
 async def reconcile(transport: Transport, inventory: Inventory, store: AttemptStore) -> list[Attempt]:

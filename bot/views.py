@@ -35,7 +35,7 @@ from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.health import HealthReport
-from bot.core.incident import Hypothesis, Incident, Recorded, person
+from bot.core.incident import RECORD_TEXT_MAX, Hypothesis, Incident, Recorded, person
 from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
@@ -680,7 +680,7 @@ def _hypothesis_line(h: Hypothesis, words: int | None = None) -> str:
 
     decided = (f" — {h.status} by {escape_keeping_mentions(h.decided_by)}: {cut(h.why, min(300, words or 300))}"
                if h.status != "open" else "")
-    text = cut(h.text, words) if words else escape_keeping_mentions(h.text)
+    text = cut(h.text, words or RECORD_TEXT_MAX)  # whole: the record keeps no more than that
     return f"{HYPOTHESIS_ICON[h.status]} *{h.id}* {text} ({_person(h.author)}){decided}"
 
 
