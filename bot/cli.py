@@ -821,7 +821,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_free(args: argparse.Namespace) -> int:
     """/gpu free from a terminal: the processes holding GPU memory on a node or container, by PID (a recorded
     launch's are left to `gpuops stop`); they are signalled only after the person answers y (or gives --yes), and
-    only those listed that still hold memory then."""
+    only those listed that still hold memory then and are still the process listed."""
     from bot.core.inventory import resolve_targets
     from bot.launch import free, free_plan
     from bot.views import free_plan_lines, free_question, freed_text, nothing_to_free_text
@@ -841,7 +841,8 @@ def cmd_free(args: argparse.Namespace) -> int:
         print("\n".join(f"  - {line}" for line in free_plan_lines(plan, "gpuops stop")))
         if not await _confirmed(args.yes, "Type y to stop them: "):
             return 3
-        result = await free(services.transport, services.inventory, plan.target.node, plan.pids, services.launch)
+        result = await free(services.transport, services.inventory, plan.target.node, plan.processes,
+                            services.launch)
         text = freed_text(result, plan.target.node)
         print(text)
         await services.store.audit(action="gpu.free", user=user, channel="", requested_by=user, result=text[:500])

@@ -15,7 +15,7 @@ import logging
 import secrets
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -126,6 +126,7 @@ class Holder:
     vmid: int | None
     name: str
     group: int | None = None  # its process group inside its container (a recorded launch's PID there)
+    started: int | None = None  # its start time on the node: tells it from a later process given its PID
 
 
 def remedy_launches(budget: Budget | None, flags: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -725,7 +726,7 @@ async def gpu_holders(transport: Transport, inventory: Inventory, target: Target
     """Exactly which PIDs hold GPU memory on a node (or on a container's GPUs)."""
     node = inventory.node(target.node)
     host = await read_node(transport, target.node, node.proc_root)
-    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name, p.group) for g in host.gpus
+    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name, p.group, p.started) for g in host.gpus
                for p in host.processes_of(g)]
     if target.kind == "container":
         holders = [h for h in holders if h.vmid == target.vmid]
@@ -746,6 +747,11 @@ class FreePlan:
     @property
     def pids(self) -> tuple[int, ...]:
         return tuple(sorted({h.pid for h in self.holders if h.pid is not None}))
+
+    @property
+    def processes(self) -> tuple[tuple[int, int | None], ...]:
+        """What a confirmation stops: each PID with its start time as read now (None when unreadable)."""
+        return tuple(sorted({(h.pid, h.started) for h in self.holders if h.pid is not None}))
 
 
 async def free_plan(transport: Transport, inventory: Inventory, store: AttemptStore, target: Target,
@@ -777,30 +783,51 @@ class FreeResult:
     memory_note: str
 
 
-async def free(transport: Transport, inventory: Inventory, node_name: str, pids: tuple[int, ...],
-               settings: LaunchSettings) -> FreeResult:
-    """Stop exactly the confirmed PIDs, and only those still holding GPU memory now."""
+async def free(transport: Transport, inventory: Inventory, node_name: str,
+               processes: Iterable[tuple[int, int | None]], settings: LaunchSettings) -> FreeResult:
+    """Stop exactly the confirmed processes (PID and start time, as listed when the stop was asked), and only those
+    that still hold GPU memory now and are still the process listed: a PID whose process ended can be a later
+    process's by the time someone clicks, and that one was never confirmed."""
     node = inventory.node(node_name)
     host = await read_node(transport, node_name, node.proc_root)
-    holding = {p.pid for p in host.processes}
-    targets = tuple(p for p in pids if p in holding)
-    skipped = tuple(f"PID {p} no longer holds GPU memory: left alone" for p in pids if p not in holding)
+    now = {p.pid: p.started for p in host.processes if p.pid is not None}
+    targets: list[tuple[int, int]] = []
+    skipped: list[str] = []
+    for pid, started in sorted(dict(processes).items()):
+        if pid not in now:
+            skipped.append(f"PID {pid} no longer holds GPU memory: left alone")
+        elif started is None or now[pid] is None:
+            skipped.append(f"PID {pid}: when it started could not be read, so it cannot be told from a later "
+                           "process given the same PID: left alone")
+        elif now[pid] != started:
+            skipped.append(f"PID {pid} is another process now (the one listed ended and its PID was given to a "
+                           "later one): left alone")
+        else:
+            targets.append((pid, started))
+
+    async def signal(which: list[tuple[int, int]], name: str) -> set[int]:
+        out = await transport.run(node_name, remote.signal_same_processes(which, name, node.proc_root))
+        return {int(word) for word in out.stdout.split() if word.isdigit()}
+
+    killed: set[int] = set()
     if targets:
-        await transport.run(node_name, remote.kill_pids(targets, "TERM"), ok_exit=(0, 1))
+        killed = await signal(targets, "TERM")
+        skipped += [f"PID {pid} ended before it was signalled: left alone" for pid, _ in targets if pid not in killed]
+        left = [t for t in targets if t[0] in killed]
         deadline = time.time() + settings.stop_timeout_s
-        while time.time() < deadline:
-            left = [p for p in targets if (await transport.run(node_name, remote.process_alive(p),
-                                                               ok_exit=(0, 1))).exit_status == 0]
-            if not left:
+        while left:
+            running = await signal(left, "0")
+            left = [t for t in left if t[0] in running]
+            if not left or time.time() >= deadline:
                 break
             await asyncio.sleep(0.5)
-        else:
-            await transport.run(node_name, remote.kill_pids(left, "KILL"), ok_exit=(0, 1))
+        if left:
+            await signal(left, "KILL")
     after = await read_node(transport, node_name, node.proc_root)
-    still = [p.pid for p in after.processes if p.pid in targets]
+    still = [p.pid for p in after.processes if p.pid in killed]
     memory = "; ".join(f"GPU {g.index}: {g.memory_used_mib} MiB used" for g in after.gpus)
     note = (f"still holding: {still}; " if still else "memory returned: ") + memory
-    return FreeResult(targets, skipped, note)
+    return FreeResult(tuple(sorted(killed)), tuple(skipped), note)
 
 
 async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -> tuple[bool | None, str]:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiError, SmiErrorKind, SmiSnapshot
-from bot.core.status import attribute, groups_from_status, vmids_from_cgroups
+from bot.core.status import attribute, groups_from_status, start_times_from_stat, vmids_from_cgroups
 
 _lock = threading.Lock()
 T = TypeVar("T")
@@ -95,17 +95,18 @@ def _read(proc_root: Path) -> SmiSnapshot:
         gpu, found = _read_device(index, handle, proc_root)
         gpus.append(gpu)
         processes.extend(found)
-    owners = []  # the lines read_cgroups prints on a node: each process's cgroup and NSpgid
+    entries = []  # the lines read_proc_entries prints on a node: each process's cgroup, NSpgid and stat
     for proc in processes:
-        for name in ("cgroup", "status"):
+        for name in ("cgroup", "status", "stat"):
             try:
                 for line in (proc_root / str(proc.pid) / name).read_text().splitlines():
-                    if name == "cgroup" or line.startswith("NSpgid:"):
-                        owners.append(f"{proc_root}/{proc.pid}/{name}:{line}")
+                    if name != "status" or line.startswith("NSpgid:"):
+                        entries.append(f"{proc_root}/{proc.pid}/{name}:{line}")
             except OSError:
                 continue
-    text = "\n".join(owners)
-    attributed = attribute(tuple(processes), vmids_from_cgroups(text), groups_from_status(text))
+    text = "\n".join(entries)
+    attributed = attribute(tuple(processes), vmids_from_cgroups(text), groups_from_status(text),
+                           start_times_from_stat(text))
     return SmiSnapshot("nvml", tuple(gpus), driver, cuda, process_listing=(
         ProcessListing.LISTED if processes else ProcessListing.NONE_FOUND), processes=attributed)
 

@@ -28,6 +28,7 @@ from bot.core.status import (
     assess_node,
     attribute,
     groups_from_status,
+    start_times_from_stat,
     unreachable,
     unreadable,
     vmids_from_cgroups,
@@ -165,8 +166,9 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
     processes, listing = processes_from_query(apps)
     pids = [p.pid for p in processes if p.pid is not None]
     if pids:
-        cgroups = await transport.run(node, remote.read_cgroups(pids, proc_root), ok_exit=(0, 1, 2))
-        processes = attribute(processes, vmids_from_cgroups(cgroups.stdout), groups_from_status(cgroups.stdout))
+        entries = (await transport.run(node, remote.read_proc_entries(pids, proc_root), ok_exit=(0, 1, 2))).stdout
+        processes = attribute(processes, vmids_from_cgroups(entries), groups_from_status(entries),
+                              start_times_from_stat(entries))
     return replace(gpus, processes=processes, process_listing=listing)
 
 

@@ -116,7 +116,15 @@ async def _stop(services: Services, pending: dict[str, Any], user: str) -> str:
     return views.stopped_text(result)
 
 
+def _confirmed_processes(pending: dict[str, Any]) -> list[tuple[int, int | None]]:
+    """The (PID, start time) pairs a /gpu free confirmation was asked for; a confirmation asked before start times
+    were kept has PIDs only, which ``free`` then leaves alone, saying why."""
+    if "processes" in pending:
+        return [(int(pid), None if started is None else int(started)) for pid, started in pending["processes"]]
+    return [(int(pid), None) for pid in pending["pids"]]
+
+
 async def _free(services: Services, pending: dict[str, Any]) -> str:
-    result = await free(services.transport, services.inventory, pending["node"], tuple(pending["pids"]),
+    result = await free(services.transport, services.inventory, pending["node"], _confirmed_processes(pending),
                         services.launch)
     return views.freed_text(result, pending["node"])

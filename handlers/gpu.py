@@ -76,7 +76,8 @@ async def ask_free(services: Services, client: Any, respond: Any, target: Target
                             pace=services.pace)
         return
     pending = secrets.token_hex(8)
-    await services.attempts.put_pending(pending, {"action": "free", "node": target.node, "pids": list(plan.pids),
+    await services.attempts.put_pending(pending, {"action": "free", "node": target.node,
+                                                  "processes": [list(p) for p in plan.processes],
                                                   "user": user, "channel": channel, "created": time.time()},
                                         services.settings.confirm_ttl_s)
     message = views.confirm_message(views.free_question(plan), views.free_plan_lines(plan), pending,

@@ -88,13 +88,14 @@ def stat_device_nodes(paths: Iterable[str]) -> Argv:
     return ("stat", "-L", "-c", "%n|%F|%t|%T", "--", *checked)
 
 
-def read_cgroups(pids: Iterable[int], proc_root: str = "/proc") -> Argv:
-    """Print ``<proc_root>/<pid>/cgroup:<line>`` for each PID, and its ``status`` file's ``NSpgid:`` line (its
-    process group in each PID namespace it is in, the container's last); missing PIDs are skipped."""
+def read_proc_entries(pids: Iterable[int], proc_root: str = "/proc") -> Argv:
+    """Print ``<proc_root>/<pid>/cgroup:<line>`` for each PID, its ``status`` file's ``NSpgid:`` line (its process
+    group in each PID namespace it is in, the container's last) and its ``stat`` line (when it started); missing
+    PIDs are skipped."""
     root = proc_root.rstrip("/")
     checked = [_check_int(pid, "pid", 1) for pid in sorted(set(pids))]
-    paths = [f"{root}/{pid}/cgroup" for pid in checked] + [f"{root}/{pid}/status" for pid in checked]
-    return ("grep", "-H", "-s", "-E", "^([0-9]+:|NSpgid:)", *paths)
+    paths = [f"{root}/{pid}/{name}" for name in ("cgroup", "status", "stat") for pid in checked]
+    return ("grep", "-H", "-s", "-E", r"^([0-9]+:|NSpgid:|[0-9]+ \()", *paths)
 
 
 def with_timeout(seconds: int, argv: Argv, kill_after: int = 5) -> Argv:
@@ -340,13 +341,31 @@ def kill_group(pgid: int, signal: str) -> Argv:
     return ("kill", f"-{signal}", "--", f"-{_check_int(pgid, 'pgid', 2)}")
 
 
-def kill_pids(pids: Iterable[int], signal: str) -> Argv:
-    if signal not in ("TERM", "KILL"):
+# signal a confirmed process only while it is that process: its PID and the start time read when the stop was asked
+# (``<proc_root>/<pid>/stat`` field 22). Once it ends its PID can be given to a later process, which must be left
+# alone, and a zombie has ended already. Prints each PID it signalled (signal 0: each such process still running).
+SAME_PROCESS_SCRIPT = (
+    'sig="$1"; root="$2"; shift 2\n'
+    'for pair in "$@"; do\n'
+    '  pid="${pair%:*}"; want="${pair#*:}"\n'
+    '  read -r stat 2>/dev/null <"$root/$pid/stat" || continue\n'
+    '  read -r -a f <<<"${stat##*) }"\n'
+    '  [ "${f[0]}" != Z ] && [ "${f[19]}" = "$want" ] && kill "-$sig" "$pid" 2>/dev/null && echo "$pid"\n'
+    'done\n'
+    'exit 0\n'
+)
+
+
+def signal_same_processes(processes: Iterable[tuple[int, int]], signal: str, proc_root: str = "/proc") -> Argv:
+    """Send ``signal`` (TERM, KILL, or 0 to ask which still run) to each (PID, start time) still that process."""
+    if signal not in ("TERM", "KILL", "0"):
         raise ValueError(f"signal {signal!r} not allowed")
-    checked = sorted({int(_check_int(pid, "pid", 2)) for pid in pids})
-    if not checked:
-        raise ValueError("no PIDs to signal")
-    return ("kill", f"-{signal}", "--", *map(str, checked))
+    pairs = sorted({(int(_check_int(pid, "pid", 2)), int(_check_int(started, "start time", 0)))
+                    for pid, started in processes})
+    if not pairs:
+        raise ValueError("no processes to signal")
+    return ("bash", "-c", SAME_PROCESS_SCRIPT, "gpuops-signal", signal, checked_path(proc_root.rstrip("/") or "/"),
+            *(f"{pid}:{started}" for pid, started in pairs))
 
 
 def process_alive(pid: int) -> Argv:

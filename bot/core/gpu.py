@@ -33,6 +33,9 @@ class GpuProcess:
     used_raw: str | None = None  # literal memory cell when it is not a number
     vmid: int | None = None  # LXC container that owns the PID (attributed on the host)
     group: int | None = None  # its process group inside its own PID namespace (NSpgid): a launch's PID there
+    # when it started, in clock ticks after boot (/proc/<pid>/stat field 22): tells it from a later process that
+    # is given the same PID once it ends, which a stop confirmed for it must leave alone
+    started: int | None = None
 
     @property
     def owner(self) -> str:

@@ -91,11 +91,25 @@ def groups_from_status(text: str) -> dict[int, int]:
     return groups
 
 
-def attribute(processes: tuple[GpuProcess, ...], owners: dict[int, int],
-              groups: dict[int, int] | None = None) -> tuple[GpuProcess, ...]:
-    groups = groups or {}
-    return tuple(replace(p, vmid=owners.get(p.pid), group=groups.get(p.pid)) if p.pid is not None else p
-                 for p in processes)
+def start_times_from_stat(text: str) -> dict[int, int]:
+    """``<proc>/<pid>/stat:<pid> (<comm>) <state> ...`` lines -> {pid: its start time in clock ticks after boot}.
+    The command name may hold spaces and parentheses, so fields are counted after its last ``) ``: the state is
+    field 3 of the kernel's numbering and the start time field 22."""
+    started: dict[int, int] = {}
+    for line in text.splitlines():
+        path, _, content = line.partition(":")
+        pid_match = re.search(r"/(\d+)/stat$", path)
+        fields = content.rpartition(") ")[2].split()
+        if pid_match and content.startswith(f"{pid_match.group(1)} (") and len(fields) > 19 and fields[19].isdigit():
+            started[int(pid_match.group(1))] = int(fields[19])
+    return started
+
+
+def attribute(processes: tuple[GpuProcess, ...], owners: dict[int, int], groups: dict[int, int] | None = None,
+              started: dict[int, int] | None = None) -> tuple[GpuProcess, ...]:
+    groups, started = groups or {}, started or {}
+    return tuple(replace(p, vmid=owners.get(p.pid), group=groups.get(p.pid), started=started.get(p.pid))
+                 if p.pid is not None else p for p in processes)
 
 
 # N/A here is normal: passive cooling, no power cap on laptops and unified-memory parts

@@ -49,6 +49,14 @@ def _locked_update(path: Path, change: Callable[[dict[str, Any]], None]) -> None
         tmp.replace(path)
 
 
+def link_stat(proc_dir: Path, pid: int) -> None:
+    """The node's ``proc/<pid>/stat`` is the real process's own (its start time): gone when the process is, and a
+    later process's when the PID is reused, as on a node."""
+    stat = proc_dir / "stat"
+    stat.unlink(missing_ok=True)
+    stat.symlink_to(f"/proc/{pid}/stat")
+
+
 class Holder:
     """This process's GPU memory in the node scenario (node.json), attributed to its container."""
 
@@ -69,6 +77,7 @@ class Holder:
         self.proc_dir.mkdir(parents=True, exist_ok=True)
         (self.proc_dir / "cgroup").write_text(f"0::/lxc/{self.vmid}/ns/system.slice/sglang.scope\n")
         (self.proc_dir / "status").write_text(f"Name:\tpython3\nNSpgid:\t{os.getpgrp()}\n")
+        link_stat(self.proc_dir, self.pid)
 
     def release(self) -> None:
         def change(state: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import asyncssh
 
 from bot.core.smi import parse_table
+from bot.lab.fake_sglang import link_stat
 
 LAB_DIR = Path(__file__).resolve().parent
 SEED_TABLE = LAB_DIR / "data" / "gls-550.127.05-rtx_a6000_x9.txt"
@@ -184,6 +185,7 @@ class LabNode:
         # for the bot's `kill -0` to find alive, and the node's nvidia-smi stops listing it (see fake_nvidia_smi)
         threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
         self.add_process(process.pid, gpu_index, name, used_mib, vmid, while_running=True)
+        link_stat(self.state_dir / "proc" / str(process.pid), process.pid)
         return process.pid
 
     def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05) -> None:

@@ -6,7 +6,7 @@ from bot.core.argv import (
     nvidia_smi_query_apps,
     nvidia_smi_query_gpu,
     pct_exec,
-    read_cgroups,
+    read_proc_entries,
     to_command,
     with_timeout,
 )
@@ -22,6 +22,7 @@ from bot.core.status import (
     groups_from_status,
     is_clean,
     memory_evidence,
+    start_times_from_stat,
     unreachable,
     vmids_from_cgroups,
 )
@@ -65,11 +66,28 @@ def test_pct_exec_rejects_bad_vmids(vmid):
         pct_exec(vmid, ("true",))
 
 
-def test_read_cgroups_validates_pids():
-    assert read_cgroups([7, 3, 7], "/proc") == ("grep", "-H", "-s", "-E", "^([0-9]+:|NSpgid:)", "/proc/3/cgroup",
-                                                "/proc/7/cgroup", "/proc/3/status", "/proc/7/status")
+def test_read_proc_entries_validates_pids():
+    assert read_proc_entries([7, 3, 7], "/proc") == (
+        "grep", "-H", "-s", "-E", r"^([0-9]+:|NSpgid:|[0-9]+ \()", "/proc/3/cgroup", "/proc/7/cgroup",
+        "/proc/3/status", "/proc/7/status", "/proc/3/stat", "/proc/7/stat")
     with pytest.raises(ValueError):
-        read_cgroups([0])
+        read_proc_entries([0])
+
+
+def test_a_processs_start_time_is_field_22_of_its_stat_counted_after_the_command_name():
+    # /proc/<pid>/stat as the kernel prints it (proc(5); the first line read on this machine by `cat /proc/self/stat`):
+    # a command name may hold spaces and ") (", so fields are counted after its last ") "
+    text = "\n".join([
+        "/proc/17985/stat:17985 (cat) R 17980 17980 17230 0 -1 4194304 97 0 0 0 0 0 0 0 20 0 1 0 2216885 3133440 349 "
+        "18446744073709551615 94849889779712 94849889799593 140730006837680 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0",
+        "/proc/4242/stat:4242 (python3 -m) (x) S 1 4242 4242 0 -1 4194560 0 0 0 0 9 3 0 0 20 0 61 0 918273 1 2 3",
+        "/proc/4243/cgroup:0::/lxc/129/ns/system.slice/sglang.scope",
+        "/proc/4244/stat:4244 (cut) S 1 2",  # cut short: no start time
+        "/proc/4245/stat:9999 (other) S 1 4242 4242 0 -1 4194560 0 0 0 0 9 3 0 0 20 0 61 0 5 1 2 3",  # not its own
+    ])
+    assert start_times_from_stat(text) == {17985: 2216885, 4242: 918273}
+    procs = (GpuProcess(4242, "python3", 100), GpuProcess(4244, "x", 5))
+    assert [p.started for p in attribute(procs, {}, None, start_times_from_stat(text))] == [918273, None]
 
 
 def test_queries_ask_for_structured_csv():
@@ -252,24 +270,77 @@ def test_bar():
 def test_stop_and_probe_commands_take_only_real_pids_and_the_allowed_signals():
     """The destructive builders: a PID or process group of 0 or 1 (every process, init) or below, a non-integer, and
     any signal but the few a stop uses are refused before anything is sent."""
-    from bot.core.argv import kill_group, kill_pids, process_alive
+    from bot.core.argv import kill_group, process_alive, signal_same_processes
 
     assert kill_group(4242, "TERM") == ("kill", "-TERM", "--", "-4242")
-    assert kill_pids([7, 3, 7], "KILL") == ("kill", "-KILL", "--", "3", "7")
+    assert signal_same_processes([(7, 50), (3, 40), (7, 50)], "KILL", "/proc")[3:] == (
+        "gpuops-signal", "KILL", "/proc", "3:40", "7:50")
     assert process_alive(4242) == ("kill", "-0", "4242")
-    with pytest.raises(ValueError, match="no PIDs"):
-        kill_pids([], "TERM")
+    with pytest.raises(ValueError, match="no processes"):
+        signal_same_processes([], "TERM")
     for bad in (1, 0, -1, -4242, True, "4242", 4242.0):
-        for build in (lambda v: kill_group(v, "TERM"), lambda v: kill_pids([3, v], "TERM"), process_alive):
+        for build in (lambda v: kill_group(v, "TERM"), lambda v: signal_same_processes([(3, 1), (v, 1)], "TERM"),
+                      process_alive):
             with pytest.raises(ValueError):
                 build(bad)
+    for started in (-1, None, "918273", 1.5):
+        with pytest.raises(ValueError, match="start time"):
+            signal_same_processes([(4242, started)], "TERM")
+    with pytest.raises(ValueError, match="absolute path"):
+        signal_same_processes([(4242, 1)], "TERM", "proc")
     for signal in ("HUP", "STOP", "9", "-KILL", "TERM; reboot"):
         with pytest.raises(ValueError, match="not allowed"):
             kill_group(4242, signal)
         with pytest.raises(ValueError, match="not allowed"):
-            kill_pids([4242], signal)
+            signal_same_processes([(4242, 1)], signal)
     with pytest.raises(ValueError, match="not allowed"):
-        kill_pids([4242], "INT")  # a process group may be interrupted; single PIDs are stopped or killed
+        signal_same_processes([(4242, 1)], "INT")  # a process group may be interrupted; single PIDs are stopped
+
+
+def test_a_confirmed_stop_signals_a_pid_only_while_it_is_the_process_that_was_listed(tmp_path):
+    """SAME_PROCESS_SCRIPT run by bash as the node would, over a proc root laid out as the node's: a PID is signalled
+    only when its start time is the one read when the stop was asked. One whose start differs (its process ended and
+    the PID went to a later one), one with no process, and a zombie are left alone and not reported."""
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from bot.core.argv import signal_same_processes
+
+    root = tmp_path / "proc"
+    listed = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    later = subprocess.Popen(["sleep", "60"], start_new_session=True)  # has the PID of a listed process that ended
+    zombie = subprocess.Popen(["true"])  # ends at once and is not reaped until wait()
+    try:
+        for pid in (listed.pid, later.pid, zombie.pid):
+            (root / str(pid)).mkdir(parents=True)
+            (root / str(pid) / "stat").symlink_to(f"/proc/{pid}/stat")
+        (root / "999999").mkdir()
+        deadline = time.time() + 10
+        while " Z " not in Path(f"/proc/{zombie.pid}/stat").read_text() and time.time() < deadline:
+            time.sleep(0.01)
+
+        def started(pid: int) -> int:
+            return start_times_from_stat(f"/proc/{pid}/stat:" + Path(f"/proc/{pid}/stat").read_text())[pid]
+
+        asked = [(listed.pid, started(listed.pid)), (later.pid, started(later.pid) - 1),
+                 (zombie.pid, started(zombie.pid)), (999999, 7)]
+
+        def run(signal: str) -> str:
+            return subprocess.run(signal_same_processes(asked, signal, str(root)), capture_output=True, text=True,
+                                  check=True).stdout
+
+        assert run("0") == f"{listed.pid}\n"
+        assert run("TERM") == f"{listed.pid}\n"
+        assert listed.wait(10) == -15
+        assert later.poll() is None  # never signalled
+        assert run("KILL") == ""  # the listed one is gone; nothing else is taken for it
+        assert later.poll() is None
+    finally:
+        for process in (listed, later, zombie):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
 
 
 def test_the_launch_script_starts_a_session_of_its_own_in_a_new_log_and_never_reuses_one(tmp_path):

@@ -278,7 +278,8 @@ async def test_free_kills_only_the_listed_pids_still_holding_memory(setup):
     other = node.spawn_holder(1, "python3 train.py", 20000, 131)
     holders, _ = await gpu_holders(transport, inventory, resolve_targets("pve5", inventory)[0])
     assert {h.pid for h in holders} == {mine, other}
-    result = await free(transport, inventory, "pve5", (mine, 999_999), FAST)
+    started = {h.pid: h.started for h in holders}
+    result = await free(transport, inventory, "pve5", ((mine, started[mine]), (999_999, 1)), FAST)
     assert result.killed == (mine,)
     assert result.skipped == ("PID 999999 no longer holds GPU memory: left alone",)
     import os

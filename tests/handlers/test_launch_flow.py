@@ -189,6 +189,30 @@ async def test_free_kills_only_the_listed_pids_after_confirmation(lab):
     node._children[0].wait(5)  # the listed one is gone
 
 
+async def test_free_leaves_alone_a_pid_that_is_another_process_by_the_time_of_the_click(lab):
+    """Between the listing and the click the listed process ended and its PID went to a later process (its start
+    time on the node differs): that one was never confirmed, so it is not signalled, and the answer says why."""
+    node = lab.nodes["pve5"]
+    listed = node.spawn_holder(0, "python3 stray.py", 3000, 129)
+    await lab.slash("/gpu", "free pve5")
+    confirm = post_with(await wait_text(lab, "Stop these", method="chat.postMessage"), "Stop these")
+    assert f"PID {listed} on GPU 0 (CT 129)" in blocks_to_text(confirm.blocks)
+    stat = node.state_dir / "proc" / str(listed) / "stat"
+    real = stat.read_text()
+    head, _, rest = real.rpartition(") ")
+    fields = rest.split()
+    fields[19] = str(int(fields[19]) + 1)  # started a tick later: another process with the same PID
+    stat.unlink()
+    stat.write_text(f"{head}) {' '.join(fields)}\n")
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    await lab.click("gpuops_confirm", yes["value"])
+    calls = await lab.standin.wait_for(
+        lambda cs: any("left alone" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+    said = [c for c in calls if c.method == "response_url"][-1].params["text"]
+    assert f"PID {listed} is another process now" in said and "Stopped PIDs none on pve5" in said
+    os.kill(listed, 0)  # not signalled
+
+
 async def test_bot_restart_reattaches_to_a_live_launch(lab):
     lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
     await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
