@@ -183,21 +183,23 @@ def cmd_incident(args: argparse.Namespace) -> int:
     """The incident threads following a container, as their summaries show them (same as the thread's top message):
     the attempts, the hypotheses with their status, the last observations. With a word after the container
     (hypothesis, note, confirm, refute), that word is recorded in the container's thread, as `@gpuops` there would
-    record it."""
+    record it; `history` prints each thread's whole record, as `@gpuops history` there does."""
     import time
     from dataclasses import asdict
 
     from bot.core.incident import RECORD_VERBS, with_attempts
     from bot.core.inventory import Target, resolve_targets
     from bot.incidents import record_from_terminal
-    from bot.views import blocks_to_text, incident_summary
+    from bot.views import blocks_to_text, incident_summary, thread_history_messages
 
     words = list(args.words)
-    if args.container in RECORD_VERBS:
+    if args.container in (*RECORD_VERBS, "history"):
         raise UsageError(f"name the container first: gpuops incident <container> {args.container} ...")
-    if words and words[0] not in RECORD_VERBS:
+    if words and words[0] not in (*RECORD_VERBS, "history"):
         raise UsageError(f"`{words[0]}` is not a word for a thread: after the container, one of "
-                         f"{', '.join(RECORD_VERBS)} (`gpuops incident <container> hypothesis <text>`)")
+                         f"{', '.join(RECORD_VERBS)} (`gpuops incident <container> hypothesis <text>`), or history")
+    if words[1:] and words[0] == "history":
+        raise UsageError("`history` takes nothing after it: gpuops incident <container> history")
 
     thread = f" as thread {args.thread}" if args.thread else ""
 
@@ -217,7 +219,7 @@ def cmd_incident(args: argparse.Namespace) -> int:
             attempts = await services.attempts.recent(node, vmid, 20) if following else []
             # what the thread's summary says once the bot's scheduler has caught up (nothing is saved from here)
             found += [(label, with_attempts(incident, attempts), attempts) for incident in following]
-        if words:
+        if words and words[0] != "history":
             return await record(services, found, containers[0][2])
         if args.json:
             records = [{**{k: v for k, v in incident.to_dict().items() if k not in ("summary_digest", "announcements")},
@@ -230,7 +232,8 @@ def cmd_incident(args: argparse.Namespace) -> int:
         else:
             for label, incident, attempts in found:
                 print(f"Thread {incident.thread_ts} in channel {incident.channel} ({label}):")
-                print(blocks_to_text(incident_summary(incident, attempts).blocks) + "\n")
+                shown = thread_history_messages(incident, attempts) if words else [incident_summary(incident, attempts)]
+                print("\n".join(blocks_to_text(m.blocks) for m in shown) + "\n")
         return 0
 
     async def record(services: Any, found: list[Any], label: str) -> int:
@@ -1041,7 +1044,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "of the inventory)")
     incident.add_argument("words", nargs="*", metavar="WORD", help="record in the container's thread, as `@gpuops` "
                           "there does: hypothesis TEXT, note TEXT, confirm H1 WHY, refute H1 WHY (the bot says it in "
-                          "the thread on its next tick)")
+                          "the thread on its next tick); or history, to print each thread's whole record (every "
+                          "attempt, hypothesis, decision and note, in order) instead of its summary")
     incident.add_argument("--thread", metavar="TS", help="the thread (its ts, as listed) when several follow the "
                           "container")
     incident.add_argument("--json", action="store_true", help="print the threads' records (or what was recorded) "

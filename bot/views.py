@@ -35,7 +35,7 @@ from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.health import HealthReport
-from bot.core.incident import RECORD_TEXT_MAX, Hypothesis, Incident, Recorded, person
+from bot.core.incident import RECORD_TEXT_MAX, Event, Hypothesis, Incident, Recorded, person, timeline
 from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, target_view
@@ -462,6 +462,10 @@ def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
     if not attempts:
         text = f"No attempts recorded yet on {where}: a launch records one (`/sglang launch`)."
         return SlackMessage(text, [SectionBlock(text=MarkdownTextObject(text=escape_mrkdwn(text))).to_dict()])
+    return SlackMessage(f"{len(attempts)} attempts on {where}", [b.to_dict() for b in _attempt_table(attempts, where)])
+
+
+def _attempt_table(attempts: Sequence[Attempt], where: str) -> list[Block]:
     rows = [f"{'ATTEMPT':<22} {'WHEN (UTC)':<17} {'STATUS':<9} CHANGED -> RESULT"]
     for a in attempts:
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(a.created_at))
@@ -469,10 +473,58 @@ def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
         if a.observed.get("kv_tokens"):
             result = f"{a.observed['kv_tokens']:,} KV tokens; {result}"
         rows.append(f"{a.id:<22} {when:<17} {a.status.value:<9} {a.changes_text[:80]} -> {result[:90]}")
-    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*Attempts on {escape_mrkdwn(where)}* "
-                                                                     f"(newest first)"))]
-    blocks += monospace_sections(rows)
-    return SlackMessage(f"{len(attempts)} attempts on {where}", [b.to_dict() for b in blocks])
+    return [SectionBlock(text=MarkdownTextObject(text=f"*Attempts on {escape_mrkdwn(where)}* (newest first)")),
+            *monospace_sections(rows)]
+
+
+def thread_history_messages(incident: Incident, attempts: Sequence[Attempt]) -> list[SlackMessage]:
+    """`@gpuops history`: everything the thread's record holds, none of it cut: the container's attempts, then each
+    hypothesis, decision, note, reading and attempt's end in the order they happened (the summary keeps the latest
+    and gives way when long; this is where the rest is). As many messages as Slack's limits need."""
+    where = f"{incident.node}:{incident.vmid}" if incident.node else "no container linked yet"
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(
+        text=f":scroll: *History of this thread* — {escape_mrkdwn(where)}: the attempts, then every hypothesis, test "
+             "and note in the order they happened"))]
+    if attempts:
+        blocks += _attempt_table(attempts, where)
+    else:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=(
+            f"No attempts recorded yet on {escape_mrkdwn(where)}: a launch records one (`/sglang launch`)."
+            if incident.node else "No attempts: this thread follows no container yet (`@gpuops status <container>` "
+                                  "or `@gpuops triage <container>` links one)."))))
+    lines = ["*Timeline* (UTC, oldest first)", *(_event_line(e) for e in timeline(incident))]
+    if len(lines) == 1:
+        lines.append("nothing recorded yet — `@gpuops hypothesis <text>`, `@gpuops note <text>`")
+    blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
+    pages = paged(blocks)
+    title = f"History of the thread on {where}" if incident.node else "History of this thread"
+    return [SlackMessage(title + (f" (part {n}/{len(pages)})" if len(pages) > 1 else ""), page)
+            for n, page in enumerate(pages, 1)]
+
+
+def _event_line(event: Event) -> str:
+    when = f"`{time.strftime('%m-%d %H:%M', time.gmtime(event.at))}`"
+    h, o = event.hypothesis, event.observation
+    if h is not None and event.kind == "raised":
+        line = f"{when} :bulb: *{h.id}* raised by {_person(h.author)}: {escape_keeping_mentions(h.text)}"
+        if h.status != "open" and h.decided_at is None:  # decided before decisions kept their time
+            line += f" — {HYPOTHESIS_ICON[h.status]} {_decision(h)}"
+        return line
+    if h is not None:
+        return f"{when} {HYPOTHESIS_ICON[h.status]} *{h.id}* {_decision(h)}"
+    assert o is not None
+    if o.kind == "attempt":
+        changed = f" — changed: {escape_mrkdwn(', '.join(o.changes))}" if o.changes else ""
+        triage = f" · triage: {o.label}" if o.label else ""
+        return f"{when} {STATUS_ICON.get(o.outcome or '', ':grey_question:')} attempt `{o.attempt}` " \
+               f"{o.outcome}{changed}{triage}"
+    icon = ":memo: note" if o.kind == "note" else ":mag:"
+    return f"{when} {icon} {escape_keeping_mentions(o.text)}"
+
+
+def _decision(h: Hypothesis) -> str:
+    tested = f" (tested by {', '.join(f'`{t}`' for t in h.tested_by)})" if h.tested_by else ""
+    return f"{h.status} by {escape_keeping_mentions(h.decided_by)}: {escape_keeping_mentions(h.why)}{tested}"
 
 
 def confirm_message(title: str, lines: Sequence[str], pending_id: str, ttl_s: int) -> SlackMessage:
@@ -627,12 +679,13 @@ HYPOTHESIS_ICON = {"open": ":grey_question:", "confirmed": ":white_check_mark:",
 
 
 SUMMARY_SHORT_TEXT = 160  # a hypothesis's words when all of them at length would not fit the one message
+SUMMARY_OBSERVATIONS = 5  # the latest notes and readings the summary shows
 
 
 def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMessage:
     """The thread's one summary, edited in place. So that it stays one message Slack takes, a long incident gives way
     in this order: each hypothesis in its first words; the attempts between the first and the latest (`@gpuops
-    history` lists them); then the oldest hypotheses, decided ones first (each is in the thread where it was said)."""
+    history` lists them); then the oldest hypotheses, decided ones first (`@gpuops history` lists every one)."""
     where = f"{incident.node}:{incident.vmid}" if incident.node else "(no container linked yet)"
     head = [f":pushpin: *Incident summary* — {escape_mrkdwn(where)} (kept up to date by gpuops)", "*Attempts*"]
     tried = []
@@ -641,8 +694,11 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
         triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
         tried.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
                      f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_keeping_mentions(result[:200])}{triage}")
-    notes = [o for o in incident.observations if o.kind in ("note", "status")][-5:]
-    tail = ["*Observations*", *(f"• {escape_keeping_mentions(o.text[:300])}" for o in notes)] if notes else []
+    observed = [o for o in incident.observations if o.kind in ("note", "status")]
+    notes = observed[-SUMMARY_OBSERVATIONS:]
+    earlier = len(observed) - len(notes)
+    tail = ["*Observations*", *([f"… {earlier} earlier (`@gpuops history` lists them)"] if earlier else []),
+            *(f"• {escape_keeping_mentions(o.text[:300])}" for o in notes)] if notes else []
     hypotheses = {h.id: _hypothesis_line(h) for h in incident.hypotheses}
     room = MESSAGE_TEXT_LIMIT - 400  # 400: two elision lines, the section joins
 
@@ -666,7 +722,7 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
         dropped += 1
     shown = list(hypotheses.values()) or ["none yet — `@gpuops hypothesis <text>`"]
     if dropped:
-        shown.insert(0, f"… {dropped} earlier hypotheses not shown here (each is in this thread where it was said)")
+        shown.insert(0, f"… {dropped} earlier hypotheses not shown here (`@gpuops history` lists every one)")
     lines = head + (kept or ["none yet"]) + ["*Hypotheses*", *shown] + tail
     blocks = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     return SlackMessage("Incident summary", [b.to_dict() for b in blocks])

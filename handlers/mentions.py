@@ -18,7 +18,7 @@ from bot import views
 from bot.app import Services
 from bot.core.attempts import is_attempt_id
 from bot.core.commands import log_args
-from bot.core.incident import RECORD_VERBS, Incident, gpu_reading, parse_mention, record_word
+from bot.core.incident import RECORD_VERBS, Incident, gpu_reading, parse_mention, record_word, with_attempts
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError
 from bot.incidents import container_attempts, refresh_summary, synced, triage_reading
@@ -143,10 +143,10 @@ async def handle(services: Services, answers: ThreadAnswers, incident: Incident,
         spec, lines = log_args(rest.split(), views.MENTION_HELP)
         await answers.post(await log_tail(services, spec, _thread_target(services, incident, spec or ""), lines,
                                           channel))
-    elif verb == "history":
+    elif verb == "history":  # the record as it stands once the container's finished attempts are in it
         attempts = await container_attempts(services, incident)
-        where = f"{incident.node}:{incident.vmid}" if incident.node else "this thread"
-        await answers.post([views.history_message(attempts, where)])
+        incident = with_attempts(incident, attempts)
+        await answers.post(views.thread_history_messages(incident, attempts))
     else:
         await answers.say(views.MENTION_HELP)
     return await synced(services, incident)

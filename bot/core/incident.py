@@ -41,6 +41,7 @@ class Hypothesis:
     decided_by: str = ""  # who or what decided it
     why: str = ""
     tested_by: tuple[str, ...] = ()  # attempt ids / observations
+    decided_at: float | None = None  # when it was decided (None: open, or decided before this was kept)
 
     @property
     def about_residual_memory(self) -> bool:
@@ -107,7 +108,8 @@ class Incident:
             return self
         return self.add_hypothesis(triage_hypothesis(label, attempt_id), "gpuops", at)[0]
 
-    def decide(self, hypothesis_id: str, status: str, by: str, why: str, tested_by: str | None = None) -> Incident:
+    def decide(self, hypothesis_id: str, status: str, by: str, why: str, tested_by: str | None = None,
+               at: float | None = None) -> Incident:
         if status not in ("confirmed", "refuted", "open"):
             raise ValueError(f"status {status!r}")
         found = False
@@ -116,7 +118,8 @@ class Incident:
             if h.id.lower() == hypothesis_id.lower():
                 found = True
                 h = replace(h, status=status, decided_by=by, why=why[:RECORD_TEXT_MAX],
-                            tested_by=h.tested_by + ((tested_by,) if tested_by else ()))
+                            tested_by=h.tested_by + ((tested_by,) if tested_by else ()),
+                            decided_at=None if status == "open" else at)
             updated.append(h)
         if not found:
             raise KeyError(hypothesis_id)
@@ -150,7 +153,7 @@ class Incident:
                         else f"the GPUs were clean ({clean.text})")
                 incident = incident.decide(h.id, "refuted", "gpuops",
                                            f"{seen} and the failure repeated in {repeats[0].attempt}",
-                                           repeats[0].attempt)
+                                           repeats[0].attempt, repeats[0].at)
                 continue
             # held memory seen, then freed, and the failed launch relaunched unchanged starts: the leftovers were it
             held_before = any(o.clean_gpus is False and o.at < clean.at for o in self.observations)
@@ -161,7 +164,7 @@ class Incident:
                 incident = incident.decide(
                     h.id, "confirmed", "gpuops",
                     f"memory held on the GPUs was freed ({freed}) and {started.attempt} started with the same flags",
-                    started.attempt)
+                    started.attempt, started.at)
         return incident
 
     def _decide_by_experiments(self) -> Incident:
@@ -183,7 +186,7 @@ class Incident:
                                   else ("a budget change", "the memory budget"))
                     incident = incident.decide(h.id, "confirmed", "gpuops",
                                                f"{o.attempt} with `{budgeted}` ({kind}) started: {what} was the cause",
-                                               o.attempt)
+                                               o.attempt, o.at)
                     break
                 change = made_experiment(label, o.changes)
                 if change is None:
@@ -191,11 +194,12 @@ class Incident:
                 if o.outcome == "ready":
                     incident = incident.decide(h.id, "confirmed", "gpuops",
                                                f"{o.attempt} with `{change}` started: the failure went with it",
-                                               o.attempt)
+                                               o.attempt, o.at)
                     break
                 if o.outcome == "failed" and o.label == label:
                     incident = incident.decide(h.id, "refuted", "gpuops",
-                                               f"{o.attempt} with `{change}` failed the same way ({label})", o.attempt)
+                                               f"{o.attempt} with `{change}` failed the same way ({label})", o.attempt,
+                                               o.at)
                     break
         return incident
 
@@ -212,6 +216,27 @@ class Incident:
         values["attempts"] = tuple(data.get("attempts", ()))
         values["announcements"] = tuple(Recorded(**r) for r in data.get("announcements", ()))
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a thread's record holds, when it happened: a hypothesis raised or decided, a note, a reading of the
+    GPUs, an attempt's end. The summary shows the latest; ``@gpuops history`` shows them all, in order."""
+    at: float
+    kind: str  # raised | decided | note | status | attempt
+    hypothesis: Hypothesis | None = None
+    observation: Observation | None = None
+
+
+def timeline(incident: Incident) -> tuple[Event, ...]:
+    """The thread's record oldest first: each hypothesis where it was raised and again where it was decided (a
+    decision recorded before decisions kept their time shows on the hypothesis alone), each observation where it
+    was made. A decision comes after what happened at the same moment (the attempt that decided it)."""
+    events = [Event(h.created_at, "raised", hypothesis=h) for h in incident.hypotheses]
+    events += [Event(h.decided_at, "decided", hypothesis=h) for h in incident.hypotheses
+               if h.status != "open" and h.decided_at is not None]
+    events += [Event(o.at, o.kind, observation=o) for o in incident.observations]
+    return tuple(sorted(events, key=lambda e: (e.at, e.kind == "decided")))
 
 
 @dataclass(frozen=True)
@@ -256,7 +281,7 @@ def record_word(incident: Incident, verb: str, text: str, hypothesis_id: str, au
             raise UsageError(f"name the hypothesis and why: `{verb} H1 <why>`")
         why = text or "(no reason given)"
         try:
-            incident = incident.decide(hypothesis_id, status, who, why)
+            incident = incident.decide(hypothesis_id, status, who, why, at=at)
         except KeyError:
             raise UsageError(f"no hypothesis `{hypothesis_id}` in this thread") from None
         return incident, Recorded(status, why, hypothesis_id.upper(), author)

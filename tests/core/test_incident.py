@@ -27,7 +27,35 @@ def test_residual_memory_is_refuted_by_clean_gpus_and_a_repeated_failure():
     assert incident.hypotheses[0].status == "refuted" and incident.hypotheses[0].tested_by == ("a2",)
     assert "repeated in a2" in incident.hypotheses[0].why
     assert incident.hypotheses[1].status == "open"  # not about memory: left to people
+    assert incident.hypotheses[0].decided_at == 40  # when the attempt that decided it ended
     assert Incident.from_dict(incident.to_dict()) == incident
+
+
+def test_the_threads_timeline_has_each_word_reading_and_decision_where_it_happened():
+    from bot.core.incident import record_word, timeline
+
+    incident = Incident("C", "1.0")
+    incident = incident.observe(Observation(10, "attempt", "a1 failed", attempt="a1", outcome="failed",
+                                            label="kv_pool_oom"))
+    incident, _ = record_word(incident, "hypothesis", "leftover GPU memory", "", "U1", 20)
+    incident, _ = record_word(incident, "hypothesis", "the context is too long", "", "U2", 25)
+    incident, _ = record_word(incident, "note", "drained the node", "", "U1", 28)
+    incident = incident.observe(Observation(30, "status", "GPUs clean: 2 GPUs", clean_gpus=True))
+    incident, _ = record_word(incident, "refute", "64K fits the pool", "H2", "U1", 35)
+    incident = incident.observe(Observation(40, "attempt", "a2 failed", attempt="a2", outcome="failed",
+                                            label="kv_pool_oom"))
+    assert [(e.at, e.kind, (e.hypothesis or e.observation).__class__.__name__) for e in timeline(incident)] == [
+        (10, "attempt", "Observation"), (20, "raised", "Hypothesis"), (25, "raised", "Hypothesis"),
+        (28, "note", "Observation"), (30, "status", "Observation"), (35, "decided", "Hypothesis"),
+        (40, "attempt", "Observation"), (40, "decided", "Hypothesis")]
+    assert [e.hypothesis.id for e in timeline(incident) if e.kind == "decided"] == ["H2", "H1"]
+    # a record kept before decisions had their time: the decision has no event of its own
+    kept = incident.to_dict()
+    for h in kept["hypotheses"]:
+        del h["decided_at"]
+    assert [e.kind for e in timeline(Incident.from_dict(kept))].count("decided") == 0
+    # reopened: no longer decided, so no decision event
+    assert [e.kind for e in timeline(incident.decide("H2", "open", "U1", ""))].count("decided") == 1
 
 
 def test_a_different_failure_after_clean_gpus_does_not_refute():

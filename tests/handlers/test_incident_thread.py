@@ -496,3 +496,38 @@ async def test_a_person_a_thread_note_names_is_kept_in_its_record(lab):
     assert "<@U0ALICE>: asked <@U0BOB> to check NCCL_P2P_DISABLE" in summary_text(calls, summary_ts)
     incident = await lab.services.incidents.get(CHANNEL, first.thread_ts)
     assert incident.observations[-1].text.endswith(": asked <@U0BOB> to check NCCL_P2P_DISABLE")
+
+
+async def test_a_threads_history_has_every_word_reading_and_decision_in_order_in_slack_and_a_terminal(lab, tmp_path):
+    """The summary shows the latest five notes and readings; `@gpuops history` (and `gpuops incident <container>
+    history`) shows the whole record, in the order it happened, with who decided what and when."""
+    from tests.handlers.test_cli_launch import terminal
+    from tests.handlers.test_launch_flow import post_with
+
+    first, summary_ts = await thread_with_summary(lab, "note step 0: tried 0.85")
+    for n in range(1, 7):
+        assert await lab.mention_answered(f"note step {n}: tried 0.8{n + 5}", first.thread_ts) == 200
+    await lab.mention_answered("hypothesis leftover GPU memory from an earlier run", first.thread_ts)
+    await lab.mention_answered("refute H1 the GPUs were clean before step 6", first.thread_ts)
+    assert "… 2 earlier (`@gpuops history` lists them)" in summary_text(lab.standin.calls, summary_ts)
+    assert "step 0: tried 0.85" not in summary_text(lab.standin.calls, summary_ts)
+
+    await lab.mention("history", first.thread_ts)
+    calls = await wait_text(lab, "History of this thread", method="chat.postMessage")
+    answer = post_with(calls, "History of this thread")
+    assert answer.params["thread_ts"] == first.thread_ts
+    text = blocks_to_text(answer.blocks)
+    said = [text.index(f"note <@U0ALICE>: step {n}: tried 0.8{n + 5}") for n in range(7)]
+    raised = text.index("*H1* raised by <@U0ALICE>: leftover GPU memory from an earlier run")
+    decided = text.index("*H1* refuted by <@U0ALICE>: the GPUs were clean before step 6")
+    assert said == sorted(said) and said[-1] < raised < decided
+    assert "Attempts on pve5:129" in text and first.id in text
+    assert f"attempt `{first.id}` failed" in text and text.index(f"attempt `{first.id}` failed") < said[0]
+
+    shown = await terminal(lab, tmp_path, "incident", "sglang-a6000", "history")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert all(f"step {n}: tried 0.8{n + 5}" in shown.stdout for n in range(7))
+    assert "*H1* refuted by <@U0ALICE>: the GPUs were clean before step 6" in shown.stdout
+    wrong = await terminal(lab, tmp_path, "incident", "sglang-a6000", "history", "now")
+    assert wrong.returncode == 2 and "takes nothing after it" in wrong.stdout + wrong.stderr
+

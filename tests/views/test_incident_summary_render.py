@@ -77,10 +77,54 @@ def test_a_thread_of_more_hypotheses_than_fit_drops_the_oldest_decided_ones_firs
     decided_shown = [i for i in listed if i not in open_ids]
     # the decided ones that give way are the oldest: those still shown are the latest
     assert decided_shown == [h.id for h in incident.hypotheses if h.status != "open"][-len(decided_shown):]
-    assert f"… {80 - len(listed)} earlier hypotheses not shown here (each is in this thread where it was said)" in shown
+    assert f"… {80 - len(listed)} earlier hypotheses not shown here (`@gpuops history` lists every one)" in shown
     assert attempts[0].id in shown and attempts[-1].id in shown
     # in their first words, marked cut
     assert f"*H1* {words[:150]}" in shown and f"*H1* {words[:500]}" not in shown
+
+
+def test_a_threads_history_holds_every_hypothesis_decision_and_note_whole_in_the_order_they_happened():
+    """What the summary gives way on is all in `@gpuops history`: 80 hypotheses of 500 characters (every other one
+    refuted with a 500-character reason), 12 notes and readings, and 20 attempts, in messages Slack takes."""
+    from bot.core.incident import Observation, gpu_reading, with_attempts
+    from bot.slack_standin import refused_for_size
+    from bot.views import thread_history_messages
+
+    words = " ".join(c["evidence"] for c in CASES) * 3
+    incident = Incident("C", "1.0", "pve5", 129)
+    for n in range(80):
+        incident, h = incident.add_hypothesis(words[n * 300:n * 300 + 500], "U0ALICE", 2000.0 + 60 * n)
+        if n % 2:
+            incident = incident.decide(h.id, "refuted", "<@U0BOB>", words[n * 200:n * 200 + 500], at=2030.0 + 60 * n)
+    for n in range(12):
+        incident = incident.observe(Observation(2010.0 + 400 * n, "note", f"<@U0ALICE>: tried step {n} <0.8{n % 10}>"))
+    incident = incident.observe(gpu_reading(9000.0, []))
+    attempts = [failed(n, CASES[n]["evidence"][:400]) for n in range(20)]
+    incident = with_attempts(incident, attempts)
+    messages = thread_history_messages(incident, attempts)
+    assert len(messages) > 1 and all(refused_for_size(m.blocks) is None for m in messages)
+    assert [m.text for m in messages][:2] == [f"History of the thread on pve5:129 (part {n}/{len(messages)})"
+                                              for n in (1, 2)]
+    text = "\n".join(b["text"]["text"] for m in messages for b in m.blocks if b.get("text"))  # as Slack gets it
+    lines = text.splitlines()
+    for h in incident.hypotheses:  # whole, however long: the text and, when decided, the reason
+        raised = next(n for n, x in enumerate(lines) if f"*{h.id}* raised by <@U0ALICE>: " in x)
+        assert _escaped(h.text) in lines[raised]
+        if h.status == "refuted":
+            decided = next(n for n, x in enumerate(lines) if x.endswith(f":x: *{h.id}* refuted by <@U0BOB>: "
+                                                                       + _escaped(h.why)))
+            assert decided > raised
+    notes = [n for n, x in enumerate(lines) if ":memo: note <@U0ALICE>: tried step" in x]
+    assert len(notes) == 12 and "tried step 3 &lt;0.83&gt;" in lines[notes[3]]
+    stamps = [x.split("`")[1] for x in lines if x.startswith("`") and not x.startswith("```")]
+    assert len(stamps) == 80 + 40 + 12 + 1 + 20 and stamps == sorted(stamps)  # oldest first, every event
+    assert all(a.id in text for a in attempts)
+    summary = blocks_to_text(incident_summary(incident, attempts).blocks)
+    assert "… 8 earlier (`@gpuops history` lists them)" in summary  # 13 notes and readings; the latest 5 shown
+
+
+def _escaped(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def test_a_summary_that_fits_shows_each_hypothesis_whole():
@@ -112,3 +156,15 @@ def test_who_stopped_an_attempt_reads_as_a_mention_in_the_summary():
     stopped = a.moved(AttemptStatus.STOPPED, 1003.0, "stopped by <@U0ALICE> (SIGTERM); memory returned: GPU 0: 1 MiB")
     shown = incident_summary(Incident("C", "1.0", "pve5", 129), [stopped]).blocks[0]["text"]["text"]
     assert "stopped — changed:  — stopped by <@U0ALICE> (SIGTERM); memory returned: GPU 0: 1 MiB" in shown
+
+
+def test_the_history_of_a_thread_with_nothing_in_it_says_how_to_begin():
+    from bot.views import thread_history_messages
+
+    (message,) = thread_history_messages(Incident("C", "1.0"), [])
+    text = blocks_to_text(message.blocks)
+    assert message.text == "History of this thread" and "History of this thread* — no container linked yet" in text
+    assert "this thread follows no container yet (`@gpuops status <container>`" in text
+    assert "nothing recorded yet — `@gpuops hypothesis <text>`" in text
+    (linked,) = thread_history_messages(Incident("C", "1.0", "pve5", 129), [])
+    assert "No attempts recorded yet on pve5:129" in blocks_to_text(linked.blocks)
