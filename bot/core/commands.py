@@ -155,10 +155,31 @@ SglangRequest = (SglangBudgetRequest | SglangLaunchRequest | SglangStopRequest |
                  | SglangTriageRequest | SglangLogRequest | SglangHelpRequest)
 
 
+_LINES_OPTION = re.compile(r"(?:-n|--lines)(?:=?(\d+))?|-(\d+)")  # tail's ways: -n 50, -n50, --lines=50, -50
+
+
 def log_args(args: Sequence[str], usage: str) -> tuple[str | None, int]:
-    """``[container|attempt] [lines]`` of ``log``: a bare number is the line count."""
-    names = [a for a in args if not a.isdigit()]
-    counts = [int(a) for a in args if a.isdigit()]
+    """``[container|attempt] [lines]`` of ``log``: a bare number is the line count, and so is one given as ``tail``
+    and ``gpuops log`` take it (``-n 50``, ``--lines 50``, ``-50``)."""
+    names: list[str] = []
+    counts: list[int] = []
+    words = list(args)
+    while words:
+        word = words.pop(0)
+        option = _LINES_OPTION.fullmatch(word)
+        if word.isdigit():
+            counts.append(int(word))
+        elif option is None:
+            if word.startswith("-"):
+                raise UsageError(f"`log` takes no option `{word[:40]}`; give the line count as a number "
+                                 f"(`log sglang-a6000 50`, or `-n 50`). {usage}")
+            names.append(word)
+        elif (count := option.group(1) or option.group(2)) is not None:
+            counts.append(int(count))
+        elif words and words[0].isdigit():
+            counts.append(int(words.pop(0)))
+        else:
+            raise UsageError(f"`{word}` needs a line count after it (`{word} 50`). {usage}")
     if len(names) > 1 or len(counts) > 1:
         raise UsageError(f"`log` takes at most a container or attempt id and a line count. {usage}")
     return (names[0] if names else None), checked_log_lines(counts[0] if counts else DEFAULT_LOG_LINES)

@@ -56,7 +56,13 @@ def test_sglang_log_takes_a_container_or_attempt_and_a_line_count_in_either_orde
     assert parse_sglang_command("log 80") == SglangLogRequest(None, 80)
     assert parse_sglang_command("log a20261204-153451-e8f9 120") == SglangLogRequest("a20261204-153451-e8f9", 120)
     assert parse_sglang_command("log 10 sglang-a6000") == SglangLogRequest("sglang-a6000", 10)
+    # the count as tail and `gpuops log` take it
+    for typed in ("log sglang-a6000 -n 50", "log -n50 sglang-a6000", "log sglang-a6000 --lines 50",
+                  "log sglang-a6000 --lines=50", "log sglang-a6000 -50"):
+        assert parse_sglang_command(typed) == SglangLogRequest("sglang-a6000", 50), typed
     for bad, why in (("log 500", "from 1 to 200 lines"), ("log 0", "from 1 to 200 lines"),
-                     ("log a b", "at most a container"), ("log 5 6", "at most a container")):
+                     ("log a b", "at most a container"), ("log 5 6", "at most a container"),
+                     ("log sglang-a6000 -n", "needs a line count after it"), ("log -n 5 -7", "at most a container"),
+                     ("log sglang-a6000 -f", "takes no option `-f`"), ("log sglang-a6000 -500", "from 1 to 200")):
         with pytest.raises(UsageError, match=why):
             parse_sglang_command(bad)
