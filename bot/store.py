@@ -54,6 +54,7 @@ PREFIX = "gpuops:"
 AUDIT_STREAM = PREFIX + "audit"
 ACTIVE_SET = PREFIX + "attempts:active"
 CHANGED_SET = PREFIX + "containers-changed"  # containers whose attempts changed, for the incident threads
+THREADS = PREFIX + "attempt-threads"  # "<channel>:<ts>" of a launch card or its thread -> the attempt
 # attempts whose launch card in the channel says less than their record (stopped from a terminal, which has no
 # Slack; an edit Slack refused): drawn again from the record on the next pass over their container
 CARDS_BEHIND = PREFIX + "cards-behind"
@@ -408,6 +409,9 @@ class AttemptStore:
             pipe.srem(ACTIVE_SET, attempt.id)
         # whoever wrote it (a terminal has no Slack), the scheduler brings the threads following it up to date
         pipe.sadd(CHANGED_SET, f"{attempt.node}:{attempt.vmid}")
+        # which attempt a Slack thread is about, however many attempts came after it
+        for ts in {attempt.message_ts, attempt.thread_ts} - {None}:
+            pipe.hset(THREADS, f"{attempt.channel}:{ts}", attempt.id)
 
     async def change(self, attempt_id: str, change: Callable[[Attempt], Attempt | None],
                      card_behind: bool = False) -> Attempt | None:
@@ -504,6 +508,11 @@ class AttemptStore:
         except RedisError as exc:
             raise StoreError(f"running attempts not backfilled: {type(exc).__name__}") from None
         return added
+
+    async def of_thread(self, channel: str, thread_ts: str) -> Attempt | None:
+        """The attempt whose card (or card's thread) is this Slack thread; None when none is recorded as such."""
+        attempt_id = await self.redis.hget(THREADS, f"{channel}:{thread_ts}")
+        return await self.get(str(attempt_id)) if attempt_id else None
 
     async def latest(self, node: str, vmid: int) -> Attempt | None:
         found = await self.recent(node, vmid, 1)

@@ -92,14 +92,19 @@ class ThreadAnswers:
 
 
 async def _link_container(services: Services, incident: Incident, thread: str) -> Incident:
+    """A thread on a launch's card follows that launch's container, however many attempts came after it (a record
+    saved before the thread index existed is looked for among the latest attempts)."""
     if incident.node is not None:
         return incident
-    for attempt in await services.attempts.recent(count=100):
-        if attempt.thread_ts == thread or attempt.message_ts == thread:
-            from dataclasses import replace
+    attempt = await services.attempts.of_thread(incident.channel, thread)
+    if attempt is None:
+        attempt = next((a for a in await services.attempts.recent(count=100)
+                        if thread in (a.thread_ts, a.message_ts)), None)
+    if attempt is None:
+        return incident
+    from dataclasses import replace
 
-            return replace(incident, node=attempt.node, vmid=attempt.vmid)
-    return incident
+    return replace(incident, node=attempt.node, vmid=attempt.vmid)
 
 
 async def handle(services: Services, answers: ThreadAnswers, incident: Incident, verb: str, rest: str, hid: str,

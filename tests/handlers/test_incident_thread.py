@@ -531,3 +531,21 @@ async def test_a_threads_history_has_every_word_reading_and_decision_in_order_in
     wrong = await terminal(lab, tmp_path, "incident", "sglang-a6000", "history", "now")
     assert wrong.returncode == 2 and "takes nothing after it" in wrong.stdout + wrong.stderr
 
+
+async def test_a_launchs_thread_follows_its_container_however_many_attempts_came_after_it(lab):
+    """A thread someone comes back to after a busy week: a hundred launches elsewhere since do not cut it off from
+    its container (its first word there links it)."""
+    from dataclasses import replace
+
+    from tests.handlers.test_launch_flow import post_with
+
+    first = await failed_launch(lab, "kv_pool_oom")
+    for n in range(101):  # another container's launches, all after it
+        await lab.services.attempts.save(replace(first, id=f"a20991231-{n:06d}-beef", vmid=131, thread_ts=None,
+                                                 message_ts=None, created_at=first.created_at + n + 1))
+    assert await lab.mention_answered("history", first.thread_ts) == 200
+    calls = await wait_text(lab, "History of this thread", method="chat.postMessage")
+    text = blocks_to_text(post_with(calls, "History of this thread").blocks)
+    assert "History of this thread* — pve5:129" in text and first.id in text
+    incident = await lab.services.incidents.get(CHANNEL, first.thread_ts)
+    assert (incident.node, incident.vmid) == ("pve5", 129)
