@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bot import views
@@ -84,14 +84,14 @@ class Scheduler:
             if not await self.health.claim(key, self.services.replica, 3 * 24 * 3600):
                 continue
             try:
-                await self.post(schedule.channel, schedule.targets, name, now)
+                await self.post(schedule.channel, schedule.targets, name, now, key=key)
                 result.posted.append(f"{name}:{occurrence}")
             except Exception as exc:
                 if (error := slack_error(exc)) in UNREACHABLE_ERRORS:  # as refused on every tick: not read again
                     log.error("health post %s cannot be sent to %s (%s): invite the bot to the channel, or name "
                               "another in the inventory's schedules; not tried again", key, schedule.channel, error)
                     continue
-                # nothing was sent, so the occurrence stays due for the next tick (on any replica)
+                # the occurrence stays due for the next tick (on any replica), which sends what was not sent
                 await self.health.unclaim(key)
                 log.exception("health post %s failed; will retry", key)
         result.taken_over = await self.take_over()
@@ -276,27 +276,53 @@ class Scheduler:
             announced.append(attempt.id)
         return unanswering, slow
 
-    async def post(self, channel: str, targets_spec: str, name: str, now: float, respond: Any = None) -> HealthReport:
-        """``respond``: a person asked for it (`/gpu health`), who gets it privately where the bot cannot post."""
-        report = await self.report(targets_spec, name, now)
-        posted = await post_messages(self.client, channel, views.health_messages(report), pace=self.services.pace,
-                                     respond=respond)
+    async def post(self, channel: str, targets_spec: str, name: str, now: float, respond: Any = None,
+                   key: str | None = None) -> None:
+        """``respond``: a person asked for it (`/gpu health`), who gets it privately where the bot cannot post.
+        ``key``: a scheduled post's occurrence. A report in several messages of which Slack took some and refused
+        the next keeps the rest under it, and the next try sends only those: no part is posted twice."""
+        unsent = await self.health.unsent(key) if key else None
+        if unsent is None:
+            report = await self.report(targets_spec, name, now)
+            record, messages, first = report.to_dict(), views.health_messages(report), None
+        else:
+            record, first = unsent["report"], unsent["first_ts"]
+            messages = [views.SlackMessage(m["text"], m["blocks"]) for m in unsent["messages"]]
+        for n, message in enumerate(messages):
+            try:
+                posted = await post_messages(self.client, channel, [message], pace=self.services.pace,
+                                             respond=respond)
+            except Exception:
+                if key and (n or unsent is not None):  # some of it is in the channel: only the rest is to be sent
+                    await self._keep_unsent(key, {"report": record, "first_ts": first,
+                                                  "messages": [asdict(m) for m in messages[n:]]})
+                raise
+            first = first or (posted[0] if posted else None)
+        if key and unsent is not None:
+            with contextlib.suppress(Exception):  # expires on its own; a stale one is never read (the key is done)
+                await self.health.drop_unsent(key)
         # the report went out: what follows must not have it sent again (a failure before here does, on the next
         # tick), so the chart and the record for the next post's "what changed" are only logged when they fail
         try:
             recorded, _ = await self.health.samples_since(now - 24 * 3600)
             png = health_png(recorded, now, f"GPU memory and utilization, last 24 h ({name})")
-            if posted:  # not where the report came privately: a file cannot go there
-                await upload_png(self.client, channel, posted[0], png, "gpu-health.png", "GPU health")
+            if first:  # not where the report came privately: a file cannot go there
+                await upload_png(self.client, channel, first, png, "gpu-health.png", "GPU health")
         except Exception as exc:
             error = slack_error(exc)  # a refusal is said in a line; anything else with its traceback
             log.warning("chart of health post %s not attached (%s)", name, error or type(exc).__name__,
                         exc_info=error is None)
         try:
-            await self.health.save_report(name, report.to_dict())
+            await self.health.save_report(name, record)
         except Exception:
             log.exception("health post %s sent but not recorded: the next post compares with the one before", name)
-        return report
+
+    async def _keep_unsent(self, key: str, unsent: dict[str, Any]) -> None:
+        try:
+            await self.health.keep_unsent(key, unsent, 3 * 24 * 3600)
+        except Exception:
+            log.exception("health post %s: the parts Slack did not take could not be kept; the next try sends it "
+                          "whole", key)
 
     async def take_over(self) -> list[str]:
         """Launches still `launching` whose tracker lease lapsed: follow them from this replica."""

@@ -91,6 +91,8 @@ class SlackStandIn:
         self.fail: dict[str, str] = {}
         self.rate_limit: dict[str, int] = {}  # method -> how many 429s to answer first
         self.unavailable: dict[str, int] = {}  # method -> how many 503s (Slack's servers in trouble) to answer first
+        # method -> a test's pick: the Slack error for a call it picks by its parameters, None to answer it as usual
+        self.fail_if: dict[str, Callable[[dict[str, Any]], str | None]] = {}
         self.usergroups: dict[str, list[str]] = {}  # group id -> member user ids
         self.bot_user_id = bot_user_id
         self.team_id = team_id
@@ -162,6 +164,8 @@ class SlackStandIn:
             answer = {"ok": False, "error": "not_authed"}
         elif method in self.fail:
             answer = {"ok": False, "error": self.fail[method]}
+        elif method in self.fail_if and (picked := self.fail_if[method](params)):
+            answer = {"ok": False, "error": picked}
         elif method in SENDS_MESSAGES and (too_big := refused_for_size(_blocks_of(params))):
             answer = {"ok": False, "error": too_big}
         else:

@@ -685,6 +685,7 @@ class HealthStore:
     gpuops:slot:sample:<n>          SET NX: one replica samples each interval slot
     gpuops:post:<schedule>:<date>   SET NX: one replica sends each occurrence of a schedule
     gpuops:report:<schedule>        JSON of the last report sent (for "what changed since yesterday")
+    gpuops:unsent:post:<schedule>:<date>  the parts of that post Slack has not taken yet, with its report
     """
 
     RETENTION_S = 8 * 24 * 3600
@@ -718,6 +719,16 @@ class HealthStore:
     async def last_report(self, schedule: str) -> dict[str, Any] | None:
         raw = await self.redis.get(f"{PREFIX}report:{schedule}")
         return json.loads(raw) if raw else None
+
+    async def keep_unsent(self, key: str, unsent: dict[str, Any], ttl_s: int) -> None:
+        await self.redis.set(f"{PREFIX}unsent:{key}", json.dumps(unsent, default=str), ex=ttl_s)
+
+    async def unsent(self, key: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(f"{PREFIX}unsent:{key}")
+        return json.loads(raw) if raw else None
+
+    async def drop_unsent(self, key: str) -> None:
+        await self.redis.delete(f"{PREFIX}unsent:{key}")
 
     async def save_report(self, schedule: str, report: dict[str, Any]) -> None:
         await self.redis.set(f"{PREFIX}report:{schedule}", json.dumps(report, default=str), ex=self.RETENTION_S)

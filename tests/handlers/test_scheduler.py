@@ -93,6 +93,35 @@ async def test_a_health_post_to_a_channel_the_bot_is_not_in_is_not_read_and_trie
     assert len(health_posts(lab)) == 3
 
 
+async def test_a_health_post_in_parts_whose_later_part_slack_refuses_sends_only_the_rest_on_the_next_tick(replicas):
+    """A report too long for one message goes in parts. When Slack takes the first and refuses the next (a passing
+    internal_error), the next tick sends the parts not yet sent, and no part twice; the chart goes under the first."""
+    lab, one, two, clock = replicas
+    # yesterday's report named 900 targets unreachable that are not now: today's says each is reachable again
+    await one.health.save_report("morning", {"gpus": [], "unreachable": [f"ct-{n:03d}: ssh: no route to host"
+                                                                           for n in range(900)]})
+    lab.standin.fail_if["chat.postMessage"] = lambda params: (
+        "internal_error" if "(part 2/" in str(params.get("text")) else None)
+    clock.now = at("2026-12-03 08:31")
+    await asyncio.gather(one.tick(), two.tick())
+    tried = [c.params["text"] for c in health_posts(lab)]
+    parts = int(re.search(r"part 1/(\d+)", tried[0]).group(1))
+    assert parts >= 3 and [c.delivered for c in health_posts(lab)] == [True, False]
+    del lab.standin.fail_if["chat.postMessage"]
+    for minutes in (32, 33):
+        clock.now = at(f"2026-12-03 08:{minutes}")
+        await asyncio.gather(one.tick(), two.tick())
+    delivered = [c for c in health_posts(lab) if c.delivered]
+    assert [re.search(r"part \d+/\d+", c.params["text"]).group(0) for c in delivered] == [
+        f"part {n}/{parts}" for n in range(1, parts + 1)]  # each once, in order
+    said = "\n".join(blocks_to_text(c.blocks) for c in delivered)
+    assert all(f"reachable again: ct-{n:03d}" in said for n in range(900))
+    (upload,) = lab.standin.of("files.completeUploadExternal")
+    assert upload.params["thread_ts"] == delivered[0].answer["ts"]
+    recorded = await one.health.last_report("morning")  # today's report is the one recorded, once it all went out
+    assert recorded["unreachable"] and not any(u.startswith("ct-") for u in recorded["unreachable"])
+
+
 async def test_a_post_missed_while_all_replicas_were_down_is_sent_late_once(replicas):
     lab, one, two, clock = replicas
     clock.now = at("2026-12-03 11:55")  # everyone was down at 08:30
