@@ -127,6 +127,7 @@ class Holder:
     name: str
     group: int | None = None  # its process group inside its container (a recorded launch's PID there)
     started: int | None = None  # its start time on the node: tells it from a later process given its PID
+    running_s: float | None = None  # how long it had run when read
 
 
 def remedy_launches(budget: Budget | None, flags: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -726,7 +727,7 @@ async def gpu_holders(transport: Transport, inventory: Inventory, target: Target
     """Exactly which PIDs hold GPU memory on a node (or on a container's GPUs)."""
     node = inventory.node(target.node)
     host = await read_node(transport, target.node, node.proc_root)
-    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name, p.group, p.started) for g in host.gpus
+    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name, p.group, p.started, p.running_s) for g in host.gpus
                for p in host.processes_of(g)]
     if target.kind == "container":
         holders = [h for h in holders if h.vmid == target.vmid]

@@ -31,6 +31,7 @@ from bot.core.status import (
     start_times_from_stat,
     unreachable,
     unreadable,
+    uptime_from,
     vmids_from_cgroups,
 )
 from bot.errors import CommandFailed, GpuopsError, ParseError, RemoteError
@@ -168,7 +169,7 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
     if pids:
         entries = (await transport.run(node, remote.read_proc_entries(pids, proc_root), ok_exit=(0, 1, 2))).stdout
         processes = attribute(processes, vmids_from_cgroups(entries), groups_from_status(entries),
-                              start_times_from_stat(entries))
+                              start_times_from_stat(entries), uptime_from(entries))
     return replace(gpus, processes=processes, process_listing=listing)
 
 

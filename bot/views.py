@@ -570,8 +570,10 @@ def _left_to_others(plan: FreePlan, stop_command: str) -> list[str]:
 
 
 def free_plan_lines(plan: FreePlan, stop_command: str = "/sglang stop") -> list[str]:
-    """Each PID a confirmation stops, then what it leaves alone."""
+    """Each PID a confirmation stops (with how long it has run: yesterday's leftover, or a colleague's just started),
+    then what it leaves alone."""
     return [f"PID {h.pid} on GPU {h.gpu_index} ({f'CT {h.vmid}' if h.vmid else 'host'}): {h.name}, {h.used_mib} MiB"
+            + (f", running for {_age(h.running_s)}" if h.running_s is not None else "")
             for h in plan.holders] + _left_to_others(plan, stop_command)
 
 

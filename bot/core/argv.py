@@ -90,12 +90,12 @@ def stat_device_nodes(paths: Iterable[str]) -> Argv:
 
 def read_proc_entries(pids: Iterable[int], proc_root: str = "/proc") -> Argv:
     """Print ``<proc_root>/<pid>/cgroup:<line>`` for each PID, its ``status`` file's ``NSpgid:`` line (its process
-    group in each PID namespace it is in, the container's last) and its ``stat`` line (when it started); missing
-    PIDs are skipped."""
+    group in each PID namespace it is in, the container's last) and its ``stat`` line (when it started), then the
+    node's ``uptime`` (so that a start time reads as how long it has run); missing PIDs are skipped."""
     root = proc_root.rstrip("/")
     checked = [_check_int(pid, "pid", 1) for pid in sorted(set(pids))]
     paths = [f"{root}/{pid}/{name}" for name in ("cgroup", "status", "stat") for pid in checked]
-    return ("grep", "-H", "-s", "-E", r"^([0-9]+:|NSpgid:|[0-9]+ \()", *paths)
+    return ("grep", "-H", "-s", "-E", r"^([0-9]+:|NSpgid:|[0-9]+ \(|[0-9]+\.[0-9]+ [0-9])", *paths, f"{root}/uptime")
 
 
 def with_timeout(seconds: int, argv: Argv, kill_after: int = 5) -> Argv:

@@ -36,6 +36,7 @@ class GpuProcess:
     # when it started, in clock ticks after boot (/proc/<pid>/stat field 22): tells it from a later process that
     # is given the same PID once it ends, which a stop confirmed for it must leave alone
     started: int | None = None
+    running_s: float | None = None  # how long it had run when read (from its start time and the node's uptime)
 
     @property
     def owner(self) -> str:

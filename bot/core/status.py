@@ -105,11 +105,31 @@ def start_times_from_stat(text: str) -> dict[int, int]:
     return started
 
 
+# /proc counts times in USER_HZ ticks, 100 a second on every architecture Linux runs on (sysconf(_SC_CLK_TCK))
+CLOCK_TICKS_PER_S = 100
+
+
+def uptime_from(text: str) -> float | None:
+    """The ``<proc>/uptime:<seconds since boot> <idle seconds>`` line -> seconds since boot."""
+    for line in text.splitlines():
+        path, _, content = line.partition(":")
+        if path.endswith("/uptime") and (match := re.match(r"(\d+(?:\.\d+)?) ", content)):
+            return float(match.group(1))
+    return None
+
+
 def attribute(processes: tuple[GpuProcess, ...], owners: dict[int, int], groups: dict[int, int] | None = None,
-              started: dict[int, int] | None = None) -> tuple[GpuProcess, ...]:
+              started: dict[int, int] | None = None, uptime_s: float | None = None) -> tuple[GpuProcess, ...]:
     groups, started = groups or {}, started or {}
-    return tuple(replace(p, vmid=owners.get(p.pid), group=groups.get(p.pid), started=started.get(p.pid))
-                 if p.pid is not None else p for p in processes)
+
+    def running_s(pid: int) -> float | None:
+        ticks = started.get(pid)
+        if ticks is None or uptime_s is None:
+            return None
+        return max(0.0, uptime_s - ticks / CLOCK_TICKS_PER_S)
+
+    return tuple(replace(p, vmid=owners.get(p.pid), group=groups.get(p.pid), started=started.get(p.pid),
+                         running_s=running_s(p.pid)) if p.pid is not None else p for p in processes)
 
 
 # N/A here is normal: passive cooling, no power cap on laptops and unified-memory parts

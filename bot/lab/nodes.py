@@ -306,6 +306,8 @@ async def start_node(
     workdir.mkdir(parents=True, exist_ok=True)
     state_dir = workdir / "state"
     (state_dir / "proc").mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # the node's uptime is this machine's, as its processes' stat are
+        (state_dir / "proc" / "uptime").symlink_to("/proc/uptime")
     bin_dir = workdir / "bin"
     _install_fakes(bin_dir)
     state = state or seed_node_state(name)

@@ -24,6 +24,7 @@ from bot.core.status import (
     memory_evidence,
     start_times_from_stat,
     unreachable,
+    uptime_from,
     vmids_from_cgroups,
 )
 
@@ -68,8 +69,8 @@ def test_pct_exec_rejects_bad_vmids(vmid):
 
 def test_read_proc_entries_validates_pids():
     assert read_proc_entries([7, 3, 7], "/proc") == (
-        "grep", "-H", "-s", "-E", r"^([0-9]+:|NSpgid:|[0-9]+ \()", "/proc/3/cgroup", "/proc/7/cgroup",
-        "/proc/3/status", "/proc/7/status", "/proc/3/stat", "/proc/7/stat")
+        "grep", "-H", "-s", "-E", r"^([0-9]+:|NSpgid:|[0-9]+ \(|[0-9]+\.[0-9]+ [0-9])", "/proc/3/cgroup",
+        "/proc/7/cgroup", "/proc/3/status", "/proc/7/status", "/proc/3/stat", "/proc/7/stat", "/proc/uptime")
     with pytest.raises(ValueError):
         read_proc_entries([0])
 
@@ -88,6 +89,11 @@ def test_a_processs_start_time_is_field_22_of_its_stat_counted_after_the_command
     assert start_times_from_stat(text) == {17985: 2216885, 4242: 918273}
     procs = (GpuProcess(4242, "python3", 100), GpuProcess(4244, "x", 5))
     assert [p.started for p in attribute(procs, {}, None, start_times_from_stat(text))] == [918273, None]
+    # /proc/uptime (proc(5): seconds since boot, then idle seconds) makes a start time read as how long it has run
+    text += "\n/proc/uptime:22168.85 43002.10"
+    assert uptime_from(text) == 22168.85 and uptime_from("/proc/4242/stat:1 (x) S") is None
+    attributed = attribute(procs, {}, None, start_times_from_stat(text), uptime_from(text))
+    assert [p.running_s for p in attributed] == [pytest.approx(22168.85 - 9182.73), None]
 
 
 def test_queries_ask_for_structured_csv():

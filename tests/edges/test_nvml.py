@@ -41,6 +41,7 @@ def proc_tree(tmp_path, pid, cmdline, cgroup):
     (d / "cgroup").write_text(cgroup + "\n")
     # proc(5)'s layout: the start time (field 22, clock ticks after boot) tells this process from a later one
     (d / "stat").write_text(f"{pid} (python3) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 9 3 0 0 20 0 61 0 918273 1 2 3\n")
+    (tmp_path / "proc" / "uptime").write_text("12182.73 23001.50\n")
     return tmp_path / "proc"
 
 
@@ -61,7 +62,7 @@ def test_reads_gpus_processes_and_owning_containers(nvml, tmp_path):
     assert a.fan_pct is None and a.raw["fan"] == "[Function Not Found]"  # not in this "driver"
     (proc,) = snap.processes_of(a)
     assert (proc.pid, proc.used_mib, proc.vmid, proc.name) == (48211, 44876, 129, "python3 -m sglang.launch_server")
-    assert proc.started == 918273
+    assert proc.started == 918273 and proc.running_s == pytest.approx(3000.0)  # up 12182.73 s, started at 9182.73
     assert snap.processes_of(b) == ()
 
 

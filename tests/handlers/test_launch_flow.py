@@ -179,6 +179,9 @@ async def test_free_kills_only_the_listed_pids_after_confirmation(lab):
     assert ack == "listing what holds GPU memory on pve5…"
     confirm = post_with(await wait_text(lab, "Stop these", method="chat.postMessage"), "Stop these")
     assert f"PID {listed} on GPU 0 (CT 129)" in blocks_to_text(confirm.blocks)
+    # how long it has run, from its start time and the node's uptime: just started, as it was
+    assert re.search(rf"PID {listed} on GPU 0 \(CT 129\): python3 -m sglang.launch_server, 44876 MiB, running for "
+                     r"\d s\b", blocks_to_text(confirm.blocks))
     later = node.spawn_holder(1, "python3 train.py", 20000, 131)  # appeared after the listing: not confirmed
     yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
     await lab.click("gpuops_confirm", yes["value"])
