@@ -30,7 +30,7 @@ from slack_sdk.models.blocks import (
 
 from bot.attempt_log import AttemptLog
 from bot.core.argv import LOG_TAIL_MAX_LINES
-from bot.core.attempts import SERVER_ENDED, Attempt, Check
+from bot.core.attempts import SERVER_ENDED, Attempt, AttemptStatus, Check, Transition
 from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
@@ -492,7 +492,7 @@ def thread_history_messages(incident: Incident, attempts: Sequence[Attempt]) -> 
             f"No attempts recorded yet on {escape_mrkdwn(where)}: a launch records one (`/sglang launch`)."
             if incident.node else "No attempts: this thread follows no container yet (`@gpuops status <container>` "
                                   "or `@gpuops triage <container>` links one)."))))
-    lines = ["*Timeline* (UTC, oldest first)", *(_event_line(e) for e in timeline(incident))]
+    lines = ["*Timeline* (UTC, oldest first)", *(_event_line(e) for e in timeline(incident, attempts))]
     if len(lines) == 1:
         lines.append("nothing recorded yet — `@gpuops hypothesis <text>`, `@gpuops note <text>`")
     blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
@@ -512,6 +512,8 @@ def _event_line(event: Event) -> str:
         return line
     if h is not None:
         return f"{when} {HYPOTHESIS_ICON[h.status]} *{h.id}* {_decision(h)}"
+    if event.attempt is not None and event.transition is not None:
+        return f"{when} {_attempt_step(event.attempt, event.transition)}"
     assert o is not None
     if o.kind == "attempt":
         changed = f" — changed: {escape_mrkdwn(', '.join(o.changes))}" if o.changes else ""
@@ -520,6 +522,21 @@ def _event_line(event: Event) -> str:
                f"{o.outcome}{changed}{triage}"
     icon = ":memo: note" if o.kind == "note" else ":mag:"
     return f"{when} {icon} {escape_keeping_mentions(o.text)}"
+
+
+def _attempt_step(a: Attempt, step: Transition) -> str:
+    """One step of an attempt in a thread's timeline: launched (by whom, what changed), then how it ended."""
+    icon = STATUS_ICON[step.status.value]
+    if step.status is AttemptStatus.LAUNCHING:
+        return (f"{icon} attempt `{a.id}` launched by {_person(a.user)} — changed: "
+                f"{escape_mrkdwn(a.changes_text)[:300]}")
+    note = step.note or (a.error_line if step.status is AttemptStatus.FAILED else "")
+    said = f": {escape_keeping_mentions(note[:300])}" if note else ""
+    triage = f" · triage: {a.observed['triage']}" if step.status is AttemptStatus.FAILED and a.observed.get(
+        "triage") else ""
+    if step is next(t for t in a.transitions if t.status is not AttemptStatus.PLANNED):  # refused before it launched
+        said += f" — changed: {escape_mrkdwn(a.changes_text)[:300]}"
+    return f"{icon} attempt `{a.id}` {step.status.value}{said}{triage}"
 
 
 def _decision(h: Hypothesis) -> str:

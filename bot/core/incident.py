@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from bot.core.attempts import SAME_FLAGS, Attempt
+from bot.core.attempts import SAME_FLAGS, Attempt, AttemptStatus, Transition
 from bot.core.commands import typed_text
 from bot.core.diagnosis import HOST_OOM_KILL, NOT_A_CAUSE
 from bot.core.experiments import made_budget_change, made_experiment
@@ -221,21 +221,29 @@ class Incident:
 @dataclass(frozen=True)
 class Event:
     """One thing a thread's record holds, when it happened: a hypothesis raised or decided, a note, a reading of the
-    GPUs, an attempt's end. The summary shows the latest; ``@gpuops history`` shows them all, in order."""
+    GPUs, an attempt's step (launched, ready, failed, stopped). The summary shows the latest; ``@gpuops history``
+    shows them all, in order."""
     at: float
     kind: str  # raised | decided | note | status | attempt
     hypothesis: Hypothesis | None = None
-    observation: Observation | None = None
+    observation: Observation | None = None  # an attempt's end as observed, when its record is not at hand
+    attempt: Attempt | None = None  # with the step it took
+    transition: Transition | None = None
 
 
-def timeline(incident: Incident) -> tuple[Event, ...]:
+def timeline(incident: Incident, attempts: Sequence[Attempt] = ()) -> tuple[Event, ...]:
     """The thread's record oldest first: each hypothesis where it was raised and again where it was decided (a
-    decision recorded before decisions kept their time shows on the hypothesis alone), each observation where it
-    was made. A decision comes after what happened at the same moment (the attempt that decided it)."""
+    decision recorded before decisions kept their time shows on the hypothesis alone), each note and reading where
+    it was made, and each step of the container's ``attempts`` (an attempt observed in the thread but not among them
+    by its observed end). A decision comes after what happened at the same moment (the attempt that decided it)."""
     events = [Event(h.created_at, "raised", hypothesis=h) for h in incident.hypotheses]
     events += [Event(h.decided_at, "decided", hypothesis=h) for h in incident.hypotheses
                if h.status != "open" and h.decided_at is not None]
-    events += [Event(o.at, o.kind, observation=o) for o in incident.observations]
+    events += [Event(t.at, "attempt", attempt=a, transition=t) for a in attempts for t in a.transitions
+               if t.status is not AttemptStatus.PLANNED]
+    read = {a.id for a in attempts}
+    events += [Event(o.at, o.kind, observation=o) for o in incident.observations
+               if o.kind != "attempt" or o.attempt not in read]
     return tuple(sorted(events, key=lambda e: (e.at, e.kind == "decided")))
 
 

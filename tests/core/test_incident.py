@@ -56,6 +56,17 @@ def test_the_threads_timeline_has_each_word_reading_and_decision_where_it_happen
     assert [e.kind for e in timeline(Incident.from_dict(kept))].count("decided") == 0
     # reopened: no longer decided, so no decision event
     assert [e.kind for e in timeline(incident.decide("H2", "open", "U1", ""))].count("decided") == 1
+    # with the container's attempt records at hand, each step of theirs is an event (its observed end is not repeated);
+    # an attempt observed in the thread whose record is not among them keeps its observed end
+    from bot.core.attempts import Attempt, AttemptStatus
+
+    a2 = Attempt("a2", "U1", "C", "pve5", 129, "ct", "/m", (), 30000, 36.0).moved(AttemptStatus.PLANNED, 36).moved(
+        AttemptStatus.LAUNCHING, 37).moved(AttemptStatus.FAILED, 40, "KV pool too small")
+    steps = [(e.at, e.kind, e.transition.status.value if e.transition else e.observation.attempt if e.observation
+              else e.hypothesis.id) for e in timeline(incident, [a2])]
+    assert steps == [(10, "attempt", "a1"), (20, "raised", "H1"), (25, "raised", "H2"), (28, "note", None),
+                     (30, "status", None), (35, "decided", "H2"), (37, "attempt", "launching"),
+                     (40, "attempt", "failed"), (40, "decided", "H1")]
 
 
 def test_a_different_failure_after_clean_gpus_does_not_refute():

@@ -117,8 +117,12 @@ def test_a_threads_history_holds_every_hypothesis_decision_and_note_whole_in_the
     notes = [n for n, x in enumerate(lines) if ":memo: note <@U0ALICE>: tried step" in x]
     assert len(notes) == 12 and "tried step 3 &lt;0.83&gt;" in lines[notes[3]]
     stamps = [x.split("`")[1] for x in lines if x.startswith("`") and not x.startswith("```")]
-    assert len(stamps) == 80 + 40 + 12 + 1 + 20 and stamps == sorted(stamps)  # oldest first, every event
-    assert all(a.id in text for a in attempts)
+    # oldest first, every event: each attempt's launch and its end
+    assert len(stamps) == 80 + 40 + 12 + 1 + 2 * 20 and stamps == sorted(stamps)
+    for a in attempts:
+        launched = next(n for n, x in enumerate(lines) if x.endswith(
+            f"` :hourglass_flowing_sand: attempt `{a.id}` launched by U1 — changed: {_escaped(a.changes_text)}"))
+        assert lines[launched + 1].endswith(f"` :red_circle: attempt `{a.id}` failed: {_escaped(a.error_line)}")
     summary = blocks_to_text(incident_summary(incident, attempts).blocks)
     assert "… 8 earlier (`@gpuops history` lists them)" in summary  # 13 notes and readings; the latest 5 shown
 
