@@ -38,7 +38,7 @@ from bot.core.health import HealthReport
 from bot.core.incident import RECORD_TEXT_MAX, Event, Hypothesis, Incident, Recorded, person, timeline
 from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
-from bot.core.report import TargetView, target_view
+from bot.core.report import TargetView, age_text, target_view
 from bot.core.startup_log import STAGE_LABEL, Progress, Stage
 from bot.launch import FreePlan, FreeResult, StopResult
 from bot.status import StatusReport, launch_ref
@@ -590,7 +590,7 @@ def free_plan_lines(plan: FreePlan, stop_command: str = "/sglang stop") -> list[
     """Each PID a confirmation stops (with how long it has run: yesterday's leftover, or a colleague's just started),
     then what it leaves alone."""
     return [f"PID {h.pid} on GPU {h.gpu_index} ({f'CT {h.vmid}' if h.vmid else 'host'}): {h.name}, {h.used_mib} MiB"
-            + (f", running for {_age(h.running_s)}" if h.running_s is not None else "")
+            + (f", running for {age_text(h.running_s)}" if h.running_s is not None else "")
             for h in plan.holders] + _left_to_others(plan, stop_command)
 
 
@@ -670,7 +670,7 @@ def attempt_log_messages(log: AttemptLog, now: float) -> list[SlackMessage]:
         where = "the log is empty"
     else:
         where = f"lines {tail.first_line:,}–{tail.total_lines:,} of {tail.total_lines:,}"
-    head += f" — {where}, last written {_age(now - tail.modified_at)} ago"
+    head += f" — {where}, last written {age_text(now - tail.modified_at)} ago"
     numbered = [f"{n:>6}  {'… ' if i == 0 and tail.cut else ''}{text}"
                 for i, (n, text) in enumerate(zip(range(tail.first_line, tail.total_lines + 1), tail.lines,
                                                   strict=True))]
@@ -681,17 +681,6 @@ def attempt_log_messages(log: AttemptLog, now: float) -> list[SlackMessage]:
                    ContextBlock(elements=[MarkdownTextObject(text=footer)])])
     return [SlackMessage(f"Log of {a.id}: {where}" + (f" (part {n}/{len(pages)})" if len(pages) > 1 else ""), page)
             for n, page in enumerate(pages, 1)]
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 36 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 HYPOTHESIS_ICON = {"open": ":grey_question:", "confirmed": ":white_check_mark:", "refuted": ":x:"}

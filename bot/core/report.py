@@ -75,16 +75,31 @@ GPU_HEADER = f"{'GPU':>3}  {'NAME':<20} {'MEMORY':<33} {'UTIL':>5} {'TEMP':>6}  
 PROCESS_HEADER = f"{'GPU':>3}  {'PID':>8}  {'CT':>5}  {'MiB':>7}  PROCESS"
 
 
+def age_text(seconds: float) -> str:
+    """A span as people say it: 40 s, 12 min, 3.2 h, 4.1 days."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
 def process_lines(rows: tuple[GpuRow, ...], node: str = "", launches: Mapping[Launch, LaunchRef] | None = None
                   ) -> list[str]:
-    """One line per GPU process; one in a recorded launch's process group (its PID inside the container
-    is the launch's, as ``setsid`` made it) is named after that launch."""
+    """One line per GPU process, with how long it has run when the node's /proc told (yesterday's leftover reads
+    apart from a server started a minute ago); one in a recorded launch's process group (its PID inside the
+    container is the launch's, as ``setsid`` made it) is named after that launch."""
     lines = []
     for row in rows:
         for p in row.processes:
             used = str(p.used_mib) if p.used_mib is not None else (p.used_raw or "n/a")
             ct = str(p.vmid) if p.vmid is not None else "host"
             line = f"{row.gpu.index:>3}  {p.pid if p.pid is not None else '?':>8}  {ct:>5}  {used:>7}  {p.name}"
+            if p.running_s is not None:
+                line += f"  (up {age_text(p.running_s)})"
             launch = _launch_of(p, node, launches or {})
             lines.append(f"{line}  <- {launch.label}" if launch else line)
     return lines
@@ -187,6 +202,7 @@ def status_data(statuses: tuple[TargetStatus, ...], launches: Mapping[Launch, La
                                                  for vmid, mib in sorted(r.other_containers_mib.items())},
                 "processes": [{
                     "pid": p.pid, "name": p.name, "used_mib": p.used_mib, "container_vmid": p.vmid,
+                    "running_s": None if p.running_s is None else round(p.running_s, 1),
                     "launch": asdict(launch) if (launch := _launch_of(p, target.node, launches or {})) else None,
                 } for p in r.processes],
             } for r in status.rows],

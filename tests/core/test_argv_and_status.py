@@ -144,13 +144,27 @@ def test_a_process_in_a_launchs_group_is_named_after_the_launch():
     assert process_lines((row,), "pve6", launches)[0].endswith("python3")  # the same numbers on another node
 
 
+def test_a_process_line_says_how_long_it_has_run_when_the_node_told():
+    from bot.core.report import age_text, process_lines
+    from bot.core.status import GpuRow
+
+    row = GpuRow(gpu(0, used=40000), (GpuProcess(4242, "python3 -m sglang.launch_server", 40000, vmid=129,
+                                                 running_s=3 * 86400 + 7200),
+                                      GpuProcess(5100, "python3 train.py", 900, vmid=131, running_s=42.0),
+                                      GpuProcess(777, "Xorg", 5)), (), {})
+    assert [line.split("  ")[-1] for line in process_lines((row,), "pve5")] == ["(up 3.1 days)", "(up 42 s)", "Xorg"]
+    assert [age_text(s) for s in (-3, 89, 90, 5399, 5400, 129599, 129600)] == [
+        "0 s", "89 s", "2 min", "90 min", "1.5 h", "36.0 h", "1.5 days"]
+
+
 def test_status_data_carries_the_tables_readings_flags_and_launches():
     from bot.core.inventory import Target
     from bot.core.report import LaunchRef, status_data
     from bot.core.status import GpuRow, TargetState, TargetStatus
 
     row = GpuRow(gpu(0, used=40000, raw={"power.draw": "[N/A]"}),
-                 (GpuProcess(4242, "python3", 40000, vmid=129, group=61), GpuProcess(777, "Xorg", 5)),
+                 (GpuProcess(4242, "python3", 40000, vmid=129, group=61, running_s=7384.27),
+                  GpuProcess(777, "Xorg", 5)),
                  ("hot: 91°C",), {131: 2048})
     ok = TargetStatus(Target("node", "pve5"), TargetState.OK, (row,))
     down = TargetStatus(Target("node", "pve7"), TargetState.UNREACHABLE, problem="connection refused")
@@ -162,9 +176,9 @@ def test_status_data_carries_the_tables_readings_flags_and_launches():
         40000, 9140, None, {"power.draw": "[N/A]"})
     assert g["held_by_other_containers_mib"] == {"131": 2048}
     assert g["processes"] == [
-        {"pid": 4242, "name": "python3", "used_mib": 40000, "container_vmid": 129,
+        {"pid": 4242, "name": "python3", "used_mib": 40000, "container_vmid": 129, "running_s": 7384.3,
          "launch": {"attempt": "a20261203-101500-1a2b", "status": "ready", "port": 30000}},
-        {"pid": 777, "name": "Xorg", "used_mib": 5, "container_vmid": None, "launch": None}]
+        {"pid": 777, "name": "Xorg", "used_mib": 5, "container_vmid": None, "running_s": None, "launch": None}]
     assert (pve7["state"], pve7["problem"], pve7["gpus"]) == ("unreachable", "connection refused", [])
 
 

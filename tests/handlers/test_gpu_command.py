@@ -1,6 +1,7 @@
 """/gpu through the real Bolt app: signed HTTP in, Slack Web API calls out to the stand-in."""
 
 import json
+import re
 import time
 
 import aiohttp
@@ -154,3 +155,5 @@ async def test_status_names_the_launch_whose_process_group_holds_the_gpus(lab):
     lines = [line for line in blocks_to_text(post.blocks).splitlines() if f" {attempt.pid} " in line]
     assert len(lines) == 2  # both GPUs of its tp 2
     assert all(line.rstrip().endswith(f"<- {attempt.id} (ready, port {attempt.port})") for line in lines)
+    # how long each has run, from its start time on the node and the node's uptime
+    assert all(re.search(r"  \(up \d+ s\)  <- ", line) for line in lines), lines
