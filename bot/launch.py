@@ -915,10 +915,10 @@ async def exited_servers(transport: Transport, inventory: Inventory, store: Atte
 
 async def ended_left_running(transport: Transport, inventory: Inventory, store: AttemptStore,
                              now: float) -> list[Attempt]:
-    """Failed launches whose server was left running (among the latest attempts) and has since gone by itself:
-    each recorded so, once, with its card to be drawn again; no longer named as holding GPUs, nor found by a stop."""
+    """Failed launches whose server was left running (however old) and has since gone by itself: each recorded so,
+    once, with its card to be drawn again; no longer named as holding GPUs, nor found by a stop."""
     ended = []
-    for attempt in await store.with_status(AttemptStatus.FAILED.value):
+    for attempt in await store.holding_servers():
         if not attempt.left_running:
             continue
         alive, why = await _alive(transport, inventory, attempt)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core import argv as remote
-from bot.core.attempts import ACTIVE, Attempt, AttemptStatus
+from bot.core.attempts import Attempt
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import DeviceNode, cuda_devices_health, device_nodes_from_stat, nvidia_nodes_passed
 from bot.core.inventory import Inventory, Target
@@ -257,10 +257,8 @@ def report_record(report: StatusReport) -> dict[str, str]:
 async def running_launches(attempts: AttemptStore) -> dict[Launch, Attempt]:
     """The recorded launches still running, by (node, container, process group there): a launch starts in a
     session of its own, so its PID inside the container is the group of every process it starts. A failed launch
-    whose server was left running (:attr:`Attempt.left_running`) is one, among the latest attempts."""
-    recorded = await attempts.with_status(*(s.value for s in ACTIVE), AttemptStatus.FAILED.value)
-    return {key: a for a in recorded if (a.status in ACTIVE or a.left_running)
-            and (key := launch_key(a.node, a.vmid, a.pid)) is not None}
+    whose server was left running (:attr:`Attempt.left_running`) is one, however old."""
+    return {key: a for a in await attempts.holding_servers() if (key := launch_key(a.node, a.vmid, a.pid)) is not None}
 
 
 def launch_ref(attempt: Attempt) -> LaunchRef:

@@ -52,13 +52,15 @@ from bot.errors import StoreError
 
 PREFIX = "gpuops:"
 AUDIT_STREAM = PREFIX + "audit"
+# attempts that may hold a server: running, or failed with their server left running (Attempt.left_running)
 ACTIVE_SET = PREFIX + "attempts:active"
 CHANGED_SET = PREFIX + "containers-changed"  # containers whose attempts changed, for the incident threads
 THREADS = PREFIX + "attempt-threads"  # "<channel>:<ts>" of a launch card or its thread -> the attempt
 # attempts whose launch card in the channel says less than their record (stopped from a terminal, which has no
 # Slack; an edit Slack refused): drawn again from the record on the next pass over their container
 CARDS_BEHIND = PREFIX + "cards-behind"
-ACTIVE_BACKFILLED = PREFIX + "attempts:active:backfilled"  # set once the running set holds older records too
+# set once the running set holds older records too (":2": and the failed ones whose server was left running)
+ACTIVE_BACKFILLED = PREFIX + "attempts:active:backfilled:2"
 AUDIT_MAXLEN = 100_000
 STATUS_TTL_S = 8 * 24 * 3600
 INSTALLED_FLAGS_TTL_S = 24 * 3600  # a reinstall of the same version is seen within a day
@@ -378,6 +380,10 @@ _RENEW = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPI
           "else return 0 end")
 
 
+def _holds_server(attempt: Attempt) -> bool:
+    return attempt.status in ACTIVE or attempt.left_running
+
+
 @_redis_failures_as_store_errors
 class AttemptStore:
     """Attempts, launch locks, pending confirmations and tracker leases."""
@@ -402,8 +408,9 @@ class AttemptStore:
         pipe.set(f"{PREFIX}attempt:{attempt.id}", json.dumps(attempt.to_dict()))
         pipe.zadd(f"{PREFIX}attempts:{attempt.node}:{attempt.vmid}", {attempt.id: attempt.created_at})
         pipe.zadd(f"{PREFIX}attempts", {attempt.id: attempt.created_at})
-        # the attempts still running (however many came after them), for the watch and the health post
-        if attempt.status in ACTIVE:
+        # the attempts still running or holding a server (however many came after them), for the watch, the health
+        # post, /gpu status and /gpu free
+        if _holds_server(attempt):
             pipe.sadd(ACTIVE_SET, attempt.id)
         else:
             pipe.srem(ACTIVE_SET, attempt.id)
@@ -492,7 +499,8 @@ class AttemptStore:
         return await self.get_many([str(i) for i in await self.redis.zrevrange(key, 0, count - 1)])
 
     async def backfill_active(self, chunk: int = 500) -> int:
-        """Put the running attempts saved before the running set existed into it, once per Redis (replicas
+        """Put the attempts saved before the running set existed (or before it kept failed attempts whose server was
+        left running) into it, once per Redis (replicas
         racing here add the same members). Afterwards the set alone says what runs. Returns how many were added."""
         try:
             if await self.redis.exists(ACTIVE_BACKFILLED):
@@ -500,7 +508,7 @@ class AttemptStore:
             added = 0
             start = 0
             while ids := await self.redis.zrange(f"{PREFIX}attempts", start, start + chunk - 1):
-                running = [a.id for a in await self.get_many([str(i) for i in ids]) if a.status in ACTIVE]
+                running = [a.id for a in await self.get_many([str(i) for i in ids]) if _holds_server(a)]
                 if running:
                     added += int(await self.redis.sadd(ACTIVE_SET, *running))
                 start += chunk
@@ -518,21 +526,25 @@ class AttemptStore:
         found = await self.recent(node, vmid, 1)
         return found[0] if found else None
 
+    async def holding_servers(self) -> list[Attempt]:
+        """Every attempt still running, or failed with its server left running, however old (a server launched weeks
+        and hundreds of attempts ago is still watched and named), newest first. A member whose record no longer holds
+        one (a save raced the backfill) is dropped from the set."""
+        members = sorted(str(i) for i in await self.redis.smembers(ACTIVE_SET))
+        found = await self.get_many(members)
+        stale = set(members) - {a.id for a in found if _holds_server(a)}
+        if stale:
+            await self.redis.srem(ACTIVE_SET, *stale)
+        return sorted((a for a in found if a.id not in stale), key=lambda a: -a.created_at)
+
     async def with_status(self, *statuses: str, count: int = 200) -> list[Attempt]:
         """Attempts in these states. Running states come from the running set: every attempt still running,
-        however old (a server launched weeks and hundreds of attempts ago is still watched); other states from
-        the ``count`` most recent. A member whose record no longer runs (a save raced the backfill) is dropped."""
+        however old; other states from the ``count`` most recent."""
         wanted = set(statuses)
-        running_states = {s.value for s in ACTIVE}
         found: dict[str, Attempt] = {}
-        if wanted & running_states:
-            members = sorted(str(i) for i in await self.redis.smembers(ACTIVE_SET))
-            running = await self.get_many(members)
-            stale = set(members) - {a.id for a in running if a.status in ACTIVE}
-            if stale:
-                await self.redis.srem(ACTIVE_SET, *stale)
-            found.update((a.id, a) for a in running if a.id not in stale)
-        if wanted - running_states:
+        if wanted & {s.value for s in ACTIVE}:
+            found.update((a.id, a) for a in await self.holding_servers())
+        if wanted - {s.value for s in ACTIVE}:
             found.update((a.id, a) for a in await self.recent(count=count))
         return sorted((a for a in found.values() if a.status.value in wanted), key=lambda a: -a.created_at)
 

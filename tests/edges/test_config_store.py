@@ -290,6 +290,36 @@ async def test_running_attempts_saved_before_the_running_set_are_backfilled_once
     assert len(await attempts.with_status("failed")) == 200
 
 
+async def test_a_failed_launch_whose_server_was_left_running_is_named_however_many_attempts_came_after_it(store):
+    """A failed launch whose server still holds its GPUs stays in the running set until its server is recorded gone:
+    /gpu status names its processes and /gpu free leaves them to a stop, however old it is (before: only among the
+    latest 200 attempts), and a Redis whose set was filled before it kept those gets them on its next backfill."""
+
+    from bot.core.attempts import Attempt, AttemptStatus
+    from bot.status import running_launches
+    from bot.store import ACTIVE_SET, AttemptStore
+
+    attempts = AttemptStore(store.redis)
+    left = Attempt("a20261203-120000-abcd", "U1", "C1", "pve5", 129, None, "/m", ("--tp", "2"), 30000, 0.0,
+                   pid=4242, observed={"stage": "ready"})
+    left = left.moved(AttemptStatus.PLANNED, 0).moved(AttemptStatus.LAUNCHING, 1).moved(
+        AttemptStatus.FAILED, 2, "server said ready but the health check failed")
+    assert left.left_running
+    await attempts.save(left)
+    for n in range(1, 251):  # later attempts elsewhere, all finished
+        later = Attempt(f"a20261203-13{n // 100:02d}{n % 100:02d}-abcd", "U1", "C1", "pve6", 131, None, "/m", (),
+                        30000, float(n))
+        await attempts.save(later.moved(AttemptStatus.PLANNED, float(n)).moved(AttemptStatus.FAILED, float(n)))
+    assert await running_launches(attempts) == {("pve5", 129, 4242): left}
+    assert [a.id for a in await attempts.holding_servers()] == [left.id]
+    await store.redis.delete(ACTIVE_SET, "gpuops:attempts:active:backfilled:2")  # as a set filled before it kept them
+    assert await attempts.backfill_active(chunk=100) == 1 and await running_launches(attempts) == {
+        ("pve5", 129, 4242): left}
+    ended = left.with_server_ended({"exited": "the server's process (PID 4242) exited", "at": 3.0})
+    await attempts.save(ended)
+    assert await attempts.holding_servers() == [] and await running_launches(attempts) == {}
+
+
 # another gpuops process on the same data dir: it uses the embedded Redis there, holds a connection until a line
 # comes on stdin, then closes it and stops its EmbeddedRedis
 HOLDER = """
