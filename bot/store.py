@@ -597,6 +597,11 @@ class AttemptStore:
     async def put_pending(self, pending_id: str, action: dict[str, Any], ttl_s: int) -> None:
         await self.redis.set(f"{PREFIX}pending:{pending_id}", json.dumps(action), ex=ttl_s)
 
+    async def peek_pending(self, pending_id: str) -> dict[str, Any] | None:
+        """A pending action as it is, left in place (whose it is decides whether a click may take it)."""
+        raw = await self.redis.get(f"{PREFIX}pending:{pending_id}")
+        return json.loads(raw) if raw else None
+
     async def take_pending(self, pending_id: str) -> dict[str, Any] | None:
         """Consume a pending action once: a second click finds nothing."""
         raw = await self.redis.getdel(f"{PREFIX}pending:{pending_id}")

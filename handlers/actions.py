@@ -83,19 +83,19 @@ CONFIRMED_ACTIONS = {"stop": "sglang.stop", "free": "gpu.free"}  # a pending con
 async def _claim(services: Services, client: Any, body: dict[str, Any], respond: Any,
                  action_of: Callable[[dict[str, Any]], str], expired: str) -> dict[str, Any] | None:
     """The pending action a button stands for, taken from Redis once, when the person who clicked may do it; else
-    None, the person told why. A click refused for its role gives the pending action back, so the button stays for
-    someone who may."""
+    None, the person told why. A click refused for its role leaves the pending action as it was (the button stays
+    for someone who may, until it expires when it would have)."""
     key = body["actions"][0]["value"]
-    pending = await services.attempts.take_pending(key)
+    pending = await services.attempts.peek_pending(key)
+    if pending is not None:
+        channel = (body.get("channel") or {}).get("id", "")
+        decision = await authorize(services, client, action_of(pending), body["user"]["id"], channel)
+        if not decision.allowed:
+            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
+            return None
+        pending = await services.attempts.take_pending(key)  # None when another click took it meanwhile
     if pending is None:
         await respond(text=expired, response_type="ephemeral", replace_original=False)
-        return None
-    channel = (body.get("channel") or {}).get("id", "")
-    decision = await authorize(services, client, action_of(pending), body["user"]["id"], channel)
-    if not decision.allowed:
-        await services.attempts.put_pending(key, pending, services.settings.confirm_ttl_s)
-        await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
-        return None
     return pending
 
 

@@ -126,9 +126,12 @@ async def test_stop_asks_for_a_click_then_verifies_the_memory(lab):
     await lab.slash("/sglang", "stop sglang-a6000", user_id="U0ALICE")
     confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
     yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    pending = f"gpuops:pending:{yes['value']}"
+    await lab.services.attempts.redis.expire(pending, 60)  # a minute left to confirm it
     await lab.click("gpuops_confirm", yes["value"], user_id="U0EVE")  # a viewer's click does nothing
     await lab.standin.wait_for(lambda cs: any("needs the operator role" in str(c.params.get("text")) for c in cs), 10)
     assert lab.nodes["pve5"].read_state()["processes"]
+    assert 0 < await lab.services.attempts.redis.ttl(pending) <= 60  # nor does it give the confirmation more time
     await lab.click("gpuops_confirm", yes["value"], user_id="U0ALICE")
     calls = await lab.standin.wait_for(
         lambda cs: any("Stopped attempt" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
