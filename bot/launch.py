@@ -469,7 +469,8 @@ async def start(transport: Transport, inventory: Inventory, store: AttemptStore,
     launch like any other (a bot follows a launch no one follows; it can be stopped), not a server nothing knows of
     beside an attempt left `planned` and its container locked."""
     if pre.blocked and not pre.request.force:
-        raise UsageError("the pre-flight refused this launch")
+        failed = "; ".join(f"{c.name}: {c.detail}" for c in pre.checks if c.result == "fail")
+        raise UsageError(f"the pre-flight refused this launch: {failed}")
     attempt = await _new_attempt(store, inventory, pre, now)
     target = pre.request.target
     assert target.vmid is not None

@@ -297,6 +297,11 @@ async def test_gpus_clean_looks_only_at_the_gpus_the_launch_uses(setup):
     _, pre = await run_launch(node, inventory, transport, store, ("--tp", "2", "--mem-fraction-static", "0.88"))
     clean = {c.name: c for c in pre.checks}["GPUs clean"]
     assert clean.result == "fail" and "(CT 131) python3 train.py 20000 MiB" in clean.detail
+    # a refused pre-flight starts nothing, and says which checks refused it
+    with pytest.raises(UsageError, match=r"the pre-flight refused this launch: GPUs clean: .*\(CT 131\) python3 "
+                                         r"train\.py 20000 MiB"):
+        await start(transport, inventory, store, pre, FAST, time.time())
+    assert await store.recent("pve5", 129, 1) == []
 
 
 def _weights_line(pre):
