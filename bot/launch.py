@@ -807,24 +807,25 @@ async def free(transport: Transport, inventory: Inventory, node_name: str,
         else:
             targets.append((pid, started))
 
-    async def signal(which: list[tuple[int, int]], name: str) -> set[int]:
-        out = await transport.run(node_name, remote.signal_same_processes(which, name, node.proc_root))
+    async def send(signal: str, which: list[tuple[int, int]]) -> set[int]:
+        """``signal`` to each of ``which`` still the process listed: the PIDs it went to."""
+        out = await transport.run(node_name, remote.signal_same_processes(which, signal, node.proc_root))
         return {int(word) for word in out.stdout.split() if word.isdigit()}
 
     killed: set[int] = set()
     if targets:
-        killed = await signal(targets, "TERM")
+        killed = await send("TERM", targets)
         skipped += [f"PID {pid} ended before it was signalled: left alone" for pid, _ in targets if pid not in killed]
         left = [t for t in targets if t[0] in killed]
         deadline = time.time() + settings.stop_timeout_s
         while left:
-            running = await signal(left, "0")
+            running = await send("0", left)
             left = [t for t in left if t[0] in running]
             if not left or time.time() >= deadline:
                 break
             await asyncio.sleep(0.5)
         if left:
-            await signal(left, "KILL")
+            await send("KILL", left)
     after = await read_node(transport, node_name, node.proc_root)
     still = [p.pid for p in after.processes if p.pid in killed]
     memory = "; ".join(f"GPU {g.index}: {g.memory_used_mib} MiB used" for g in after.gpus)

@@ -39,6 +39,8 @@ from bot.store import HealthStore
 
 log = logging.getLogger(__name__)
 
+POST_KEPT_S = 3 * 24 * 3600  # how long a scheduled post's claim, and the parts of it Slack has not taken, are kept
+
 
 @dataclass
 class TickResult:
@@ -81,7 +83,7 @@ class Scheduler:
             if occurrence is None:
                 continue
             key = f"post:{name}:{occurrence}"
-            if not await self.health.claim(key, self.services.replica, 3 * 24 * 3600):
+            if not await self.health.claim(key, self.services.replica, POST_KEPT_S):
                 continue
             try:
                 await self.post(schedule.channel, schedule.targets, name, now, key=key)
@@ -319,7 +321,7 @@ class Scheduler:
 
     async def _keep_unsent(self, key: str, unsent: dict[str, Any]) -> None:
         try:
-            await self.health.keep_unsent(key, unsent, 3 * 24 * 3600)
+            await self.health.keep_unsent(key, unsent, POST_KEPT_S)
         except Exception:
             log.exception("health post %s: the parts Slack did not take could not be kept; the next try sends it "
                           "whole", key)

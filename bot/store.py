@@ -500,8 +500,8 @@ class AttemptStore:
 
     async def backfill_active(self, chunk: int = 500) -> int:
         """Put the attempts saved before the running set existed (or before it kept failed attempts whose server was
-        left running) into it, once per Redis (replicas
-        racing here add the same members). Afterwards the set alone says what runs. Returns how many were added."""
+        left running) into it, once per Redis (replicas racing here add the same members). Afterwards the set alone
+        says what runs. Returns how many were added."""
         try:
             if await self.redis.exists(ACTIVE_BACKFILLED):
                 return 0

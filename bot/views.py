@@ -479,7 +479,7 @@ def _attempt_table(attempts: Sequence[Attempt], where: str) -> list[Block]:
 
 def thread_history_messages(incident: Incident, attempts: Sequence[Attempt]) -> list[SlackMessage]:
     """`@gpuops history`: everything the thread's record holds, none of it cut: the container's attempts, then each
-    hypothesis, decision, note, reading and attempt's end in the order they happened (the summary keeps the latest
+    hypothesis, decision, note, reading and attempt's step in the order they happened (the summary keeps the latest
     and gives way when long; this is where the rest is). As many messages as Slack's limits need."""
     where = f"{incident.node}:{incident.vmid}" if incident.node else "no container linked yet"
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(
