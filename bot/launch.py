@@ -35,7 +35,7 @@ from bot.core.flags import (
     server_host,
     without_flags,
 )
-from bot.core.gpu import SmiSnapshot
+from bot.core.gpu import GpuProcess, SmiSnapshot
 from bot.core.gpu_faults import (
     DeviceNode,
     NodeFaults,
@@ -114,20 +114,6 @@ class Preflight:
         """The budget shown with a refusal: none when the installed SGLang would refuse the flags, since its
         remedies are for a launch SGLang would refuse."""
         return self.planned.budget if self.planned is not None and not self.flag_problems else None
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A process holding GPU memory, as the node sees it."""
-
-    pid: int | None
-    gpu_index: int
-    used_mib: int | None
-    vmid: int | None
-    name: str
-    group: int | None = None  # its process group inside its container (a recorded launch's PID there)
-    started: int | None = None  # its start time on the node: tells it from a later process given its PID
-    running_s: float | None = None  # how long it had run when read
 
 
 def remedy_launches(budget: Budget | None, flags: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -724,12 +710,13 @@ async def stop(transport: Transport, inventory: Inventory, store: AttemptStore, 
     return StopResult(current, used, note)
 
 
-async def gpu_holders(transport: Transport, inventory: Inventory, target: Target) -> tuple[list[Holder], SmiSnapshot]:
-    """Exactly which PIDs hold GPU memory on a node (or on a container's GPUs)."""
+async def gpu_holders(transport: Transport, inventory: Inventory,
+                      target: Target) -> tuple[list[GpuProcess], SmiSnapshot]:
+    """Exactly which PIDs hold GPU memory on a node (or on a container's GPUs), each with the GPU it holds (by index)
+    and what the node's /proc says of it (container, process group, start time)."""
     node = inventory.node(target.node)
     host = await read_node(transport, target.node, node.proc_root)
-    holders = [Holder(p.pid, g.index, p.used_mib, p.vmid, p.name, p.group, p.started, p.running_s) for g in host.gpus
-               for p in host.processes_of(g)]
+    holders = [replace(p, gpu_index=g.index) for g in host.gpus for p in host.processes_of(g)]
     if target.kind == "container":
         holders = [h for h in holders if h.vmid == target.vmid]
     return holders, host
@@ -742,7 +729,7 @@ class FreePlan:
     here would leave a broken server and a history that says it failed while serving."""
 
     target: Target
-    holders: tuple[Holder, ...]  # what a confirmation stops
+    holders: tuple[GpuProcess, ...]  # what a confirmation stops
     launches: tuple[Attempt, ...]  # recorded launches holding memory there, left alone
     orphaned: tuple[tuple[int, int], ...]  # (GPU index, MiB) held with no process listed: no PID to stop
 

@@ -458,9 +458,13 @@ def server_slow_message(attempt: Attempt, seconds: float, threshold_s: float, no
                         [SectionBlock(text=MarkdownTextObject(text="\n".join(lines))).to_dict()])
 
 
+def _no_attempts_text(where: str) -> str:
+    return f"No attempts recorded yet on {where}: a launch records one (`/sglang launch`)."
+
+
 def history_message(attempts: Sequence[Attempt], where: str) -> SlackMessage:
     if not attempts:
-        text = f"No attempts recorded yet on {where}: a launch records one (`/sglang launch`)."
+        text = _no_attempts_text(where)
         return SlackMessage(text, [SectionBlock(text=MarkdownTextObject(text=escape_mrkdwn(text))).to_dict()])
     return SlackMessage(f"{len(attempts)} attempts on {where}", [b.to_dict() for b in _attempt_table(attempts, where)])
 
@@ -488,10 +492,10 @@ def thread_history_messages(incident: Incident, attempts: Sequence[Attempt]) -> 
     if attempts:
         blocks += _attempt_table(attempts, where)
     else:
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=(
-            f"No attempts recorded yet on {escape_mrkdwn(where)}: a launch records one (`/sglang launch`)."
-            if incident.node else "No attempts: this thread follows no container yet (`@gpuops status <container>` "
-                                  "or `@gpuops triage <container>` links one)."))))
+        none = (escape_mrkdwn(_no_attempts_text(where)) if incident.node else
+                "No attempts: this thread follows no container yet (`@gpuops status <container>` or `@gpuops triage "
+                "<container>` links one).")
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=none)))
     lines = ["*Timeline* (UTC, oldest first)", *(_event_line(e) for e in timeline(incident, attempts))]
     if len(lines) == 1:
         lines.append("nothing recorded yet — `@gpuops hypothesis <text>`, `@gpuops note <text>`")
