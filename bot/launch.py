@@ -21,7 +21,16 @@ from typing import Any
 
 from bot.budget import PlannedBudget, plan_budget, read_installed_flags
 from bot.core import argv as remote
-from bot.core.attempts import ACTIVE, GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check, changes_between, ct_memory_change
+from bot.core.attempts import (
+    ACTIVE,
+    GAVE_UP_RUNNING,
+    GPUS_CLEAN_CHECK,
+    Attempt,
+    AttemptStatus,
+    Check,
+    changes_between,
+    ct_memory_change,
+)
 from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import ECHO, Finding, LaunchContext, cause_line, diagnose, diagnose_excerpt
 from bot.core.flags import (
@@ -60,7 +69,7 @@ from bot.core.installed_flags import (
 )
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
-from bot.core.report import launch_key
+from bot.core.report import age_text, launch_key
 from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance, observed_of
 from bot.core.status import Thresholds
@@ -554,13 +563,16 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 reason = killed or await _cause_in_log(transport, attempt) or progress.error_line or \
                     f"the server process exited during {progress.label}, with no error line"
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)
+            # given up on, its server still running: left for a person to look at (py-spy dump) or stop
             if now - last_output > settings.stall_timeout_s:
-                reason = (f"no output for {int(now - last_output) // 60} min after {progress.label} began "
+                reason = (f"no output for {age_text(now - last_output)} after {progress.label} began "
                           f"- a hang at {progress.label}")
-                return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)
+                return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify,
+                                     gave_up_running=True)
             if now - started > settings.launch_timeout_s:
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED,
-                                     f"not ready after {int(settings.launch_timeout_s // 60)} min", notify)
+                                     f"not ready after {age_text(settings.launch_timeout_s)}", notify,
+                                     gave_up_running=True)
             if stopping is not None:
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await asyncio.wait_for(stopping.wait(), settings.poll_s)
@@ -589,13 +601,17 @@ async def _kernel_kill(transport: Transport, attempt: Attempt, started: float, l
 
 
 async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, status: AttemptStatus, note: str,
-                  notify: Notify) -> Attempt:
+                  notify: Notify, gave_up_running: bool = False) -> Attempt:
+    """The attempt moved to ``status``, with the log's readings; ``gave_up_running``: failed while its server still
+    runs (see :attr:`Attempt.left_running`)."""
+    left = {GAVE_UP_RUNNING: True} if gave_up_running else {}
+
     def finished(current: Attempt) -> Attempt | None:
         if current.status is not AttemptStatus.LAUNCHING:
             return None  # another writer (a stop) decided it first
         # what others recorded meanwhile (a triage of the running launch) is kept beside the log's readings
         return replace(current.moved(status, time.time(), note[:300]),
-                       observed={**current.observed, **observed_of(progress)},
+                       observed={**current.observed, **observed_of(progress), **left},
                        error_line=note if status is AttemptStatus.FAILED else None)
 
     current = await store.change(attempt.id, finished)

@@ -382,8 +382,9 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
         lines.append(f":x: first error: `{escape_mrkdwn(attempt.error_line[:400])}`")
         if attempt.observed.get(SERVER_ENDED):
             lines.append(server_ended_line(attempt))
-        lines.append(left_running_line(attempt) if attempt.left_running else
-                     "Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")
+        if attempt.left_running:
+            lines.append(left_running_line(attempt))
+        lines.append("Run `/sglang triage " + attempt.id + "` for the cause and the next experiment.")
     if attempt.status.value in ("ready", "stopped") and attempt.transitions:  # how it is serving; who stopped it
         lines.append(escape_keeping_mentions(attempt.transitions[-1].note))
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
@@ -394,7 +395,8 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
 
 
 def left_running_line(attempt: Attempt) -> str:
-    """For a launch that failed its health check after saying ready: its server was not stopped."""
+    """For a launch that failed while its server still ran (unhealthy after saying ready, hung, too slow): its
+    server was not stopped."""
     return (f":warning: its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log "
             f"{attempt.id}` shows what it says, `/sglang stop {attempt.id}` stops it")
 

@@ -57,6 +57,9 @@ class Check:
 # observed: how the server of an attempt that failed with it left running ended: a stop ({by, signal, memory, at}),
 # or its process found gone ({exited, at}). The attempt stays failed (it did fail); its server no longer holds GPUs.
 SERVER_ENDED = "server_ended"
+# observed: the follower gave up on a launch whose server still ran (no output for the stall timeout, or not ready by
+# the launch timeout): it failed, and its server was left running for a person to look at (py-spy) or stop
+GAVE_UP_RUNNING = "gave_up_running"
 GPUS_CLEAN_CHECK = "GPUs clean"  # the pre-flight's reading of the launch's GPUs: no process, no held memory
 
 
@@ -88,9 +91,11 @@ class Attempt:
 
     @property
     def left_running(self) -> bool:
-        """Failed after its log said ready (the health check did not pass): its server process was not stopped, so
-        it still held its GPUs then, for a person to look at or stop, until it ended (:meth:`with_server_ended`)."""
-        return (self.status is AttemptStatus.FAILED and self.observed.get("stage") == "ready"
+        """Failed while its server process still ran: after its log said ready (the health check did not pass), or
+        given up on as hung or too slow (:data:`GAVE_UP_RUNNING`). That process was not stopped, so it still held its
+        GPUs then, for a person to look at or stop, until it ended (:meth:`with_server_ended`)."""
+        return (self.status is AttemptStatus.FAILED
+                and (self.observed.get("stage") == "ready" or bool(self.observed.get(GAVE_UP_RUNNING)))
                 and len(self.transitions) >= 2 and self.transitions[-2].status is AttemptStatus.LAUNCHING
                 and SERVER_ENDED not in self.observed)
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from bot.core.attempts import Attempt, AttemptStatus, TransitionError, changes_between, flag_pairs
+from bot.core.attempts import GAVE_UP_RUNNING, Attempt, AttemptStatus, TransitionError, changes_between, flag_pairs
 from bot.core.roles import Role, RoleConfig, decide, role_of
 from bot.core.startup_log import Progress, Stage, advance
 from tests.conftest import FIXTURES
@@ -163,6 +163,11 @@ def test_a_launch_that_failed_after_its_log_said_ready_left_its_server_running()
     assert not exited.left_running  # it served, then its process went
     stopped = unhealthy.with_server_ended({"by": "U0ALICE", "signal": "SIGTERM", "memory": "memory returned"})
     assert not stopped.left_running and stopped.status is AttemptStatus.FAILED  # a stop ended it; it still failed
+    # given up on as hung while loading: failed, its server left running until a stop ends it
+    hung = replace(launching.moved(AttemptStatus.FAILED, 3.0, "no output for 10 min after loading weights began"),
+                   observed={"stage": "loading weights", GAVE_UP_RUNNING: True})
+    assert hung.left_running
+    assert not hung.with_server_ended({"by": "U0ALICE", "signal": "SIGTERM", "memory": "memory returned"}).left_running
 
 
 def test_roles_from_users_groups_and_channel_caps():

@@ -592,3 +592,34 @@ async def test_a_launch_failing_its_health_check_says_its_server_was_left_runnin
     said = await lab.standin.wait_for(lambda cs: any(c.method == "response_url" for c in cs[before:]), 30)
     assert "no running attempt on pve5:129" in [c for c in said[before:] if c.method == "response_url"][0].params[
         "text"]
+
+
+async def test_a_launch_given_up_on_as_hung_leaves_its_server_to_look_at_and_a_stop_finds_it(lab):
+    """No output for the stall timeout: the launch failed as a hang, but its server still runs and holds its GPUs
+    (a person runs py-spy on it, or stops it). Its card says so; the status names its processes as the launch's and a
+    stop of the container finds it, where before they were anonymous and the stop found no running attempt."""
+    lab.services.settings = lab.services.settings.model_copy(update={"stall_timeout_s": 1.5})
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    calls = await wait_text(lab, "— *failed*", method="chat.update")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    card = blocks_to_text([c for c in calls if c.method == "chat.update" and "— *failed*" in blocks_to_text(c.blocks)]
+                          [-1].blocks)
+    assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
+    await lab.slash("/gpu", "status sglang-a6000")
+    status = blocks_to_text(post_with(await wait_text(lab, "GPU status", method="chat.postMessage"),
+                                      "GPU status").blocks)
+    held = [line for line in status.splitlines() if f" {attempt.pid} " in line]
+    assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (failed, left running, port 30000)")
+                                  for line in held)
+    assert (f"its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log {attempt.id}` "
+            f"shows what it says, `/sglang stop {attempt.id}` stops it") in card
+    assert f"Run `/sglang triage {attempt.id}`" in card
+    assert re.search(r"first error: `no output for \d s after loading weights began - a hang at loading weights`",
+                     card)
+    done = await confirmed_stop(lab, "sglang-a6000")
+    assert "(SIGTERM)" in done and "memory returned" in done
+    assert lab.nodes["pve5"].read_state()["processes"] == []
+    stored = await lab.services.attempts.get(attempt.id)
+    assert stored.status is AttemptStatus.FAILED and not stored.left_running
