@@ -880,7 +880,8 @@ def _triage_attempt(args: argparse.Namespace) -> int:
             args.what, services.inventory, f"no log file {args.what} here, and it names no one container or attempt")
         attempt = await find_attempt(services.attempts, args.what, target)
         report = await triage_attempt(services.transport, services.inventory, attempt,
-                                      lambda: services.attempts.recent(attempt.node, attempt.vmid, 20))
+                                      lambda: services.attempts.recent(attempt.node, attempt.vmid, 20),
+                                      services.launch.stall_timeout_s)
         await record_triage(services.attempts, services.store, report, _cli_user(), "")
         if args.json:
             print(json.dumps(_triage_report_json(report), indent=2))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
-from bot.core.attempts import Attempt, AttemptStatus, is_attempt_id, relaunch_flags, user_flags
+from bot.core.attempts import SERVER_ENDED, Attempt, AttemptStatus, is_attempt_id, relaunch_flags, user_flags
 from bot.core.diagnosis import BUSY, HARDWARE, OCCUPIED, OUT_OF_RANGE, Finding, LaunchContext, diagnose_excerpt
 from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
@@ -118,10 +118,12 @@ async def record_triage(attempts: AttemptStore, store: Store, report: TriageRepo
 
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt,
-                         others: Callable[[], Awaitable[Sequence[Attempt]]] | None = None) -> TriageReport:
+                         others: Callable[[], Awaitable[Sequence[Attempt]]] | None = None,
+                         hang_after_s: float | None = None) -> TriageReport:
     """The attempt's own log diagnosed, with the evidence a person checks next and the next experiments.
     ``others``: reads the container's other attempts, to name a launch that holds a port this one needed (only a
-    port finding reads them)."""
+    port finding reads them); ``hang_after_s``: the silence the launch's follower calls a hang (its stall timeout):
+    a log silent for less is still starting, or was stopped on request, not hung."""
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
     python = container.python
@@ -135,10 +137,10 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         return TriageReport(attempt, None, stale, 0, gpus, read.versions, read.disk, xid, None, oom_kills=kill_lines,
                             snapshot=snapshot, relaunch=relaunch)
     assert read.stat is not None  # a log that could not be stat'ed is refused as stale
-    stalled = None
-    if attempt.status is AttemptStatus.LAUNCHING:
-        stalled = max(0.0, (time.time() - float(read.stat.split()[0])) / 60)
-    context = LaunchContext.from_argv(attempt.argv, _model_types(read.config), holds_recurrent_state(read.config))
+    stalled, stopped = _silence(attempt, float(read.stat.split()[0]), time.time())
+    context = replace(LaunchContext.from_argv(attempt.argv, _model_types(read.config),
+                                              holds_recurrent_state(read.config)),
+                      hang_after_minutes=hang_after_s / 60 if hang_after_s else None, stopped_on_request=stopped)
     # a launch the kernel killed writes nothing of it: the node's kernel log names that cause
     finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context), kills,
                                        attempt.vmid)
@@ -155,6 +157,20 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     label_evidence = await _label_evidence(transport, attempt, python, finding, excerpt.text, read, snapshot, others)
     return TriageReport(attempt, finding, None, excerpt.text.count("\n"), gpus, read.versions, read.disk, xid, planned,
                         experiments, peer_access, label_evidence, kill_lines, snapshot, relaunch)
+
+
+def _silence(attempt: Attempt, written_at: float, now: float) -> tuple[float | None, bool]:
+    """How long the attempt's log had gone without output (minutes) while its server still ran: until now for a
+    server still running, until the stop for one stopped on request (then True); None when its process ended by
+    itself (how long before that it was silent says nothing of a hang)."""
+    ended = attempt.observed.get(SERVER_ENDED) or {}
+    if attempt.status is AttemptStatus.LAUNCHING or attempt.left_running:
+        return max(0.0, now - written_at) / 60, False
+    if attempt.status is AttemptStatus.STOPPED and attempt.transitions:
+        return max(0.0, attempt.transitions[-1].at - written_at) / 60, True
+    if "by" in ended and "at" in ended:  # a server left running, then stopped
+        return max(0.0, float(ended["at"]) - written_at) / 60, True
+    return None, False
 
 
 @dataclass(frozen=True)

@@ -334,7 +334,8 @@ async def triaged(services: Services, spec: str | None, target: Target | None, u
     attempts = services.attempts
     attempt = await find_attempt(attempts, spec, target, channel)
     report = await triage_attempt(services.transport, services.inventory, attempt,
-                                  lambda: attempts.recent(attempt.node, attempt.vmid, 20))
+                                  lambda: attempts.recent(attempt.node, attempt.vmid, 20),
+                                  services.launch.stall_timeout_s)
     choices: list[tuple[str, str]] = []
     request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
                             report.relaunch, user, channel)

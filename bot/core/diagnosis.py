@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from bot.core.argv import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogExcerpt
 from bot.core.flags import scrub_secrets
 from bot.core.log_lines import collected_lines, plain_lines, strip_ansi, unwrapped
+from bot.core.report import age_text
 from bot.core.startup_log import (
     BENIGN_NOTICE,
     CAPTURE_BAR,
@@ -45,7 +46,9 @@ PIECEWISE_LINE = (rf"{PIECEWISE_WRAPPER}|add --disable-piecewise-cuda-graph to y
 # the scheduler building its speculative draft worker: by class, or through the algorithm's factory (newer releases)
 DRAFT_WORKER_FRAME = r"self\.draft_worker = (?:\w*Worker|self\.spec_algorithm\.create_draft_worker)\("
 NO_FAILURE = "no_failure"  # the server came up and nothing after that reports an error
-NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE})  # findings that name no first cause to test
+# a launch still starting, silent for less than a hang; one stopped on request before it said it failed or hung
+STILL_STARTING, STOPPED_ON_REQUEST = "still_starting", "stopped_on_request"
+NOT_A_CAUSE = frozenset({"unknown", NO_FAILURE, STILL_STARTING, STOPPED_ON_REQUEST})  # findings naming no first cause
 # not labels of the failure corpus: other processes hold memory on the launch's GPUs (an earlier run's leftovers);
 # a GPU that refuses a new CUDA context (exclusive compute mode taken, or a bad device state)
 OCCUPIED = "gpu_memory_occupied"
@@ -773,6 +776,10 @@ class LaunchContext:
     speculative: bool = False
     hybrid_linear: bool = False  # a model with recurrent state (GDN, Mamba-2, ...): SGLang's mamba state pool
     model_types: tuple[str, ...] = ()  # the checkpoint's config.json model_type (and its text_config's)
+    # how a silent log is read (``stalled_minutes``): the silence gpuops' follower calls a hang (None: any silence
+    # is read as one), and whether the silence ended in a stop on request rather than lasting until now
+    hang_after_minutes: float | None = None
+    stopped_on_request: bool = False
 
     @classmethod
     def from_argv(cls, argv: Sequence[str], model_type: str | Sequence[str] | None = None,
@@ -995,7 +1002,7 @@ def _first_cause(lines: list[str], raw: list[str], stalled_minutes: float | None
     echoes = [h for h in hits if h[1].label == ECHO]
     # a log that ends in a raised exception stopped because of it, whatever stage it had reached
     if (stalled_minutes is not None or not echoes) and not _ends_in_exception(lines, order):
-        stalled = _stall(lines, order, stalled_minutes)
+        stalled = _stall(lines, order, stalled_minutes, context or LaunchContext())
         if stalled is not None:
             return stalled
     if echoes:
@@ -1437,24 +1444,44 @@ def _with_context(hits: list[Hit], lines: list[str], order: list[int],
     return hits + extra
 
 
-def _stall(lines: list[str], order: list[int], minutes: float | None) -> Finding | None:
-    """A log that just stops: say where it stopped, and for how long if known."""
+def _stall(lines: list[str], order: list[int], minutes: float | None, context: LaunchContext) -> Finding | None:
+    """A log that just stops: say where it stopped, and for how long if known. Silent for less than the follower
+    calls a hang, it is no hang: still starting, or stopped on request before it said anything went wrong."""
     content = [lines[i] for i in order if lines[i].strip()]
     if not content or any(_READY.search(x) for x in content):
         return None
     # the furthest stage the log reached (SGLang's start-up only moves forward), at its last mention
-    for pattern, where, meaning, label in _STAGES:
-        for index in range(len(content) - 1, -1, -1):
-            if pattern.search(content[index]):
-                since = f"no output for {minutes:.0f} minutes" if minutes is not None else "the log stops"
-                rule = RULE_BY_LABEL.get(label)
-                return Finding(
-                    label, rule.phase if rule else "startup", "medium" if minutes is not None else "low",
-                    f"{since} after {where} - {meaning}",
-                    rule.next_step if rule else "look at the process with py-spy dump; check GPU utilization",
-                    (Evidence(lines.index(content[index]) + 1, content[index].strip()[:400]),),
-                )
-    return None
+    reached = next(((index, where, meaning, label) for pattern, where, meaning, label in _STAGES
+                    for index in range(len(content) - 1, -1, -1) if pattern.search(content[index])), None)
+    hang = context.hang_after_minutes
+    if minutes is not None and hang is not None and minutes < hang:
+        index, where = (reached[0], reached[1]) if reached else (len(content) - 1, "it started")
+        evidence = (Evidence(lines.index(content[index]) + 1, content[index].strip()[:400]),)
+        quiet, waits = age_text(minutes * 60), age_text(hang * 60)
+        phase = _phase(lines, order, order.index(lines.index(content[index])), "startup")
+        if context.stopped_on_request:
+            return Finding(STOPPED_ON_REQUEST, phase, "medium",
+                           f"stopped on request {quiet} after its last line, after {where}: nothing in the log names a "
+                           f"failure before the stop, which came too soon to call it a hang ({waits} without output "
+                           "is one)", "launch it again and let it run: a failure names itself in the log, and a hang "
+                           f"shows as {waits} without output", evidence)
+        return Finding(STILL_STARTING, phase, "medium",
+                       f"still starting: its last line, {quiet} ago, came after {where}; nothing in the log names a "
+                       f"failure so far, and it is not a hang yet ({waits} without output is one)",
+                       "follow its log (`/sglang log`, `gpuops log`): its launch card says when it is ready or fails",
+                       evidence)
+    if reached is None:
+        return None
+    index, where, meaning, label = reached
+    since = f"no output for {minutes:.0f} minutes" if minutes is not None else "the log stops"
+    stopped = "; then it was stopped on request" if minutes is not None and context.stopped_on_request else ""
+    rule = RULE_BY_LABEL.get(label)
+    return Finding(
+        label, rule.phase if rule else "startup", "medium" if minutes is not None else "low",
+        f"{since} after {where} - {meaning}{stopped}",
+        rule.next_step if rule else "look at the process with py-spy dump; check GPU utilization",
+        (Evidence(lines.index(content[index]) + 1, content[index].strip()[:400]),),
+    )
 
 
 _TELLING = re.compile(r"Error|Exception|Traceback|failed|Failed|error:|FATAL|Killed|Aborted|timed out", re.I)

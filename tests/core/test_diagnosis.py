@@ -1,10 +1,11 @@
 """Triage rules over the real failure corpus and its traps (real lines only, re-ordered or cut)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from bot.core.diagnosis import LaunchContext, diagnose
+from bot.core.diagnosis import NOT_A_CAUSE, STILL_STARTING, STOPPED_ON_REQUEST, LaunchContext, cause_line, diagnose
 from bot.core.startup_log import Progress, advance
 from tests.conftest import FIXTURES
 
@@ -80,6 +81,35 @@ def test_a_log_that_stops_is_diagnosed_from_where_it_stopped():
     finding = diagnose("\n".join(lines), stalled_minutes=12)
     assert finding.label == "cuda_graph_capture_error"
     assert finding.explanation == "no output for 12 minutes after CUDA graph capture began - a hang at capture"
+
+
+def test_a_silence_shorter_than_a_hang_is_a_launch_still_starting_or_stopped_on_request_not_a_hang():
+    """The same real log cut at CUDA graph capture: silent for less than the follower's stall timeout it is no hang,
+    whether its server still runs or a person stopped it then; silent for longer it is, stop or not. Without the
+    follower's timeout (a log file read in a terminal) any silence reads as before."""
+    startup = json.loads((FIXTURES / "sglang-startup/cases.jsonl").read_text().splitlines()[0])
+    lines = [x for x in startup["log_excerpt"] if "Capture cuda graph end" not in x and "max_total" not in x
+             and "fired up" not in x]
+    text = "\n".join(lines)
+    capture = next(i for i, x in enumerate(lines) if "Capture cuda graph begin" in x) + 1
+    follower = LaunchContext(hang_after_minutes=10)
+    starting = diagnose(text, stalled_minutes=0.5, context=follower)
+    assert (starting.label, starting.phase) == (STILL_STARTING, "startup: CUDA graphs")
+    assert starting.explanation.startswith("still starting: its last line, 30 s ago, came after CUDA graph capture "
+                                           "began; nothing in the log names a failure so far")
+    assert "10 min without output is one" in starting.explanation and "hang at capture" not in starting.explanation
+    assert [e.line_no for e in starting.evidence] == [capture]
+    stopped = diagnose(text, stalled_minutes=0.2, context=replace(follower, stopped_on_request=True))
+    assert stopped.label == STOPPED_ON_REQUEST
+    assert stopped.explanation.startswith("stopped on request 12 s after its last line, after CUDA graph capture "
+                                          "began: nothing in the log names a failure before the stop")
+    hung_then_stopped = diagnose(text, stalled_minutes=12, context=replace(follower, stopped_on_request=True))
+    assert hung_then_stopped.label == "cuda_graph_capture_error"
+    assert hung_then_stopped.explanation == ("no output for 12 minutes after CUDA graph capture began - a hang at "
+                                             "capture; then it was stopped on request")
+    assert diagnose(text, stalled_minutes=0.5).label == "cuda_graph_capture_error"  # no follower's timeout given
+    # neither names a first cause: no hypothesis is proposed from them, no cause line replaces the log's own
+    assert {STILL_STARTING, STOPPED_ON_REQUEST} <= NOT_A_CAUSE and cause_line(starting) is None
 
 
 def test_context_decides_generic_symptoms():

@@ -592,3 +592,29 @@ async def test_a_context_longer_than_the_models_is_named_and_its_computed_length
     assert "User-specified context_length (524288) is greater than the derived context_length (262144)" in text
     latest = await relaunched_by(lab, report, "launch with --context-length 262144", scenario="auto")
     assert latest.changes == ("--context-length 524288 -> 262144",)
+
+
+async def test_a_launch_still_starting_or_stopped_early_is_not_triaged_as_a_hang(lab):
+    """A triage seconds into the weight load finds a launch still starting, and after a person stops it there, one
+    stopped on request: not "a hang while loading weights" (the follower's stall timeout, 10 min, makes a hang)."""
+    from tests.handlers.test_launch_flow import confirmed_stop
+
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "*launching*: loading weights")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    running = blocks_to_text(post_with(await wait_text(lab, "*still_starting*", method="chat.postMessage"),
+                                       "*still_starting*").blocks)
+    assert "still starting: its last line, " in running and "came after weight loading began" in running
+    assert "hang" not in running.replace("not a hang yet", "").replace("10 min without output is one", "")
+    assert (await lab.services.attempts.get(attempt.id)).observed["triage"] == "still_starting"
+    done = await confirmed_stop(lab, "sglang-a6000")
+    assert "(SIGTERM)" in done
+    await lab.slash("/sglang", f"triage {attempt.id}")
+    stopped = blocks_to_text(post_with(await wait_text(lab, "*stopped_on_request*", method="chat.postMessage"),
+                                       "*stopped_on_request*").blocks)
+    assert "stopped on request " in stopped and "after weight loading began: nothing in the log names a failure" \
+        in stopped
+    assert "a hang while loading weights" not in stopped
