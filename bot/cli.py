@@ -942,7 +942,7 @@ def _triage_report_json(report: Any) -> dict[str, Any]:
         "finding": asdict(report.finding) if report.finding is not None else None,
         "gpus": report.gpus, "versions": report.versions, "disk": report.disk, "xid": list(report.xid),
         "oom_kills": list(report.oom_kills), "peer_access": report.peer_access,
-        "label_evidence": list(report.label_evidence),
+        "label_evidence": list(report.label_evidence), "stacks": list(report.stacks),
         "remedies": _remedies_json(remedies, report.relaunch),
         "experiments": [asdict(e) for e in report.experiments],
     }

@@ -38,6 +38,7 @@ from bot.core.label_evidence import (
 )
 from bot.core.model import holds_recurrent_state
 from bot.core.shm import parse_df, shm_evidence
+from bot.core.stacks import parse_stack_dumps, stack_lines
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events, read_memory_errors
 from bot.launch import container_of
@@ -76,6 +77,7 @@ class TriageReport:
     oom_kills: tuple[str, ...] = ()  # the kernel OOM killer's kills on the node since the attempt started
     snapshot: SmiSnapshot | None = None  # the node's GPUs as the triage read them (None: not readable)
     relaunch: tuple[str, ...] = ()  # the flags that launch the attempt again, which its next experiments change
+    stacks: tuple[str, ...] = ()  # for a server that still runs: py-spy's stacks of its processes, or why none
 
 
 async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target | None,
@@ -128,12 +130,18 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     container = container_of(inventory, target)
     python = container.python
     relaunch = relaunch_flags(attempt, container.port)
-    read = await _read_in_container(transport, attempt, python)
-    gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
+    stacks = asyncio.ensure_future(_stacks(transport, attempt, python))
+    try:
+        read = await _read_in_container(transport, attempt, python)
+        gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
+    except BaseException:
+        stacks.cancel()
+        raise
     kill_lines = tuple(oom_kill_findings(attempt.node, kills, attempt.vmid))
     excerpt = remote.parse_log_excerpt(read.log)
     stale = _stale(attempt, read.stat, excerpt.text)
     if stale:
+        stacks.cancel()
         return TriageReport(attempt, None, stale, 0, gpus, read.versions, read.disk, xid, None, oom_kills=kill_lines,
                             snapshot=snapshot, relaunch=relaunch)
     assert read.stat is not None  # a log that could not be stat'ed is refused as stale
@@ -156,7 +164,28 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
         finding = replace(finding, next_step=finding.next_step.replace("<container>", f"{attempt.node}:{attempt.vmid}"))
     label_evidence = await _label_evidence(transport, attempt, python, finding, excerpt.text, read, snapshot, others)
     return TriageReport(attempt, finding, None, excerpt.text.count("\n"), gpus, read.versions, read.disk, xid, planned,
-                        experiments, peer_access, label_evidence, kill_lines, snapshot, relaunch)
+                        experiments, peer_access, label_evidence, kill_lines, snapshot, relaunch, await stacks)
+
+
+async def _stacks(transport: Transport, attempt: Attempt, python: str) -> tuple[str, ...]:
+    """Where the processes of a server that still runs (a launch loading, hung, or left running) are now, as py-spy
+    reads them: what a person looks at first in a hang. Nothing for a server that has ended."""
+    if attempt.pid is None or attempt.log_path is None or not (
+            attempt.status is AttemptStatus.LAUNCHING or attempt.left_running):
+        return ()
+    try:
+        out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.stack_dumps(
+            attempt.pid, attempt.log_path, python)), timeout_s=120, ok_exit=(0, 1, 2, 3))
+    except GpuopsError as exc:
+        return (f"no stacks: {exc.user_message}",)
+    if out.exit_status == remote.LAUNCHED_GONE:
+        return (f"no stacks: its server process (PID {attempt.pid}) has exited",)
+    if out.exit_status == remote.LAUNCHED_PID_REUSED:
+        return (f"no stacks: PID {attempt.pid} is another process's now, so it was not read",)
+    if out.exit_status == remote.STACKS_NO_PY_SPY:
+        return ("no stacks: py-spy is not installed in the container (`pip install py-spy` beside its SGLang shows "
+                "where each process of a hang waits)",)
+    return stack_lines(parse_stack_dumps(out.stdout)) or ("no stacks: no process of its group was found",)
 
 
 def _silence(attempt: Attempt, written_at: float, now: float) -> tuple[float | None, bool]:

@@ -650,6 +650,10 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(lines))]
     if evidence:
         blocks += monospace_sections(evidence)
+    if report.stacks:  # a server that still runs: what each of its processes is doing
+        blocks.append(SectionBlock(text=MarkdownTextObject(text="Where its processes are now (py-spy, innermost "
+                                                                "frame first):")))
+        blocks += monospace_sections(report.stacks)
     if report.finding is not None:
         steps = [f"*Next experiment:* {escape_mrkdwn(report.finding.next_step)}"]
         if report.planned is not None and report.planned.budget.remedies:

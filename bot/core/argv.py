@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.core.flags import HOST_RE, launch_env
+from bot.core.stacks import HEADER as STACK_HEADER
 
 Argv = tuple[str, ...]
 
@@ -375,14 +376,13 @@ def process_alive(pid: int) -> Argv:
 # whether a launch's process still runs, told by what only it has: its standard output is the attempt's own log (the
 # launch started it so). A PID alone is not enough: once the server exits (or its container restarts) the same number
 # can be another process's, which a stop must never signal.
-LAUNCHED_PROCESS_SCRIPT = (
-    'pid="$1"; log="$2"\n'
+_LAUNCHED_TEST = (  # exits 1 unless $pid runs (not a zombie), 2 unless it writes to $log
     'read -r stat 2>/dev/null <"/proc/$pid/stat" || exit 1\n'
     'case "${stat##*) }" in Z*) exit 1;; esac\n'
-    '[ "/proc/$pid/fd/1" -ef "$log" ] && exit 0\n'  # the same file, however its path is spelled
-    '[ "$(readlink "/proc/$pid/fd/1")" = "$log (deleted)" ] && exit 0\n'  # the log removed while it runs
-    'exit 2\n'
+    '[ "/proc/$pid/fd/1" -ef "$log" ] ||\n'  # the same file, however its path is spelled
+    '  [ "$(readlink "/proc/$pid/fd/1")" = "$log (deleted)" ] || exit 2\n'  # or the log removed while it runs
 )
+LAUNCHED_PROCESS_SCRIPT = 'pid="$1"; log="$2"\n' + _LAUNCHED_TEST + 'exit 0\n'
 LAUNCHED_RUNS, LAUNCHED_GONE, LAUNCHED_PID_REUSED = 0, 1, 2
 
 
@@ -391,6 +391,36 @@ def launched_process(pid: int, log_path: str) -> Argv:
     that PID (or only its zombie), 2 when another process has it now."""
     return ("bash", "-c", LAUNCHED_PROCESS_SCRIPT, "gpuops-pid", _check_int(pid, "pid", 2),
             posixpath.normpath(checked_path(log_path)))
+
+
+# py-spy's stacks of every live process in the launch's process group (its server and the ranks it started), while
+# that group is still the launch's; py-spy from the container's SGLang environment, else its PATH. --nonblocking: a
+# server that still serves is read, never paused.
+STACK_DUMP_SCRIPT = (
+    'pid="$1"; log="$2"; python="$3"\n' + _LAUNCHED_TEST +
+    'spy="$(dirname -- "$python")/py-spy"\n'
+    '[ -x "$spy" ] || spy="$(command -v py-spy)" || exit 3\n'
+    'n=0\n'
+    'for d in /proc/[0-9]*; do\n'
+    '  read -r stat 2>/dev/null <"$d/stat" || continue\n'
+    '  read -r -a f <<<"${stat##*) }"\n'
+    '  { [ "${f[2]}" = "$pid" ] && [ "${f[0]}" != Z ]; } || continue\n'
+    '  n=$((n + 1)); [ "$n" -le 16 ] || break\n'
+    '  out="$(timeout -k 2 10 "$spy" dump --json --nonblocking --pid "${d#/proc/}" 2>&1)"; rc=$?\n'
+    f'  printf \'{STACK_HEADER}%s %s\\n\' "${{d#/proc/}}" "$rc"\n'
+    '  tr "\\0\\n" "  " <"$d/cmdline" | head -c 300; echo\n'
+    '  printf "%s\\n" "$out"\n'
+    'done\n'
+    'exit 0\n'
+)
+STACKS_NO_PY_SPY = 3
+
+
+def stack_dumps(pid: int, log_path: str, python: str) -> Argv:
+    """py-spy's stacks of the launch's processes (``stacks.parse_stack_dumps`` reads them): exit 0, or 1 when the
+    launch's process is gone, 2 when its PID is another process's now, 3 when the container has no py-spy."""
+    return ("bash", "-c", STACK_DUMP_SCRIPT, "gpuops-stacks", _check_int(pid, "pid", 2),
+            posixpath.normpath(checked_path(log_path)), checked_path(python))
 
 
 def read_log_from(path: str, offset: int) -> Argv:

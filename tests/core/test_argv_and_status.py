@@ -363,6 +363,56 @@ def test_a_confirmed_stop_signals_a_pid_only_while_it_is_the_process_that_was_li
             process.wait()
 
 
+def test_the_stack_script_dumps_every_process_of_the_launchs_group_while_it_is_the_launchs(tmp_path):
+    """STACK_DUMP_SCRIPT run by bash as the container would, with the py-spy installed beside this Python: the server
+    and the rank it started (one process group) are each dumped, as long as the group's leader writes to the attempt's
+    log (also once that log is deleted). A log the PID does not write to, a Python with no py-spy beside it (nor on
+    PATH), and a PID with no process each end in their own exit status, with nothing dumped."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from bot.core.argv import LAUNCHED_GONE, LAUNCHED_PID_REUSED, STACKS_NO_PY_SPY, stack_dumps
+    from bot.core.stacks import parse_stack_dumps
+
+    server_code = ("import subprocess, sys, time\n"
+                   "rank = subprocess.Popen([sys.executable, '-c', 'import time\\ndef rank_waits():\\n    "
+                   "time.sleep(60)\\nrank_waits()'])\n"
+                   "def server_waits():\n    time.sleep(60)\nserver_waits()\n")
+    log = tmp_path / "a.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, "-c", server_code], stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+
+    def run(log_path: str, python: str = sys.executable, path: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PATH": path} if path else None
+        return subprocess.run(stack_dumps(server.pid, log_path, python), capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    try:
+        deadline = time.time() + 20
+        while True:  # until the rank has started and both sit in their waits
+            done = run(str(log))
+            processes = parse_stack_dumps(done.stdout)
+            innermost = [t.frames[0].function for p in processes for t in p.threads if t.frames]
+            if sorted(innermost) == ["rank_waits", "server_waits"] or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert done.returncode == 0 and sorted(innermost) == ["rank_waits", "server_waits"], done.stdout[-500:]
+        assert processes[0].pid == server.pid and all(p.problem is None for p in processes)
+        assert "-c import subprocess" in processes[0].command
+        assert run(str(tmp_path / "other.log")).returncode == LAUNCHED_PID_REUSED
+        assert run(str(log), str(tmp_path / "bare" / "python"), "/usr/bin:/bin").returncode == STACKS_NO_PY_SPY
+        log.unlink()  # the log removed while the server runs: still the launch's
+        assert run(str(log)).returncode == 0
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+    gone = run(str(log))
+    assert (gone.returncode, gone.stdout) == (LAUNCHED_GONE, "")
+
+
 def test_the_launch_script_starts_a_session_of_its_own_in_a_new_log_and_never_reuses_one(tmp_path):
     """LAUNCH_SCRIPT run by bash as the node would: the server starts detached as the leader of a new session (its
     PID is its process group, which a stop signals), its output goes to a log whose first line names the attempt,

@@ -1,5 +1,8 @@
 """/sglang triage through the real app: the attempt's own log, evidence, and next experiments."""
 
+import re
+
+from bot.lab import fake_sglang
 from bot.lab.nodes import container_path
 from bot.views import blocks_to_text
 from tests.handlers.test_launch_flow import SEED, buttons, model, post_with, wait_text
@@ -597,8 +600,11 @@ async def test_a_context_longer_than_the_models_is_named_and_its_computed_length
 async def test_a_launch_still_starting_or_stopped_early_is_not_triaged_as_a_hang(lab):
     """A triage seconds into the weight load finds a launch still starting, and after a person stops it there, one
     stopped on request: not "a hang while loading weights" (the follower's stall timeout, 10 min, makes a hang)."""
+    from pathlib import Path
+
     from tests.handlers.test_launch_flow import confirmed_stop
 
+    stand_in = Path(fake_sglang.__file__)
     lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
     await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
                                "--mamba-ssm-dtype bfloat16")
@@ -609,6 +615,12 @@ async def test_a_launch_still_starting_or_stopped_early_is_not_triaged_as_a_hang
                                        "*still_starting*").blocks)
     assert "still starting: its last line, " in running and "came after weight loading began" in running
     assert "hang" not in running.replace("not a hang yet", "").replace("10 min without output is one", "")
+    # where its process waits now, read by py-spy in the container: the stand-in's own frame
+    hang_line = max(n for n, line in enumerate(stand_in.read_text().splitlines(), 1)  # its hang's, the last one
+                    if "time.sleep(3600)" in line)
+    assert "Where its processes are now (py-spy, innermost frame first):" in running
+    assert re.search(rf"PID {attempt.pid} .*sglang\.launch_server.*\n  MainThread \(idle\): main "
+                     rf"\(\S*fake_sglang\.py:{hang_line}\) <- ", running), running
     assert (await lab.services.attempts.get(attempt.id)).observed["triage"] == "still_starting"
     done = await confirmed_stop(lab, "sglang-a6000")
     assert "(SIGTERM)" in done
@@ -618,3 +630,4 @@ async def test_a_launch_still_starting_or_stopped_early_is_not_triaged_as_a_hang
     assert "stopped on request " in stopped and "after weight loading began: nothing in the log names a failure" \
         in stopped
     assert "a hang while loading weights" not in stopped
+    assert "py-spy" not in stopped  # its server has ended: nothing to read
