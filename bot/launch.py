@@ -15,7 +15,7 @@ import logging
 import secrets
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,7 +69,7 @@ from bot.core.installed_flags import (
 )
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
-from bot.core.report import age_text, launch_key
+from bot.core.report import Launch, age_text, launch_key
 from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance, observed_of
 from bot.core.status import Thresholds
@@ -81,6 +81,7 @@ from bot.ssh import CommandResult
 from bot.status import (
     SmiFailed,
     Transport,
+    launch_ref,
     read_dev_shm,
     read_device_nodes,
     read_node,
@@ -196,6 +197,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     budget_task = asyncio.ensure_future(plan_budget(transport, inventory, target, request.model_path, request.flags,
                                                     history))
     host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
+    launches_task = asyncio.ensure_future(running_launches(store))
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     ct_config_task = asyncio.ensure_future(read_pct_config(transport, target.node, target.vmid))
     nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
@@ -236,7 +238,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         log.warning("reading ECC/Xid on %s failed", target.node, exc_info=True)
         faults = None
     if planned is not None:
-        checks.append(_gpus_clean(planned, host, flags.gpus_needed, limits))
+        checks.append(_gpus_clean(planned, host, limits, await _launches_or_none(launches_task), target.node))
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
         memory_check, ct_memory_mib, devices_check = await _container_checks(ct_config_task, nodes_task, target.vmid,
@@ -252,7 +254,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         result = {"fits": "ok", "degraded": "warn" if budget.memory_degraded else "ok",
                   "fails": "fail"}[budget.verdict.value]
         checks.append(Check("memory budget", result, budget.summary))
-    await _drop_unread(nodes_task, ct_config_task, p2p_task, shm_task)  # not read when the budget was not planned
+    # not read when the budget was not planned
+    await _drop_unread(nodes_task, ct_config_task, p2p_task, shm_task, launches_task)
     if installed_task is not None:
         installed = await installed_task
         problems = _flag_problems(installed, request.flags, settings)
@@ -363,6 +366,15 @@ def _sglang_check(planned: PlannedBudget, python: str) -> Check:
     return Check("SGLang supports the model", "ok", f"SGLang {sglang}" + (f" ({extra})" if extra else ""))
 
 
+async def _launches_or_none(task: asyncio.Future[dict[Launch, Attempt]]) -> Mapping[Launch, Attempt]:
+    """The recorded launches still running; none when the history cannot be read (the holders are named by PID)."""
+    try:
+        return await task
+    except GpuopsError as exc:
+        log.warning("GPU holders not matched to launches: %s", exc.user_message)
+        return {}
+
+
 async def _drop_unread(*tasks: asyncio.Future[Any] | None) -> None:
     """Cancel the reads the pre-flight did not get to; one that already failed has its error collected (logged),
     so asyncio does not report it as never retrieved."""
@@ -391,7 +403,10 @@ def _transformers_check(planned: PlannedBudget) -> Check:
                                                                        else ""))
 
 
-def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, tp: int, limits: Thresholds) -> Check:
+def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, limits: Thresholds,
+                launches: Mapping[Launch, Attempt], node: str) -> Check:
+    """Who holds memory on the launch GPUs, by PID and container, and the recorded launch a holder belongs to (a
+    server another attempt left running is stopped as that attempt, not freed by PID)."""
     if host is None:
         return Check(GPUS_CLEAN_CHECK, "warn", "the node's process list could not be read")
     holders = []
@@ -400,7 +415,10 @@ def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, tp: int, limit
         procs = host.processes_of(gpu)
         for p in procs:
             owner = f"CT {p.vmid}" if p.vmid else "the host"
-            holders.append(f"GPU {gpu.index}: PID {p.pid} ({owner}) {p.name} {p.used_mib} MiB")
+            key = launch_key(node, p.vmid, p.group)
+            launch = launches.get(key) if key is not None else None
+            of = f" <- {launch_ref(launch).label}" if launch is not None else ""
+            holders.append(f"GPU {gpu.index}: PID {p.pid} ({owner}) {p.name} {p.used_mib} MiB{of}")
         if not procs and (gpu.memory_used_mib or 0) >= limits.orphaned_memory_mib:
             holders.append(f"GPU {gpu.index}: {gpu.memory_used_mib} MiB held, no process listed (orphaned)")
     if holders:

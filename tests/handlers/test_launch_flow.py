@@ -618,6 +618,13 @@ async def test_a_launch_given_up_on_as_hung_leaves_its_server_to_look_at_and_a_s
     assert f"Run `/sglang triage {attempt.id}`" in card
     assert re.search(r"first error: `no output for \d s after loading weights began - a hang at loading weights`",
                      card)
+    # the next launch's pre-flight names that attempt as what holds its GPUs
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88")
+    refusal = blocks_to_text(post_with(await wait_text(lab, "Pre-flight refused", method="chat.postMessage"),
+                                       "Pre-flight refused").blocks)
+    clean = next(line for line in refusal.splitlines() if "*GPUs clean*" in line)
+    assert clean.count(f"PID {attempt.pid} (CT 129)") == 2
+    assert clean.count(f"<- {attempt.id} (failed, left running, port 30000)") == 2, clean
     done = await confirmed_stop(lab, "sglang-a6000")
     assert "(SIGTERM)" in done and "memory returned" in done
     assert lab.nodes["pve5"].read_state()["processes"] == []
