@@ -26,7 +26,7 @@ from bot.app import Services
 from bot.chart import health_png
 from bot.core.attempts import Attempt
 from bot.core.gpu_faults import NodeFaults
-from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, samples_from
+from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, launches_holding, samples_from
 from bot.core.inventory import Target, resolve_targets
 from bot.core.status import TargetStatus
 from bot.errors import GpuopsError
@@ -34,7 +34,7 @@ from bot.faults import read_faults
 from bot.incidents import container_changed
 from bot.launch import container_of, ended_left_running, exit_report, exited_servers, health_probe
 from bot.slack import UNREACHABLE_ERRORS, post_messages, slack_error, upload_png
-from bot.status import read_cuda_devices, read_status
+from bot.status import read_cuda_devices, read_status, with_launches
 from bot.store import HealthStore
 
 log = logging.getLogger(__name__)
@@ -144,8 +144,9 @@ class Scheduler:
 
     async def report(self, targets_spec: str, name: str, now: float) -> HealthReport:
         targets = resolve_targets(targets_spec, self.services.inventory, self.services.settings.local_gpus)
-        fresh = await read_status(self.services.transport, self.services.inventory, targets,
-                                  limits=self.services.limits, deadline_s=self.services.settings.status_deadline_s)
+        fresh = await with_launches(await read_status(
+            self.services.transport, self.services.inventory, targets, limits=self.services.limits,
+            deadline_s=self.services.settings.status_deadline_s), self.services.attempts)
         samples, down = samples_from(fresh.statuses, now)
         await self.health.add_samples(samples, down, now)
         answered = {s.target for s in samples} - {u.target for u in down}
@@ -158,7 +159,7 @@ class Scheduler:
         previous = await self.health.last_report(name)
         servers = await self.servers()
         return build_report(recorded, unreachable, now, previous, hot_c=self.services.settings.hot_c, servers=servers,
-                            faults=faults, containers=devices)
+                            faults=faults, containers=devices, held_by=launches_holding(fresh.statuses, fresh.launches))
 
     async def faults(self, answered: set[str], targets: list[Target], now: float) -> tuple[NodeFaults, ...]:
         """ECC counters and Xid events of each node that answered (read on the node itself)."""

@@ -18,7 +18,7 @@ from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import DeviceNode, cuda_devices_health, device_nodes_from_stat, nvidia_nodes_passed
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
-from bot.core.report import Launch, LaunchRef, launch_key
+from bot.core.report import LEFT_RUNNING, Launch, LaunchRef, launch_key
 from bot.core.smi import find_error, parse_xml, processes_from_query, read_csv, snapshot_from_query
 from bot.core.status import (
     DEFAULT_THRESHOLDS,
@@ -262,7 +262,7 @@ async def running_launches(attempts: AttemptStore) -> dict[Launch, Attempt]:
 
 
 def launch_ref(attempt: Attempt) -> LaunchRef:
-    status = "failed, left running" if attempt.left_running else attempt.status.value
+    status = LEFT_RUNNING if attempt.left_running else attempt.status.value
     return LaunchRef(attempt.id, status, attempt.port)
 
 

@@ -8,12 +8,14 @@ and names every node that could not be read.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from bot.core.gpu_faults import NodeFaults, summarise_faults
+from bot.core.report import LEFT_RUNNING, Launch, LaunchRef, launch_key
 from bot.core.status import TargetState, TargetStatus
 
 
@@ -63,6 +65,25 @@ def samples_from(statuses: tuple[TargetStatus, ...], at: float) -> tuple[list[Gp
     return samples, down
 
 
+def launches_holding(statuses: tuple[TargetStatus, ...],
+                     launches: Mapping[Launch, LaunchRef]) -> dict[tuple[str, int], tuple[LaunchRef, ...]]:
+    """Per (target, GPU index): the recorded launches whose processes hold memory there now."""
+    held: dict[tuple[str, int], tuple[LaunchRef, ...]] = {}
+    for status in statuses:
+        for row in status.rows:
+            refs = [ref for p in row.processes if (key := launch_key(status.target.node, p.vmid, p.group)) is not None
+                    and (ref := launches.get(key)) is not None]
+            if refs:
+                held[(status.target.label, row.gpu.index)] = tuple(dict.fromkeys(refs))
+    return held
+
+
+def _holding(refs: tuple[LaunchRef, ...]) -> str:
+    """The launches an idle GPU's memory belongs to; a failed one's server, left running, is memory to take back."""
+    return "; ".join(f"{ref.label}: a failed launch's server, `/sglang stop {ref.attempt}` frees it"
+                     if ref.status == LEFT_RUNNING else ref.label for ref in refs)
+
+
 @dataclass(frozen=True)
 class GpuDay:
     target: str
@@ -103,9 +124,11 @@ OVER_CAP = 1.05  # power.draw readings a few % over the cap are sampling noise a
 def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, previous: dict[str, Any] | None,
                  *, window_h: float = 24.0, hot_c: int = 85, idle_hours: float = 2.0,
                  servers: tuple[str, ...] = (), faults: tuple[NodeFaults, ...] = (),
-                 containers: tuple[str, ...] = ()) -> HealthReport:
+                 containers: tuple[str, ...] = (),
+                 held_by: Mapping[tuple[str, int], tuple[LaunchRef, ...]] | None = None) -> HealthReport:
     """The report of the window's samples; ``servers`` and ``containers`` are lines read now (SGLang servers' answers,
-    containers whose CUDA devices are not in order)."""
+    containers whose CUDA devices are not in order); ``held_by``: the recorded launches holding each GPU now
+    (:func:`launches_holding`), named where a GPU holds memory while idle."""
     start = now - window_h * 3600
     recent = sorted((s for s in samples if s.at >= start), key=lambda s: s.at)
     by_gpu: dict[tuple[str, int], list[GpuSample]] = {}
@@ -129,7 +152,9 @@ def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, 
         days.append(day)
         if idle_held >= idle_hours:
             who = ", ".join(f"{k} {v} MiB" for k, v in last.holders.items()) or "no process listed (orphaned)"
-            findings.append(f"{target} GPU {gpu}: memory held while idle for {idle_held:.1f} h — {who}")
+            refs = (held_by or {}).get((target, gpu))
+            findings.append(f"{target} GPU {gpu}: memory held while idle for {idle_held:.1f} h — {who}"
+                            + (f" ({_holding(refs)})" if refs else ""))
         if (last.memory_used_mib or 0) >= HELD_MIB and not last.holders:
             findings.append(f"{target} GPU {gpu}: {last.memory_used_mib} MiB held with no process listed (orphaned)")
         if temps and max(temps) >= hot_c:

@@ -14,6 +14,7 @@ from bot.core.status import GpuRow, ProcessView, TargetState, TargetStatus
 
 BAR_WIDTH = 10
 Launch = tuple[str, int, int]  # a recorded launch by (node, container, its process group there)
+LEFT_RUNNING = "failed, left running"  # a LaunchRef's status: a failed launch whose server was left running
 
 
 @dataclass(frozen=True)

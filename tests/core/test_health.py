@@ -2,6 +2,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from bot.core.health import GpuSample, Schedule, Unreachable, build_report, due_occurrence
+from bot.core.report import LEFT_RUNNING, LaunchRef
 
 
 def ts(text, zone="UTC"):
@@ -40,6 +41,19 @@ def test_idle_held_orphaned_unreachable_drift_and_changes():
     day = next(d for d in report.gpus if d.target == "pve6")
     assert (day.util_peak_pct, day.util_mean_pct, day.idle_held_hours) == (55, 55, 0.0)
     assert not any("cap" in f for f in report.findings)  # these samples carry no enforced cap
+
+
+def test_memory_held_while_idle_names_the_launch_holding_it_and_how_to_free_a_failed_ones():
+    now = ts("2026-12-03 08:30")
+    samples = [sample(now - h * 3600, gpu, 30000, 0, {"CT 129": 30000}) for h in (3, 2, 1, 0) for gpu in (0, 1)]
+    serving = LaunchRef("a20261203-050000-aaaa", "ready", 30000)
+    left = LaunchRef("a20261203-040000-bbbb", LEFT_RUNNING, 30001)
+    report = build_report(samples, [], now, None, held_by={("pve5", 0): (serving,), ("pve5", 1): (left,)})
+    assert ("pve5 GPU 0: memory held while idle for 3.0 h — CT 129 30000 MiB (a20261203-050000-aaaa (ready, port "
+            "30000))") in report.findings
+    assert ("pve5 GPU 1: memory held while idle for 3.0 h — CT 129 30000 MiB (a20261203-040000-bbbb (failed, left "
+            "running, port 30001): a failed launch's server, `/sglang stop a20261203-040000-bbbb` frees it)"
+            ) in report.findings
 
 
 def test_power_over_the_enforced_cap_is_a_finding_at_the_cap_is_not():

@@ -159,6 +159,30 @@ async def test_report_from_recorded_samples_names_idle_held_gpus_and_unreachable
     os.kill(holder, 0)
 
 
+async def test_a_gpu_held_idle_by_a_failed_launchs_server_is_named_with_the_stop_that_frees_it(replicas):
+    """A launch that failed its health check left its server running; hours later the daily post names that attempt
+    as what holds the idle GPUs, and the stop that frees them, where before it said only "CT 129"."""
+    lab, one, two, clock = replicas
+    from tests.handlers.test_launch_flow import SEED, model, wait_text
+
+    lab.nodes["pve5"].set_scenario(129, ["unhealthy"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "— *failed*", method="chat.update")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert attempt.left_running
+    for minutes in range(0, 181, 30):
+        clock.now = at("2026-12-03 05:00") + minutes * 60
+        await asyncio.gather(one.tick(), two.tick())
+    clock.now = at("2026-12-03 08:31")
+    await one.tick() if (await two.tick()).posted == [] else None
+    text = blocks_to_text(health_posts(lab)[-1].blocks)
+    for gpu in (0, 1):
+        assert re.search(rf"pve5 GPU {gpu}: memory held while idle for 3\.5 h — CT 129 \d+ MiB \({attempt.id} "
+                         rf"\(failed, left running, port 30000\): a failed launch's server, `/sglang stop "
+                         rf"{attempt.id}` frees it\)", text), text
+
+
 async def test_a_dead_replicas_launch_tracking_is_taken_over(replicas):
     lab, one, two, clock = replicas
     from tests.handlers.test_launch_flow import model, wait_text
