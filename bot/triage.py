@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING
 from bot.budget import PlannedBudget, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import SERVER_ENDED, Attempt, AttemptStatus, is_attempt_id, relaunch_flags, user_flags
-from bot.core.diagnosis import BUSY, HARDWARE, OCCUPIED, OUT_OF_RANGE, Finding, LaunchContext, diagnose_excerpt
+from bot.core.diagnosis import (
+    BUSY,
+    HARDWARE,
+    OCCUPIED,
+    OUT_OF_RANGE,
+    STILL_STARTING,
+    Finding,
+    LaunchContext,
+    diagnose_excerpt,
+)
 from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
@@ -107,9 +116,11 @@ async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target 
 
 
 async def record_triage(attempts: AttemptStore, store: Store, report: TriageReport, user: str, channel: str) -> None:
-    """The label goes on the attempt (its history line and its thread's summary show it), and into the audit."""
+    """The label goes on the attempt (its history line and its thread's summary show it), and into the audit. A launch
+    found still starting keeps no label: that is where it was, not how it ended (its thread compares failures by
+    label)."""
     attempt = report.attempt
-    if report.finding is not None:
+    if report.finding is not None and report.finding.label != STILL_STARTING:
         # the record as it is now: the launch's follower may move it while the log and evidence are read, or
         # while this label is saved
         label = report.finding.label

@@ -621,7 +621,8 @@ async def test_a_launch_still_starting_or_stopped_early_is_not_triaged_as_a_hang
     assert "Where its processes are now (py-spy, innermost frame first):" in running
     assert re.search(rf"PID {attempt.pid} .*sglang\.launch_server.*\n  MainThread \(idle\): main "
                      rf"\(\S*fake_sglang\.py:{hang_line}\) <- ", running), running
-    assert (await lab.services.attempts.get(attempt.id)).observed["triage"] == "still_starting"
+    # where it was is not how it ended: no label is kept for its thread to compare failures by
+    assert "triage" not in (await lab.services.attempts.get(attempt.id)).observed
     done = await confirmed_stop(lab, "sglang-a6000")
     assert "(SIGTERM)" in done
     await lab.slash("/sglang", f"triage {attempt.id}")
@@ -631,3 +632,4 @@ async def test_a_launch_still_starting_or_stopped_early_is_not_triaged_as_a_hang
         in stopped
     assert "a hang while loading weights" not in stopped
     assert "py-spy" not in stopped  # its server has ended: nothing to read
+    assert (await lab.services.attempts.get(attempt.id)).observed["triage"] == "stopped_on_request"
