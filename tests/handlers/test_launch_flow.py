@@ -545,29 +545,43 @@ async def test_a_stop_leaves_alone_a_process_that_has_the_attempts_pid_now(lab):
         other.wait()
 
 
+async def failed_card(lab, flags):
+    """A launch from Slack with these flags that fails: its attempt, and its card as the failure drew it."""
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {flags}")
+    calls = await wait_text(lab, "— *failed*", method="chat.update")
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    return attempt, blocks_to_text([c for c in calls if c.method == "chat.update"
+                                    and "— *failed*" in blocks_to_text(c.blocks)][-1].blocks)
+
+
+async def status_lines_of(lab, pid):
+    """`/gpu status sglang-a6000`: its lines naming this PID."""
+    await lab.slash("/gpu", "status sglang-a6000")
+    status = blocks_to_text(post_with(await wait_text(lab, "GPU status", method="chat.postMessage"),
+                                      "GPU status").blocks)
+    return [line for line in status.splitlines() if f" {pid} " in line]
+
+
+def left_running(attempt):
+    """What a failed launch's card and thread say of its server, left running."""
+    return (f"its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log {attempt.id}` "
+            f"shows what it says, `/sglang stop {attempt.id}` stops it")
+
+
 async def test_a_launch_failing_its_health_check_says_its_server_was_left_running_and_a_stop_ends_it(lab):
     """The log says ready, yet the server answers 503: the launch failed, and nothing stopped it silently. Its card
     and thread say the server still holds its GPUs and how to stop it; a stop of the container (by PID, confirmed)
     finds it and ends it."""
     lab.nodes["pve5"].set_scenario(129, ["unhealthy"], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 "
-                               "--mamba-ssm-dtype bfloat16")
-    calls = await wait_text(lab, "— *failed*", method="chat.update")
-    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
-    card = blocks_to_text([c for c in calls if c.method == "chat.update" and "— *failed*" in blocks_to_text(c.blocks)]
-                          [-1].blocks)
+    attempt, card = await failed_card(lab, f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
     assert "first error: `server said ready but the health check failed: HTTPError: HTTP Error 503" in card
-    left = (f"its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log {attempt.id}` "
-            f"shows what it says, `/sglang stop {attempt.id}` stops it")
+    left = left_running(attempt)
     assert left in card
     thread = await wait_text(lab, f"Attempt `{attempt.id}` failed", method="chat.postMessage")
     assert any(left in str(c.params.get("text")) for c in thread if c.params.get("thread_ts") == attempt.thread_ts)
     assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
     # the status names its processes as the launch's, and freeing the GPUs leaves it to a stop, which records it
-    await lab.slash("/gpu", "status sglang-a6000")
-    status = blocks_to_text(post_with(await wait_text(lab, "GPU status", method="chat.postMessage"),
-                                      "GPU status").blocks)
-    held = [line for line in status.splitlines() if f" {attempt.pid} " in line]
+    held = await status_lines_of(lab, attempt.pid)
     assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (failed, left running, port 30000)")
                                   for line in held)
     await lab.slash("/gpu", "free sglang-a6000")
@@ -600,21 +614,12 @@ async def test_a_launch_given_up_on_as_hung_leaves_its_server_to_look_at_and_a_s
     stop of the container finds it, where before they were anonymous and the stop found no running attempt."""
     lab.services.settings = lab.services.settings.model_copy(update={"stall_timeout_s": 1.5})
     lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
-    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
-                               "--mamba-ssm-dtype bfloat16")
-    calls = await wait_text(lab, "— *failed*", method="chat.update")
-    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
-    card = blocks_to_text([c for c in calls if c.method == "chat.update" and "— *failed*" in blocks_to_text(c.blocks)]
-                          [-1].blocks)
+    attempt, card = await failed_card(lab, "--tp 2 --mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16")
     assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
-    await lab.slash("/gpu", "status sglang-a6000")
-    status = blocks_to_text(post_with(await wait_text(lab, "GPU status", method="chat.postMessage"),
-                                      "GPU status").blocks)
-    held = [line for line in status.splitlines() if f" {attempt.pid} " in line]
+    held = await status_lines_of(lab, attempt.pid)
     assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (failed, left running, port 30000)")
                                   for line in held)
-    assert (f"its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log {attempt.id}` "
-            f"shows what it says, `/sglang stop {attempt.id}` stops it") in card
+    assert left_running(attempt) in card
     assert f"Run `/sglang triage {attempt.id}`" in card
     assert re.search(r"first error: `no output for \d s after loading weights began - a hang at loading weights`",
                      card)
