@@ -663,7 +663,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     and, once launched, the last progress read from the log."""
     import time
 
-    from bot.core.attempts import AttemptStatus
+    from bot.core.attempts import GAVE_UP_RUNNING, AttemptStatus
     from bot.core.flags import redacted
     from bot.core.startup_log import Progress
     from bot.launch import (
@@ -675,7 +675,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         record_refused,
         start,
     )
-    from bot.views import blocks_to_text, preflight_message, progress_message
+    from bot.triage import read_stacks
+    from bot.views import STACKS_HEAD, blocks_to_text, preflight_message, progress_message
 
     user = _cli_user()
     started: list[str] = []  # the attempt's id, to name it when the person stops following
@@ -732,6 +733,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
             print(_still_running(attempt.id), file=sys.stderr)
             raise
         say(blocks_to_text(progress_message(end, last).blocks))
+        if end.observed.get(GAVE_UP_RUNNING) and (stacks := await read_stacks(services.transport, services.inventory,
+                                                                               end)):
+            say(STACKS_HEAD + "\n" + "\n".join(f"  {line}" for line in stacks))
         if end.status is AttemptStatus.READY:
             say(f"`gpuops stop {end.id}` stops it.")
         else:

@@ -141,7 +141,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     container = container_of(inventory, target)
     python = container.python
     relaunch = relaunch_flags(attempt, container.port)
-    stacks = asyncio.ensure_future(_stacks(transport, attempt, python))
+    stacks = asyncio.ensure_future(read_stacks(transport, inventory, attempt))
     try:
         read = await _read_in_container(transport, attempt, python)
         gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
@@ -178,12 +178,13 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
                         experiments, peer_access, label_evidence, kill_lines, snapshot, relaunch, await stacks)
 
 
-async def _stacks(transport: Transport, attempt: Attempt, python: str) -> tuple[str, ...]:
+async def read_stacks(transport: Transport, inventory: Inventory, attempt: Attempt) -> tuple[str, ...]:
     """Where the processes of a server that still runs (a launch loading, hung, or left running) are now, as py-spy
     reads them: what a person looks at first in a hang. Nothing for a server that has ended."""
     if attempt.pid is None or attempt.log_path is None or not (
             attempt.status is AttemptStatus.LAUNCHING or attempt.left_running):
         return ()
+    python = container_of(inventory, Target("container", attempt.node, attempt.vmid)).python
     try:
         out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.stack_dumps(
             attempt.pid, attempt.log_path, python)), timeout_s=120, ok_exit=(0, 1, 2, 3))

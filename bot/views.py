@@ -394,6 +394,16 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
     return SlackMessage(f"Launch {attempt.id}: {status} ({progress.label})", [b.to_dict() for b in blocks])
 
 
+STACKS_HEAD = "Where its processes are now (py-spy, innermost frame first):"
+
+
+def stacks_text(stacks: Sequence[str]) -> str:
+    """py-spy's stacks of a server's processes in a message's text, as one code block within a section's size."""
+    body = "\n".join(escape_mrkdwn(line) for line in stacks)
+    cut = SECTION_LIMIT - len(STACKS_HEAD) - 20
+    return f"{STACKS_HEAD}\n```{body if len(body) <= cut else body[:cut] + ' …'}```"
+
+
 def left_running_line(attempt: Attempt) -> str:
     """For a launch that failed while its server still ran (unhealthy after saying ready, hung, too slow): its
     server was not stopped."""
@@ -651,8 +661,7 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     if evidence:
         blocks += monospace_sections(evidence)
     if report.stacks:  # a server that still runs: what each of its processes is doing
-        blocks.append(SectionBlock(text=MarkdownTextObject(text="Where its processes are now (py-spy, innermost "
-                                                                "frame first):")))
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=STACKS_HEAD)))
         blocks += monospace_sections(report.stacks)
     if report.finding is not None:
         steps = [f"*Next experiment:* {escape_mrkdwn(report.finding.next_step)}"]

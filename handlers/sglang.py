@@ -16,7 +16,7 @@ from bot.app import Services
 from bot.attempt_log import read_attempt_log
 from bot.budget import flag_refusals, plan_budget
 from bot.chart import budget_png
-from bot.core.attempts import Attempt, is_attempt_id
+from bot.core.attempts import GAVE_UP_RUNNING, Attempt, is_attempt_id
 from bot.core.commands import (
     SGLANG_USAGE,
     SglangBudgetRequest,
@@ -48,7 +48,7 @@ from bot.launch import (
     start,
 )
 from bot.slack import UNREACHABLE_ERRORS, post_messages, slack_error, upload_png
-from bot.triage import TriageReport, find_attempt, record_triage, triage_attempt
+from bot.triage import TriageReport, find_attempt, read_stacks, record_triage, triage_attempt
 from handlers.common import authorize
 
 log = logging.getLogger(__name__)
@@ -254,6 +254,10 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
                                                                else ""))
             if stored.left_running:
                 detail.append(views.left_running_line(stored))
+            # given up on as hung or too slow, its server still running: where each of its processes waits
+            if stored.observed.get(GAVE_UP_RUNNING) and (stacks := await read_stacks(
+                    services.transport, services.inventory, stored)):
+                detail.append(views.stacks_text(stacks))
             try:
                 await client.chat_postMessage(channel=stored.channel, thread_ts=stored.thread_ts or stored.message_ts,
                                               text="\n".join(detail))

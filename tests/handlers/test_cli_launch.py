@@ -22,10 +22,10 @@ def terminal_env(lab, tmp_path):
             "GPUOPS_PROGRESS_POLL_S": "0.3"}
 
 
-def terminal(lab, tmp_path, *args, answer="", inventory=None):
+def terminal(lab, tmp_path, *args, answer="", inventory=None, settings=None):
     """``gpuops ARGS`` as a person runs it against the lab (or ``inventory``), ``answer`` typed at its prompt (then
-    the input ends)."""
-    env = terminal_env(lab, tmp_path)
+    the input ends); ``settings``: more of its environment."""
+    env = {**terminal_env(lab, tmp_path), **(settings or {})}
     command, *rest = args
     return asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", command, "--inventory",
                                               str(inventory or lab.workdir / "inventory.yml"), *rest],
@@ -99,6 +99,22 @@ async def test_a_forced_terminal_launch_that_fails_names_its_first_error_and_the
     assert ":x: first error: `RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.`" \
         in failed.stdout
     assert f"`gpuops triage {attempt.id}` names the first cause" in failed.stdout
+
+
+async def test_a_terminal_launch_given_up_on_as_hung_shows_where_its_processes_wait(lab, tmp_path):
+    """No output for the stall timeout: the terminal says the launch failed as a hang, its server left running, and
+    where each of its processes waits now (py-spy in the container): the stand-in's own frame."""
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    hung = await terminal(lab, tmp_path, "launch", "--container", "sglang-a6000", "--model", model(lab), "--",
+                          *FITS.split(), settings={"GPUOPS_STALL_TIMEOUT_S": "1.5"})
+    assert hung.returncode == 4, hung.stdout + hung.stderr
+    assert "a hang at loading weights" in hung.stdout and "was left running" in hung.stdout
+    assert "Where its processes are now (py-spy, innermost frame first):" in hung.stdout
+    assert re.search(r"\n  PID \d+ .*sglang\.launch_server.*\n    MainThread \(idle\): main \(\S*fake_sglang\.py:\d+\)",
+                     hung.stdout), hung.stdout
+    stopped = await terminal(lab, tmp_path, "stop", "sglang-a6000", "--yes")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert lab.nodes["pve5"].read_state()["processes"] == []
 
 
 async def following_a_hang(lab, tmp_path, interrupt, *options: str) -> tuple[str, int, str]:

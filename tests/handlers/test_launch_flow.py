@@ -621,6 +621,12 @@ async def test_a_launch_given_up_on_as_hung_leaves_its_server_to_look_at_and_a_s
                                   for line in held)
     assert left_running(attempt) in card
     assert f"Run `/sglang triage {attempt.id}`" in card
+    # its thread says where its process waits now, read by py-spy in the container: the stand-in's own frame
+    said = [str(c.params.get("text")) for c in await wait_text(lab, f"Attempt `{attempt.id}` failed",
+                                                                 method="chat.postMessage")
+            if f"Attempt `{attempt.id}` failed" in str(c.params.get("text"))][-1]
+    assert re.search(rf"Where its processes are now \(py-spy, innermost frame first\):\n```PID {attempt.pid} .*"
+                     r"sglang\.launch_server.*\n  MainThread \(idle\): main \(\S*fake_sglang\.py:\d+\)", said), said
     assert re.search(r"first error: `no output for \d s after loading weights began - a hang at loading weights`",
                      card)
     # the next launch's pre-flight names that attempt as what holds its GPUs
