@@ -238,7 +238,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         log.warning("reading ECC/Xid on %s failed", target.node, exc_info=True)
         faults = None
     if planned is not None:
-        checks.append(_gpus_clean(planned, host, limits, await _launches_or_none(launches_task), target.node))
+        checks.append(_gpus_clean(planned, host, limits, await _launches_if_read(launches_task), target.node))
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
         memory_check, ct_memory_mib, devices_check = await _container_checks(ct_config_task, nodes_task, target.vmid,
@@ -366,8 +366,9 @@ def _sglang_check(planned: PlannedBudget, python: str) -> Check:
     return Check("SGLang supports the model", "ok", f"SGLang {sglang}" + (f" ({extra})" if extra else ""))
 
 
-async def _launches_or_none(task: asyncio.Future[dict[Launch, Attempt]]) -> Mapping[Launch, Attempt]:
-    """The recorded launches still running; none when the history cannot be read (the holders are named by PID)."""
+async def _launches_if_read(task: asyncio.Future[dict[Launch, Attempt]]) -> Mapping[Launch, Attempt]:
+    """The recorded launches still running; an empty map when the history cannot be read (holders are then named by
+    PID alone)."""
     try:
         return await task
     except GpuopsError as exc:

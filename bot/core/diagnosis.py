@@ -771,7 +771,8 @@ _STAGES = (
 
 @dataclass(frozen=True)
 class LaunchContext:
-    """What the triage knows about the launch besides its log (from the attempt's own argv)."""
+    """What the triage knows about the launch besides its log: from the attempt's own argv and checkpoint, and how
+    its log fell silent (still running, or stopped on request) against the silence the follower calls a hang."""
 
     speculative: bool = False
     hybrid_linear: bool = False  # a model with recurrent state (GDN, Mamba-2, ...): SGLang's mamba state pool
@@ -1456,9 +1457,10 @@ def _stall(lines: list[str], order: list[int], minutes: float | None, context: L
     hang = context.hang_after_minutes
     if minutes is not None and hang is not None and minutes < hang:
         index, where = (reached[0], reached[1]) if reached else (len(content) - 1, "it started")
-        evidence = (Evidence(lines.index(content[index]) + 1, content[index].strip()[:400]),)
+        line_no = lines.index(content[index])
+        evidence = (Evidence(line_no + 1, content[index].strip()[:400]),)
         quiet, waits = age_text(minutes * 60), age_text(hang * 60)
-        phase = _phase(lines, order, order.index(lines.index(content[index])), "startup")
+        phase = _phase(lines, order, order.index(line_no), "startup")
         if context.stopped_on_request:
             return Finding(STOPPED_ON_REQUEST, phase, "medium",
                            f"stopped on request {quiet} after its last line, after {where}: nothing in the log names a "
