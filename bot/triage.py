@@ -91,15 +91,18 @@ class TriageReport:
 
 async def find_attempt(attempts: AttemptStore, spec: str | None, target: Target | None,
                        channel: str | None = None) -> Attempt:
-    """The attempt a triage (or ``/sglang log``) reads: the one ``spec`` names by id, else the latest on
-    ``target``'s container, else the latest launched (from ``channel``, when asked in one)."""
+    """The attempt a triage (or ``/sglang log``) reads: the one ``spec`` names by id, else the latest launched on
+    ``target``'s container (of its 20 newest attempts; a pre-flight's refusals are passed over), else the latest
+    launched (from ``channel``, when asked in one)."""
     if spec and is_attempt_id(spec):
         attempt = await attempts.get(spec)
         if attempt is None:
             raise UsageError(f"no attempt `{spec}` is recorded (the history lists them)")
     elif target is not None:
         assert target.vmid is not None
-        attempt = await attempts.latest(target.node, target.vmid)
+        recent = await attempts.recent(target.node, target.vmid, 20)
+        # the newest that started a server: a pre-flight refused since then wrote no log, and its answer said why
+        attempt = next((a for a in recent if a.pid), recent[0] if recent else None)
     else:
         attempt = next((a for a in await attempts.recent(count=50) if a.pid and channel in (None, a.channel)), None)
     if attempt is not None and attempt.pid is not None:

@@ -239,6 +239,20 @@ async def test_triage_with_no_launched_attempt_says_which_case_it_is(lab):
         in text
 
 
+async def test_a_containers_triage_reads_its_latest_launch_not_a_refusal_made_after_it(lab):
+    """A launch fails; the next try is refused by its pre-flight (no server, no log: its answer said why). A triage of
+    the container reads the failed launch's log, where before it answered that the refusal has no log."""
+    failed = await failed_launch(lab, "kv_pool_oom")
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 3")
+    await wait_text(lab, "Pre-flight refused", method="chat.postMessage")
+    newest = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert newest.id != failed.id and newest.pid is None
+    await lab.slash("/sglang", "triage sglang-a6000")
+    report = blocks_to_text(post_with(await wait_text(lab, "Triage of", method="chat.postMessage"),
+                                      "Triage of").blocks)
+    assert f"*Triage of `{failed.id}`*" in report and "*kv_pool_oom*" in report
+
+
 async def test_a_server_that_failed_after_a_long_run_is_triaged_from_its_logs_end(lab):
     """The log of a server that served for hours is megabytes long: the cause at its end is read (the
     log's head and tail, over SSH), and quoted with the file's own line numbers."""
