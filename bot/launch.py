@@ -69,7 +69,7 @@ from bot.core.installed_flags import (
 )
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
-from bot.core.report import Launch, age_text, launch_key
+from bot.core.report import Launch, LaunchRef, age_text, launch_key, launch_of
 from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance, observed_of
 from bot.core.status import Thresholds
@@ -366,11 +366,11 @@ def _sglang_check(planned: PlannedBudget, python: str) -> Check:
     return Check("SGLang supports the model", "ok", f"SGLang {sglang}" + (f" ({extra})" if extra else ""))
 
 
-async def _launches_if_read(task: asyncio.Future[dict[Launch, Attempt]]) -> Mapping[Launch, Attempt]:
-    """The recorded launches still running; an empty map when the history cannot be read (holders are then named by
-    PID alone)."""
+async def _launches_if_read(task: asyncio.Future[dict[Launch, Attempt]]) -> Mapping[Launch, LaunchRef]:
+    """The recorded launches still running, as /gpu status names them; an empty map when the history cannot be read
+    (holders are then named by PID alone)."""
     try:
-        return await task
+        return {key: launch_ref(a) for key, a in (await task).items()}
     except GpuopsError as exc:
         log.warning("GPU holders not matched to launches: %s", exc.user_message)
         return {}
@@ -405,7 +405,7 @@ def _transformers_check(planned: PlannedBudget) -> Check:
 
 
 def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, limits: Thresholds,
-                launches: Mapping[Launch, Attempt], node: str) -> Check:
+                launches: Mapping[Launch, LaunchRef], node: str) -> Check:
     """Who holds memory on the launch GPUs, by PID and container, and the recorded launch a holder belongs to (a
     server another attempt left running is stopped as that attempt, not freed by PID)."""
     if host is None:
@@ -416,9 +416,8 @@ def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, limits: Thresh
         procs = host.processes_of(gpu)
         for p in procs:
             owner = f"CT {p.vmid}" if p.vmid else "the host"
-            key = launch_key(node, p.vmid, p.group)
-            launch = launches.get(key) if key is not None else None
-            of = f" <- {launch_ref(launch).label}" if launch is not None else ""
+            launch = launch_of(p, node, launches)
+            of = f" <- {launch.label}" if launch is not None else ""
             holders.append(f"GPU {gpu.index}: PID {p.pid} ({owner}) {p.name} {p.used_mib} MiB{of}")
         if not procs and (gpu.memory_used_mib or 0) >= limits.orphaned_memory_mib:
             holders.append(f"GPU {gpu.index}: {gpu.memory_used_mib} MiB held, no process listed (orphaned)")

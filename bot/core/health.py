@@ -15,7 +15,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from bot.core.gpu_faults import NodeFaults, summarise_faults
-from bot.core.report import LEFT_RUNNING, Launch, LaunchRef, launch_key
+from bot.core.report import LEFT_RUNNING, Launch, LaunchRef, launch_of
 from bot.core.status import TargetState, TargetStatus
 
 
@@ -71,8 +71,7 @@ def launches_holding(statuses: tuple[TargetStatus, ...],
     held: dict[tuple[str, int], tuple[LaunchRef, ...]] = {}
     for status in statuses:
         for row in status.rows:
-            refs = [ref for p in row.processes if (key := launch_key(status.target.node, p.vmid, p.group)) is not None
-                    and (ref := launches.get(key)) is not None]
+            refs = [ref for p in row.processes if (ref := launch_of(p, status.target.node, launches)) is not None]
             if refs:
                 held[(status.target.label, row.gpu.index)] = tuple(dict.fromkeys(refs))
     return held

@@ -101,7 +101,7 @@ def process_lines(rows: tuple[GpuRow, ...], node: str = "", launches: Mapping[La
             line = f"{row.gpu.index:>3}  {p.pid if p.pid is not None else '?':>8}  {ct:>5}  {used:>7}  {p.name}"
             if p.running_s is not None:
                 line += f"  (up {age_text(p.running_s)})"
-            launch = _launch_of(p, node, launches or {})
+            launch = launch_of(p, node, launches or {})
             lines.append(f"{line}  <- {launch.label}" if launch else line)
     return lines
 
@@ -111,7 +111,8 @@ def launch_key(node: str, vmid: int | None, group: int | None) -> Launch | None:
     return None if vmid is None or group is None else (node, vmid, group)
 
 
-def _launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, LaunchRef]) -> LaunchRef | None:
+def launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, LaunchRef]) -> LaunchRef | None:
+    """The recorded launch whose process group ``process`` (a GPU process on ``node``) is in, if any."""
     key = launch_key(node, process.vmid, process.group)
     return None if key is None else launches.get(key)
 
@@ -204,7 +205,7 @@ def status_data(statuses: tuple[TargetStatus, ...], launches: Mapping[Launch, La
                 "processes": [{
                     "pid": p.pid, "name": p.name, "used_mib": p.used_mib, "container_vmid": p.vmid,
                     "running_s": None if p.running_s is None else round(p.running_s, 1),
-                    "launch": asdict(launch) if (launch := _launch_of(p, target.node, launches or {})) else None,
+                    "launch": asdict(launch) if (launch := launch_of(p, target.node, launches or {})) else None,
                 } for p in r.processes],
             } for r in status.rows],
         })
