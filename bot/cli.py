@@ -663,7 +663,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     and, once launched, the last progress read from the log."""
     import time
 
-    from bot.core.attempts import GAVE_UP_RUNNING, AttemptStatus
+    from bot.core.attempts import AttemptStatus
     from bot.core.flags import redacted
     from bot.core.startup_log import Progress
     from bot.launch import (
@@ -727,15 +727,18 @@ def cmd_launch(args: argparse.Namespace) -> int:
             last = progress
 
         try:
+            # given up on, it is left to the bot's scheduler to watch on (`gpuops serve`), not this terminal
             end = await follow(services.transport, services.inventory, services.attempts, attempt, notify,
-                               services.launch, services.replica)
+                               services.launch, services.replica, watch_given_up=False)
         except GpuopsError:
             print(_still_running(attempt.id), file=sys.stderr)
             raise
         say(blocks_to_text(progress_message(end, last).blocks))
-        if end.observed.get(GAVE_UP_RUNNING) and (stacks := await read_stacks(services.transport, services.inventory,
-                                                                               end)):
-            say(STACKS_HEAD + "\n" + "\n".join(f"  {line}" for line in stacks))
+        if end.given_up_at is not None:
+            if stacks := await read_stacks(services.transport, services.inventory, end):
+                say(STACKS_HEAD + "\n" + "\n".join(f"  {line}" for line in stacks))
+            say("The bot (`gpuops serve`), where it runs, reads its log on: should it come up after all, it is "
+                "recorded ready.")
         if end.status is AttemptStatus.READY:
             say(f"`gpuops stop {end.id}` stops it.")
         else:

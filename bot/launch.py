@@ -528,11 +528,17 @@ Notify = Callable[[Attempt, Progress, bool], Awaitable[None]]
 
 async def follow(transport: Transport, inventory: Inventory, store: AttemptStore, attempt: Attempt,
                  notify: Notify, settings: LaunchSettings, replica: str,
-                 stopping: asyncio.Event | None = None) -> Attempt:
+                 stopping: asyncio.Event | None = None, watch_given_up: bool = True) -> Attempt:
     """Read the attempt's own log until it is ready, failed or gone; report each stage.
 
+    A launch given up on (no output for the stall timeout, not ready by the launch timeout) fails with its server left
+    running. With ``watch_given_up`` its log is read on for up to ``launch_timeout_s`` more: a server that comes up
+    after all and passes its health check is recorded ready (:meth:`Attempt.came_up`), where before its card said
+    failed while it served. A launch already given up on (taken over from a terminal or another replica) is watched
+    the same way; the watch ends when its server is stopped or exits (the sampler records that).
+
     ``stopping`` ends the loop between remote commands (the bot shutting down): the attempt
-    stays `launching` and its lease expires, so this or another replica picks it up again."""
+    stays as it is and its lease expires, so this or another replica picks it up again."""
     assert attempt.log_path is not None and attempt.pid is not None
     container = container_of(inventory, Target("container", attempt.node, attempt.vmid))
     python = container.python
@@ -541,6 +547,7 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
     offset = 0
     started = attempt.transitions[0].at if attempt.transitions else time.time()
     last_output = time.time()
+    given_up = attempt.given_up_at  # None while it is launching
     buffer = ""
     try:
         while True:
@@ -549,8 +556,10 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
             if not await store.lease(attempt.id, replica, settings.lease_ttl_s):
                 return attempt  # another replica follows it now
             stored = await store.get(attempt.id)
-            if stored is not None and stored.status is not AttemptStatus.LAUNCHING:
+            if given_up is None and stored is not None and stored.status is not AttemptStatus.LAUNCHING:
                 return stored  # stopped meanwhile
+            if given_up is not None and (stored is None or stored.given_up_at is None):
+                return stored or attempt  # its server was stopped, or found ended, meanwhile
             chunk = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
                 attempt.log_path, offset)), ok_exit=(0, 1))
             if chunk.stdout:
@@ -560,14 +569,19 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 before = progress
                 progress = advance(progress, complete)
                 last_output = time.time()
-                if progress != before:
+                if progress != before and given_up is None:  # a given-up launch's card says so until it comes up
                     await notify(attempt, progress, False)
             alive = (await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
                                          ok_exit=(0, 1))).exit_status == 0
             now = time.time()
-            if progress.stage is Stage.READY:
+            if given_up is not None:
+                if progress.stage is Stage.READY:
+                    return await _came_up(transport, store, attempt, progress, python, notify)
+                if not alive or now - given_up > settings.launch_timeout_s:
+                    return stored or attempt  # ended (the sampler records it), or watched long enough
+            elif progress.stage is Stage.READY:
                 return await _finish_ready(transport, store, attempt, progress, python, notify)
-            if not alive:
+            elif not alive:
                 if not progress.failed:
                     await asyncio.sleep(0.2)  # let the last lines land, then read once more
                     tail = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
@@ -581,16 +595,20 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 reason = killed or await _cause_in_log(transport, attempt) or progress.error_line or \
                     f"the server process exited during {progress.label}, with no error line"
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify)
-            # given up on, its server still running: left for a person to look at (py-spy dump) or stop
-            if now - last_output > settings.stall_timeout_s:
-                reason = (f"no output for {age_text(now - last_output)} after {progress.label} began "
-                          f"- a hang at {progress.label}")
-                return await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify,
-                                     gave_up_running=True)
-            if now - started > settings.launch_timeout_s:
-                return await _finish(store, attempt, progress, AttemptStatus.FAILED,
-                                     f"not ready after {age_text(settings.launch_timeout_s)}", notify,
-                                     gave_up_running=True)
+            else:
+                # given up on, its server still running: left for a person to look at (py-spy dump) or stop
+                reason = None
+                if now - last_output > settings.stall_timeout_s:
+                    reason = (f"no output for {age_text(now - last_output)} after {progress.label} began "
+                              f"- a hang at {progress.label}")
+                elif now - started > settings.launch_timeout_s:
+                    reason = f"not ready after {age_text(settings.launch_timeout_s)}"
+                if reason is not None:
+                    attempt = await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify,
+                                            gave_up_running=True)
+                    given_up = attempt.given_up_at  # None when a stop decided it first
+                    if not watch_given_up or given_up is None:
+                        return attempt
             if stopping is not None:
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await asyncio.wait_for(stopping.wait(), settings.poll_s)
@@ -647,19 +665,53 @@ def health_probe(attempt: Attempt, python: str) -> remote.Argv:
                                                              secret_value(attempt.argv, "--api-key")))
 
 
-async def _finish_ready(transport: Transport, store: AttemptStore, attempt: Attempt, progress: Progress, python: str,
-                        notify: Notify) -> Attempt:
+async def _health(transport: Transport, attempt: Attempt, python: str) -> dict[str, Any]:
+    """The server's answer to its health probe: ``health``, ``models``, ``generation``; or ``error``."""
     result = await transport.run(attempt.node, health_probe(attempt, python), timeout_s=60, ok_exit=(0, 1))
     try:
         health = json.loads(result.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
-        health = {"error": result.stderr.strip()[-300:] or "no answer"}
+        health = None
+    return health if isinstance(health, dict) else {"error": result.stderr.strip()[-300:] or "no answer"}
+
+
+def _healthy_note(health: dict[str, Any]) -> str:
+    return (f"healthy: /health {health.get('health')}, models {health.get('models')}, "
+            f"generated {health.get('generation')!r}")
+
+
+async def _finish_ready(transport: Transport, store: AttemptStore, attempt: Attempt, progress: Progress, python: str,
+                        notify: Notify) -> Attempt:
+    health = await _health(transport, attempt, python)
     if "error" in health:
         return await _finish(store, attempt, progress, AttemptStatus.FAILED,
                              f"server said ready but the health check failed: {health['error']}", notify)
-    note = (f"healthy: /health {health.get('health')}, models {health.get('models')}, "
-            f"generated {health.get('generation')!r}")
-    return await _finish(store, attempt, progress, AttemptStatus.READY, note, notify)
+    return await _finish(store, attempt, progress, AttemptStatus.READY, _healthy_note(health), notify)
+
+
+async def _came_up(transport: Transport, store: AttemptStore, attempt: Attempt, progress: Progress, python: str,
+                   notify: Notify) -> Attempt:
+    """A launch given up on whose log has said ready since: ready, when its server passes the health check; else it
+    stays failed with its server left running, as a launch that fails the check in time does."""
+    health = await _health(transport, attempt, python)
+    if "error" in health:
+        log.warning("attempt %s, given up on, said ready later but fails its health check: %s", attempt.id,
+                    health["error"])
+        return attempt
+
+    def came_up(current: Attempt) -> Attempt | None:
+        given_up = current.given_up_at
+        if given_up is None:
+            return None  # stopped, or found ended, meanwhile
+        at = time.time()
+        note = f"came up {age_text(at - given_up)} after gpuops gave up on it; {_healthy_note(health)}"
+        return replace(current, observed={**current.observed, **observed_of(progress)}).came_up(at, note)
+
+    current = await _changed(store, attempt.id, came_up)
+    if current is None:
+        return await store.get(attempt.id) or attempt
+    await notify(current, progress, True)
+    return current
 
 
 # --------------------------------------------------------------------------- stop and free

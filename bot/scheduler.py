@@ -24,7 +24,7 @@ from typing import Any
 from bot import views
 from bot.app import Services
 from bot.chart import health_png
-from bot.core.attempts import Attempt
+from bot.core.attempts import Attempt, AttemptStatus
 from bot.core.gpu_faults import NodeFaults
 from bot.core.health import HealthReport, Schedule, build_report, due_occurrence, launches_holding, samples_from
 from bot.core.inventory import Target, resolve_targets
@@ -328,11 +328,18 @@ class Scheduler:
                           "whole", key)
 
     async def take_over(self) -> list[str]:
-        """Launches still `launching` whose tracker lease lapsed: follow them from this replica."""
+        """Launches whose tracker lease lapsed: follow them from this replica. Those still `launching`, and those given
+        up on with their server left running, within the launch timeout since (a terminal's launch leaves that watch
+        to the bot; see :func:`bot.launch.follow`)."""
         from handlers.sglang import track
 
         taken = []
-        for attempt in await self.services.attempts.with_status("launching"):
+        watch_s = self.services.launch.launch_timeout_s
+        for attempt in await self.services.attempts.holding_servers():
+            given_up = attempt.given_up_at
+            watched = given_up is not None and time.time() - given_up < watch_s
+            if attempt.status is not AttemptStatus.LAUNCHING and not watched:
+                continue
             if await self.services.attempts.leased(attempt.id):
                 continue
             self.services.spawn(track(self.services, self.client, attempt))

@@ -16,7 +16,7 @@ from bot.app import Services
 from bot.attempt_log import read_attempt_log
 from bot.budget import flag_refusals, plan_budget
 from bot.chart import budget_png
-from bot.core.attempts import GAVE_UP_RUNNING, Attempt, is_attempt_id
+from bot.core.attempts import Attempt, is_attempt_id
 from bot.core.commands import (
     SGLANG_USAGE,
     SglangBudgetRequest,
@@ -255,7 +255,7 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
             if stored.left_running:
                 detail.append(views.left_running_line(stored))
             # given up on as hung or too slow, its server still running: where each of its processes waits
-            if stored.observed.get(GAVE_UP_RUNNING) and (stacks := await read_stacks(
+            if stored.given_up_at is not None and (stacks := await read_stacks(
                     services.transport, services.inventory, stored)):
                 detail.append(views.stacks_text(stacks))
             try:

@@ -60,6 +60,9 @@ SERVER_ENDED = "server_ended"
 # observed: the follower gave up on a launch whose server still ran (no output for the stall timeout, or not ready by
 # the launch timeout): it failed, and its server was left running for a person to look at (py-spy) or stop
 GAVE_UP_RUNNING = "gave_up_running"
+# observed: how many seconds after the follower gave up on it (GAVE_UP_RUNNING) its server came up after all: a load
+# slower or more silent than the timeouts allowed (a first JIT compile, checkpoint shards on slow storage)
+CAME_UP_LATE = "came_up_late_s"
 GPUS_CLEAN_CHECK = "GPUs clean"  # the pre-flight's reading of the launch's GPUs: no process, no held memory
 
 
@@ -98,6 +101,23 @@ class Attempt:
                 and (self.observed.get("stage") == "ready" or bool(self.observed.get(GAVE_UP_RUNNING)))
                 and len(self.transitions) >= 2 and self.transitions[-2].status is AttemptStatus.LAUNCHING
                 and SERVER_ENDED not in self.observed)
+
+    @property
+    def given_up_at(self) -> float | None:
+        """When the follower gave up on this launch while its server still ran, as long as that server is still left
+        running: until then it may yet come up (see :meth:`came_up`)."""
+        if self.left_running and self.observed.get(GAVE_UP_RUNNING):
+            return self.transitions[-1].at
+        return None
+
+    def came_up(self, at: float, note: str) -> Attempt:
+        """A launch given up on whose server came up after all and passed its health check: ready. The one move out
+        of ``failed``: the give-up stays in its transitions, and its error line (the timeout's, not a cause) goes."""
+        given_up = self.given_up_at
+        if given_up is None:
+            raise TransitionError(f"attempt {self.id}: {self.status.value} -> ready is not a valid move")
+        return replace(self, transitions=(*self.transitions, Transition(AttemptStatus.READY, at, note)),
+                       observed={**self.observed, CAME_UP_LATE: round(at - given_up)}, error_line=None)
 
     @property
     def status(self) -> AttemptStatus:

@@ -8,7 +8,8 @@ live on without answering (a hung server); SIGUSR2 makes each generation slow (a
 
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
-``p2p_unsupported``, ``port_in_use``, ``hang``, ``gpu_memory_occupied``, ``nccl_shm_error``: NCCL's /dev/shm
+``p2p_unsupported``, ``port_in_use``, ``hang``, ``slow_load``: silent for the scenario's ``pause_s`` (default 3)
+after weight loading began, then on to ready; ``gpu_memory_occupied``, ``nccl_shm_error``: NCCL's /dev/shm
 transport fails, unless the launch's environment turned it off with NCCL_SHM_DISABLE=1; ``piecewise_graph_error``:
 the piecewise CUDA-graph runner fails, unless the launch has --disable-piecewise-cuda-graph; ``unhealthy``: it says
 ready, then answers every request 503, as SIGUSR1 makes it);
@@ -103,9 +104,10 @@ def record_oom_kill(node_json: Path, vmid: str, pid: int, anon_rss_kib: int) -> 
     _locked_update(node_json, change)
 
 
-def next_outcome(scenario_file: str | None) -> tuple[str, float]:
+def next_outcome(scenario_file: str | None) -> tuple[str, float, float]:
+    """(outcome, seconds between log lines, seconds ``slow_load`` is silent)."""
     if not scenario_file or not os.path.exists(scenario_file):
-        return "auto", 0.05
+        return "auto", 0.05, 0.0
     path = Path(scenario_file)
     with open(str(path) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -114,7 +116,7 @@ def next_outcome(scenario_file: str | None) -> tuple[str, float]:
         outcome = queue.pop(0) if queue else "auto"
         data["queue"] = queue
         path.write_text(json.dumps(data))
-    return outcome, float(data.get("delay_s", 0.05))
+    return outcome, float(data.get("delay_s", 0.05)), float(data.get("pause_s", 3.0))
 
 
 def model_dir(model_path: str) -> Path:
@@ -254,7 +256,7 @@ def main(argv: list[str]) -> int:
     vmid = os.environ.get("FAKE_CT", "0")
     state = json.loads((state_dir / "node.json").read_text())
     gpus = state["containers"].get(vmid, {}).get("gpus", [0])[: args.tp]
-    outcome, delay = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
+    outcome, delay, pause = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
     if outcome == "nccl_shm_error" and os.environ.get("NCCL_SHM_DISABLE") == "1":
         outcome = "auto"  # NCCL goes on without the transport that failed
     if outcome == "piecewise_graph_error" and "--disable-piecewise-cuda-graph" in extra:
@@ -277,8 +279,8 @@ def main(argv: list[str]) -> int:
     if outcome == "unhealthy":
         UNHEALTHY.set()
     # each failure replays its own log; the other outcomes cut or end ready.log (an unknown outcome is a KeyError)
-    log_name = {**dict.fromkeys(("ready", "hang", "gpu_memory_occupied", "host_oom_kill", "refused_before_load",
-                                 "unhealthy"), "ready.log"),
+    log_name = {**dict.fromkeys(("ready", "hang", "slow_load", "gpu_memory_occupied", "host_oom_kill",
+                                 "refused_before_load", "unhealthy"), "ready.log"),
                 **{name: f"{name}.log" for name in ("kv_pool_oom", "sigquit_after_oom", "torch_compile_error",
                                                     "p2p_unsupported", "port_in_use", "nccl_shm_error",
                                                     "piecewise_graph_error")}}[outcome]
@@ -298,8 +300,10 @@ def main(argv: list[str]) -> int:
     print(f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, tp_size={args.tp}, "
           f"api_key={args.api_key!r}) [gpuops lab stand-in]", flush=True)
     try:
-        for line in lines:
+        for n, line in enumerate(lines):
             time.sleep(delay)
+            if outcome == "slow_load" and n == 5:
+                time.sleep(pause)  # silent after weight loading began (a slow disk, a first JIT compile), then on
             if "Load weight begin" in line and "TP0" in line:
                 holder.hold(gpus, hold_mib // 2, "python3 -m sglang.launch_server")
             if "Load weight end" in line and "TP0" in line:

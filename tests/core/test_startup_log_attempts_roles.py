@@ -170,6 +170,29 @@ def test_a_launch_that_failed_after_its_log_said_ready_left_its_server_running()
     assert not hung.with_server_ended({"by": "U0ALICE", "signal": "SIGTERM", "memory": "memory returned"}).left_running
 
 
+def test_only_a_launch_given_up_on_with_its_server_still_running_may_come_up_after_all():
+    from dataclasses import replace
+
+    a = Attempt("a20261202-120000-abcd", "U1", "C1", "pve5", 129, "sglang-a6000", "/m", ("--tp", "2"), 30000, 1.0)
+    launching = a.moved(AttemptStatus.PLANNED, 1.0).moved(AttemptStatus.LAUNCHING, 2.0, "PID 7")
+    hung = replace(launching.moved(AttemptStatus.FAILED, 600.0, "no output for 10 min"), error_line="no output",
+                   observed={"stage": "loading weights", GAVE_UP_RUNNING: True})
+    assert hung.given_up_at == 600.0 and launching.given_up_at is None
+    up = hung.came_up(780.0, "came up 3 min after gpuops gave up on it")
+    assert [t.status for t in up.transitions] == [AttemptStatus.PLANNED, AttemptStatus.LAUNCHING,
+                                                  AttemptStatus.FAILED, AttemptStatus.READY]
+    assert up.status is AttemptStatus.READY and up.error_line is None and up.observed["came_up_late_s"] == 180
+    assert not up.left_running and up.given_up_at is None
+    assert Attempt.from_dict(json.loads(json.dumps(up.to_dict()))) == up
+    # a server that failed its health check, or whose hung server was stopped, does not come up
+    unhealthy = replace(launching.moved(AttemptStatus.FAILED, 3.0, "health check failed"), observed={"stage": "ready"})
+    stopped = hung.with_server_ended({"by": "U0ALICE", "signal": "SIGTERM", "memory": "memory returned"})
+    for failed in (unhealthy, stopped, launching.moved(AttemptStatus.FAILED, 3.0, "oom")):
+        assert failed.given_up_at is None
+        with pytest.raises(TransitionError):
+            failed.came_up(900.0, "came up")
+
+
 def test_roles_from_users_groups_and_channel_caps():
     config = RoleConfig(admins=("U0ADMIN",), operators=("S0INFRA", "U0OPS"), viewers=("*",),
                         channel_caps={"C0ANNOUNCE": "viewer"})

@@ -399,3 +399,28 @@ async def test_a_slack_launch_stopped_from_a_terminal_has_its_card_say_stopped_o
     await lab.services.attempts.mark_changed("pve5", 129)  # the container changes again: the card is not redrawn
     await scheduler.tick()
     assert len(card_edits()) == before + 1
+
+
+async def test_a_terminal_launch_given_up_on_is_watched_on_by_the_bot_which_records_it_ready(lab, tmp_path):
+    """The terminal gives up on a launch silent past the stall timeout and ends (exit 4); its server, left running,
+    comes up after all. The bot's next tick takes over the watch the terminal left, and records it ready."""
+    from bot.scheduler import Scheduler
+
+    lab.nodes["pve5"].set_scenario(129, ["slow_load"], delay_s=0.02, pause_s=5)
+    given_up = await terminal(lab, tmp_path, "launch", "--container", "sglang-a6000", "--model", model(lab), "--",
+                              *FITS.split(), settings={"GPUOPS_STALL_TIMEOUT_S": "1.5"})
+    assert given_up.returncode == 4, given_up.stdout + given_up.stderr
+    assert "a hang at loading weights" in given_up.stdout
+    (attempt,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert attempt.status is AttemptStatus.FAILED and attempt.left_running
+    result = await Scheduler(lab.services, lab.app.client).tick()
+    assert result.taken_over == [attempt.id]
+    for _ in range(300):
+        if (stored := await lab.services.attempts.get(attempt.id)).status is AttemptStatus.READY:
+            break
+        await asyncio.sleep(0.1)
+    assert stored.status is AttemptStatus.READY, stored.transitions
+    assert stored.transitions[-1].note.startswith("came up ")
+    assert "should it come up after all, it is recorded ready" in given_up.stdout
+    stopped = await terminal(lab, tmp_path, "stop", "sglang-a6000", "--yes")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr

@@ -641,3 +641,27 @@ async def test_a_launch_given_up_on_as_hung_leaves_its_server_to_look_at_and_a_s
     assert lab.nodes["pve5"].read_state()["processes"] == []
     stored = await lab.services.attempts.get(attempt.id)
     assert stored.status is AttemptStatus.FAILED and not stored.left_running
+
+
+async def test_a_launch_given_up_on_that_comes_up_after_all_is_recorded_ready(lab):
+    """Silent for longer than the stall timeout after its weights began to load (a slow disk, a first JIT compile),
+    then on to ready: the launch was given up on as a hang with its server left running, and its log is read on. Once
+    the server comes up and answers, its card, thread and record say ready, and how long after the give-up; the status
+    names it ready. Before, its card said failed and the status "failed, left running" while it served."""
+    lab.services.settings = lab.services.settings.model_copy(update={"stall_timeout_s": 1.5})
+    lab.nodes["pve5"].set_scenario(129, ["slow_load"], delay_s=0.02, pause_s=5)
+    attempt, card = await failed_card(lab, "--tp 2 --mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16")
+    assert "a hang at loading weights" in card and left_running(attempt) in card
+    calls = await wait_text(lab, f"Attempt `{attempt.id}` ready", method="chat.postMessage")
+    said = next(str(c.params["text"]) for c in calls if f"Attempt `{attempt.id}` ready" in str(c.params.get("text")))
+    assert re.search(r"ready: came up \d+ s after gpuops gave up on it; healthy: /health 200", said), said
+    assert "• kv_tokens: observed 422310" in said  # the log's readings after the silence
+    stored = await lab.services.attempts.get(attempt.id)
+    assert [t.status for t in stored.transitions][-3:] == [AttemptStatus.LAUNCHING, AttemptStatus.FAILED,
+                                                          AttemptStatus.READY]
+    assert stored.error_line is None and not stored.left_running and stored.observed["came_up_late_s"] >= 1
+    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
+                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    assert "— *ready*" in card and "first error" not in card and "came up" in card
+    held = await status_lines_of(lab, attempt.pid)
+    assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (ready, port 30000)") for line in held)
