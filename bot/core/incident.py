@@ -268,6 +268,12 @@ def person(author: str) -> str:
     return f"<@{author}>" if SLACK_USER_ID.fullmatch(author) else author
 
 
+def hypothesis_ref(word: str) -> str:
+    """A hypothesis as a person names it: `H2`, `h2`, `2`, `#2`, `H2:` -> `H2`."""
+    ref = word.strip().strip("#:,.;()[]").upper()
+    return f"H{ref}" if ref.isdigit() else ref
+
+
 def record_word(incident: Incident, verb: str, text: str, hypothesis_id: str, author: str,
                 at: float) -> tuple[Incident, Recorded]:
     """A person's hypothesis, note or decision recorded in the thread's record. ``author`` is a Slack user id, or
@@ -285,14 +291,17 @@ def record_word(incident: Incident, verb: str, text: str, hypothesis_id: str, au
         return incident, Recorded("hypothesis", hypothesis.text, hypothesis.id, author)
     if verb in ("confirm", "refute"):
         status = "confirmed" if verb == "confirm" else "refuted"
+        hypothesis_id = hypothesis_ref(hypothesis_id)
         if not hypothesis_id:
             raise UsageError(f"name the hypothesis and why: `{verb} H1 <why>`")
         why = text or "(no reason given)"
         try:
             incident = incident.decide(hypothesis_id, status, who, why, at=at)
         except KeyError:
-            raise UsageError(f"no hypothesis `{hypothesis_id}` in this thread") from None
-        return incident, Recorded(status, why, hypothesis_id.upper(), author)
+            known = ", ".join(h.id for h in incident.hypotheses)
+            raise UsageError(f"no hypothesis `{hypothesis_id}` in this thread"
+                             + (f" (it has {known})" if known else " (it has none yet)")) from None
+        return incident, Recorded(status, why, hypothesis_id, author)
     if verb == "note":
         if not text:
             raise UsageError("say what to note: `note <text>`")

@@ -344,6 +344,29 @@ def test_a_word_is_recorded_as_a_mention_or_a_terminal_says_it():
             record_word(incident, verb, text, hid, "cli:root", 20)
 
 
+def test_a_hypothesis_is_decided_by_any_way_a_person_names_it_and_a_wrong_name_lists_the_threads():
+    """`confirm 1`, `refute h2`, `confirm #1`, `refute H2:` name H1 and H2; before, only `H1`/`h1` did and `confirm 1`
+    answered that the thread had no hypothesis `1`."""
+    import pytest
+
+    from bot.core.incident import hypothesis_ref, record_word
+    from bot.errors import UsageError
+
+    assert [hypothesis_ref(w) for w in ("1", "h2", "#3", "H4:", "(h5)", " H6, ", "", "leftovers")] == [
+        "H1", "H2", "H3", "H4", "H5", "H6", "", "LEFTOVERS"]
+    incident = Incident("C", "1.0", "pve5", 129)
+    incident, _ = record_word(incident, "hypothesis", "leftover memory", "", "U0BOB", 1)
+    incident, _ = record_word(incident, "hypothesis", "the KV pool is too small", "", "U0BOB", 2)
+    incident, said = record_word(incident, "confirm", "clean GPUs, same OOM", "1", "U0BOB", 3)
+    assert said.hypothesis_id == "H1" and incident.hypotheses[0].status == "confirmed"
+    incident, said = record_word(incident, "refute", "0.88 fits", "h2:", "U0BOB", 4)
+    assert said.hypothesis_id == "H2" and incident.hypotheses[1].status == "refuted"
+    with pytest.raises(UsageError, match=r"no hypothesis `H7` in this thread \(it has H1, H2\)"):
+        record_word(incident, "refute", "why", "7", "U0BOB", 5)
+    with pytest.raises(UsageError, match=r"no hypothesis `H1` in this thread \(it has none yet\)"):
+        record_word(Incident("C", "1.0", "pve5", 129), "confirm", "why", "#1", "U0BOB", 5)
+
+
 def test_words_waiting_to_be_said_survive_the_record_and_an_older_record_reads_without_them():
     from bot.core.incident import Recorded, record_word
 
