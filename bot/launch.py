@@ -577,8 +577,10 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
             if given_up is not None:
                 if progress.stage is Stage.READY:
                     return await _came_up(transport, store, attempt, progress, python, notify)
-                if not alive or now - given_up > settings.launch_timeout_s:
-                    return stored or attempt  # ended (the sampler records it), or watched long enough
+                if not alive:
+                    return await _ended_after_give_up(transport, store, attempt, progress) or stored or attempt
+                if now - given_up > settings.launch_timeout_s:
+                    return stored or attempt  # watched long enough: a stop, or the sampler, records its end
             elif progress.stage is Stage.READY:
                 return await _finish_ready(transport, store, attempt, progress, python, notify)
             elif not alive:
@@ -712,6 +714,24 @@ async def _came_up(transport: Transport, store: AttemptStore, attempt: Attempt, 
         return await store.get(attempt.id) or attempt
     await notify(current, progress, True)
     return current
+
+
+async def _ended_after_give_up(transport: Transport, store: AttemptStore, attempt: Attempt,
+                               progress: Progress) -> Attempt | None:
+    """A launch given up on whose server then exited by itself: recorded so, its card to be drawn again, with the
+    first cause its whole log names now as its first error: the give-up's "no output for ..." was no cause, since the
+    log went on. None when a stop recorded its end meanwhile."""
+    cause = await _cause_in_log(transport, attempt) or progress.error_line
+    at = time.time()
+
+    def ended(current: Attempt) -> Attempt | None:
+        if current.given_up_at is None:
+            return None
+        gone = current.with_server_ended({"exited": f"the server's process (PID {current.pid}) exited", "at": at})
+        return replace(gone, error_line=(cause or current.error_line or "")[:500] or None,
+                       observed={**gone.observed, **observed_of(progress)})
+
+    return await _changed(store, attempt.id, ended, card_behind=True)
 
 
 # --------------------------------------------------------------------------- stop and free

@@ -8,11 +8,11 @@ live on without answering (a hung server); SIGUSR2 makes each generation slow (a
 
 Scenario: the file named by ``GPUOPS_LAB_SCENARIO`` holds ``{"queue": [...], "delay_s": 0.05}``;
 each launch takes the next outcome (``ready``, ``kv_pool_oom``, ``sigquit_after_oom``, ``torch_compile_error``,
-``p2p_unsupported``, ``port_in_use``, ``hang``, ``slow_load``: silent for the scenario's ``pause_s`` (default 3)
-after weight loading began, then on to ready; ``gpu_memory_occupied``, ``nccl_shm_error``: NCCL's /dev/shm
-transport fails, unless the launch's environment turned it off with NCCL_SHM_DISABLE=1; ``piecewise_graph_error``:
-the piecewise CUDA-graph runner fails, unless the launch has --disable-piecewise-cuda-graph; ``unhealthy``: it says
-ready, then answers every request 503, as SIGUSR1 makes it);
+``p2p_unsupported``, ``port_in_use``, ``hang``, ``slow_load``: silent for a while after weight loading began, then on
+to ready (the scenario's ``pause_s``, default 3, makes any outcome silent that long there); ``gpu_memory_occupied``,
+``nccl_shm_error``: NCCL's /dev/shm transport fails, unless the launch's environment turned it off with
+NCCL_SHM_DISABLE=1; ``piecewise_graph_error``: the piecewise CUDA-graph runner fails, unless the launch has
+--disable-piecewise-cuda-graph; ``unhealthy``: it says ready, then answers every request 503, as SIGUSR1 makes it);
 an empty queue means ``auto``: SGLang's tensor-parallel memory-balance check first (some launch GPUs with far less
 free memory than another: ``gpu_memory_occupied``), then gpuops' own budget engine decides from the flags and free
 memory.
@@ -105,7 +105,8 @@ def record_oom_kill(node_json: Path, vmid: str, pid: int, anon_rss_kib: int) -> 
 
 
 def next_outcome(scenario_file: str | None) -> tuple[str, float, float]:
-    """(outcome, seconds between log lines, seconds ``slow_load`` is silent)."""
+    """(outcome, seconds between log lines, seconds it is silent after weight loading began: the scenario's
+    ``pause_s``, else 3 for ``slow_load`` and none for the others)."""
     if not scenario_file or not os.path.exists(scenario_file):
         return "auto", 0.05, 0.0
     path = Path(scenario_file)
@@ -116,7 +117,8 @@ def next_outcome(scenario_file: str | None) -> tuple[str, float, float]:
         outcome = queue.pop(0) if queue else "auto"
         data["queue"] = queue
         path.write_text(json.dumps(data))
-    return outcome, float(data.get("delay_s", 0.05)), float(data.get("pause_s", 3.0))
+    pause = data.get("pause_s", 3.0 if outcome == "slow_load" else 0.0)
+    return outcome, float(data.get("delay_s", 0.05)), float(pause)
 
 
 def model_dir(model_path: str) -> Path:
@@ -302,7 +304,7 @@ def main(argv: list[str]) -> int:
     try:
         for n, line in enumerate(lines):
             time.sleep(delay)
-            if outcome == "slow_load" and n == 5:
+            if pause and n == 5:
                 time.sleep(pause)  # silent after weight loading began (a slow disk, a first JIT compile), then on
             if "Load weight begin" in line and "TP0" in line:
                 holder.hold(gpus, hold_mib // 2, "python3 -m sglang.launch_server")

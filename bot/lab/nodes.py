@@ -188,11 +188,12 @@ class LabNode:
         link_stat(self.state_dir / "proc" / str(process.pid), process.pid)
         return process.pid
 
-    def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05, pause_s: float = 3.0) -> None:
-        """The outcomes the container's SGLang stand-in plays for its next launches (``pause_s``: how long a
-        ``slow_load`` is silent)."""
+    def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05, pause_s: float | None = None) -> None:
+        """The outcomes the container's SGLang stand-in plays for its next launches (``pause_s``: how long each is
+        silent after weight loading began; by default a ``slow_load`` 3 s, the others not at all)."""
         path = self.state_dir / "ct" / str(vmid) / "scenario.json"
-        path.write_text(json.dumps({"queue": queue, "delay_s": delay_s, "pause_s": pause_s}))
+        pause = {} if pause_s is None else {"pause_s": pause_s}
+        path.write_text(json.dumps({"queue": queue, "delay_s": delay_s, **pause}))
 
     def calls(self) -> list[list[str]]:
         path = self.state_dir / "calls.log"

@@ -1,5 +1,6 @@
 """/sglang launch, stop, history and /gpu free through signed requests, real SSH, Redis and the stand-in."""
 
+import asyncio
 import os
 import re
 
@@ -665,3 +666,28 @@ async def test_a_launch_given_up_on_that_comes_up_after_all_is_recorded_ready(la
     assert "— *ready*" in card and "first error" not in card and "came up" in card
     held = await status_lines_of(lab, attempt.pid)
     assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (ready, port 30000)") for line in held)
+
+
+async def test_a_launch_given_up_on_whose_server_then_fails_shows_the_cause_its_log_went_on_to_name(lab):
+    """Silent past the stall timeout, then on to the KV pool, where it fails: given up on as a hang, then its server
+    exited by itself. Its record and card name the KV pool's "Not enough memory" as the first error, where before they
+    kept the give-up's "no output" (no cause: the log went on), and say its server ended."""
+    from bot.scheduler import Scheduler
+
+    lab.services.settings = lab.services.settings.model_copy(update={"stall_timeout_s": 1.5})
+    lab.nodes["pve5"].set_scenario(129, ["kv_pool_oom"], delay_s=0.02, pause_s=5)
+    attempt, card = await failed_card(lab, "--tp 2 --mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16")
+    assert "a hang at loading weights" in card and left_running(attempt) in card
+    for _ in range(300):
+        if not (stored := await lab.services.attempts.get(attempt.id)).left_running:
+            break
+        await asyncio.sleep(0.1)
+    assert stored.status is AttemptStatus.FAILED and not stored.left_running
+    assert "RuntimeError: Not enough memory" in stored.error_line, stored.error_line
+    assert stored.observed["server_ended"]["exited"] == f"the server's process (PID {attempt.pid}) exited"
+    assert stored.transitions[-1].note.startswith("no output for ")  # the give-up stays in its transitions
+    await Scheduler(lab.services, lab.app.client).tick()  # its card is drawn again from the record
+    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
+                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    assert "first error: `RuntimeError: Not enough memory" in card and "then ended on its own" in card, card
+    assert left_running(attempt) not in card
