@@ -52,12 +52,29 @@ def register(app: AsyncApp, services: Services) -> None:
             await container_changed(services, client, stopped.node, stopped.vmid)
 
     @app.action("gpuops_cancel")
-    async def cancel(ack: Any, body: dict[str, Any], respond: Any) -> None:
+    async def cancel(ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:
+        """Cancelled by the person who asked, or by someone whose role allows the action itself: a confirmation in a
+        channel is seen by everyone, and a viewer's click does not take an operator's stop from them. Audited."""
         await ack()
-        pending = await services.attempts.take_pending(body["actions"][0]["value"])
-        who = body["user"]["id"]
-        await respond(text=f"Cancelled by <@{who}>; nothing was done." if pending else
-                      "Already handled or expired; nothing was done.", replace_original=True)
+        key, who = body["actions"][0]["value"], body["user"]["id"]
+        channel = (body.get("channel") or {}).get("id", "")
+        pending = await services.attempts.peek_pending(key)
+        action = CONFIRMED_ACTIONS.get(str((pending or {}).get("action")), "")
+        if pending is not None and who != pending.get("user"):
+            decision = await authorize(services, client, action, who, channel) if action else None
+            if decision is None or not decision.allowed:
+                why = f" ({decision.reason})" if decision is not None else ""
+                await respond(text=f":no_entry: only <@{pending.get('user')}>, who asked for it, or someone who may "
+                              f"do it can cancel it{why}", response_type="ephemeral", replace_original=False)
+                return
+        pending = await services.attempts.take_pending(key) if pending is not None else None
+        if pending is None:
+            await respond(text="Already handled or expired; nothing was done.", response_type="ephemeral",
+                          replace_original=False)
+            return
+        await _audit(services, action or str(pending.get("action")), who, channel, pending,
+                     "cancelled; nothing was done")
+        await respond(text=f"Cancelled by <@{who}>; nothing was done.", replace_original=True)
 
     @app.action(re.compile(r"^gpuops_remedy_\d+$"))
     async def remedy(ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:

@@ -150,6 +150,39 @@ async def test_stop_asks_for_a_click_then_verifies_the_memory(lab):
     assert "stopped by <@U0ALICE> (SIGTERM); memory returned: GPU 0: 1 MiB used" in card
 
 
+async def test_a_confirmation_is_cancelled_by_who_asked_or_whoever_may_act_never_by_a_viewer_and_audited(lab):
+    """A stop's confirmation is seen by the whole channel: a viewer's Cancel leaves it as it was (before, anyone's
+    click took the operator's stop away, unrecorded); the operator who asked, or an admin, cancels it, and the audit
+    says who."""
+    lab.nodes["pve5"].set_scenario(129, ["ready"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "*ready*")
+
+    async def cancel(user_id, needle):
+        before = len(lab.standin.calls)
+        await lab.click("gpuops_cancel", no["value"], user_id=user_id)
+        calls = await lab.standin.wait_for(
+            lambda cs: any(needle in str(c.params.get("text")) for c in cs[before:] if c.method == "response_url"), 10)
+        return next(c for c in calls[before:] if c.method == "response_url" and needle in str(c.params.get("text")))
+
+    for asker, canceller in (("U0ALICE", "U0ALICE"), ("U0ALICE", "U0ADMIN")):
+        await lab.slash("/sglang", "stop sglang-a6000", user_id=asker)
+        confirm = post_with(await wait_text(lab, "Stop attempt", method="chat.postMessage"), "Stop attempt")
+        no = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_cancel")
+        pending = f"gpuops:pending:{no['value']}"
+        refused = await cancel("U0EVE", f"only <@{asker}>, who asked for it, or someone who may do it can cancel it")
+        assert refused.params["response_type"] == "ephemeral" and not refused.params.get("replace_original")
+        assert await lab.services.attempts.redis.exists(pending)  # still there to confirm
+        done = await cancel(canceller, f"Cancelled by <@{canceller}>; nothing was done.")
+        assert done.params["replace_original"] and not await lab.services.attempts.redis.exists(pending)
+    assert lab.nodes["pve5"].read_state()["processes"]  # still serving
+    audit = await lab.services.store.audit_entries(50)
+    assert [(e["action"], e["user"], e["requested_by"]) for e in audit if e["result"].startswith("cancelled")] == [
+        ("sglang.stop", "U0ADMIN", "U0ALICE"), ("sglang.stop", "U0ALICE", "U0ALICE")]
+    assert [e["user"] for e in audit if e["action"] == "sglang.stop" and e["result"] == "denied"] == ["U0EVE"] * 2
+
+
 @pytest.mark.parametrize("slack", ["refused", "unreachable"])
 async def test_a_stop_whose_answer_slack_does_not_take_is_said_in_the_channel_and_audited(lab, slack):
     """The click's response_url is refused (it expired or was used up) or cannot be reached: the stop it confirmed
