@@ -25,6 +25,7 @@ from bot.core.attempts import (
     ACTIVE,
     GAVE_UP_RUNNING,
     GPUS_CLEAN_CHECK,
+    WATCHED_UNTIL,
     Attempt,
     AttemptStatus,
     Check,
@@ -606,8 +607,9 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 elif now - started > settings.launch_timeout_s:
                     reason = f"not ready after {age_text(settings.launch_timeout_s)}"
                 if reason is not None:
+                    watched_until = now + settings.launch_timeout_s if watch_given_up else None
                     attempt = await _finish(store, attempt, progress, AttemptStatus.FAILED, reason, notify,
-                                            gave_up_running=True)
+                                            gave_up_running=True, watched_until=watched_until)
                     given_up = attempt.given_up_at  # None when a stop decided it first
                     if not watch_given_up or given_up is None:
                         return attempt
@@ -639,10 +641,12 @@ async def _kernel_kill(transport: Transport, attempt: Attempt, started: float, l
 
 
 async def _finish(store: AttemptStore, attempt: Attempt, progress: Progress, status: AttemptStatus, note: str,
-                  notify: Notify, gave_up_running: bool = False) -> Attempt:
+                  notify: Notify, gave_up_running: bool = False, watched_until: float | None = None) -> Attempt:
     """The attempt moved to ``status``, with the log's readings; ``gave_up_running``: failed while its server still
-    runs (see :attr:`Attempt.left_running`)."""
-    left = {GAVE_UP_RUNNING: True} if gave_up_running else {}
+    runs (see :attr:`Attempt.left_running`), its log read on until ``watched_until`` (when it is)."""
+    left: dict[str, Any] = {GAVE_UP_RUNNING: True} if gave_up_running else {}
+    if gave_up_running and watched_until is not None:
+        left[WATCHED_UNTIL] = round(watched_until)
 
     def finished(current: Attempt) -> Attempt | None:
         if current.status is not AttemptStatus.LAUNCHING:

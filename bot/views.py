@@ -30,7 +30,7 @@ from slack_sdk.models.blocks import (
 
 from bot.attempt_log import AttemptLog
 from bot.core.argv import LOG_TAIL_MAX_LINES
-from bot.core.attempts import SERVER_ENDED, Attempt, AttemptStatus, Check, Transition
+from bot.core.attempts import SERVER_ENDED, WATCHED_UNTIL, Attempt, AttemptStatus, Check, Transition
 from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
@@ -407,8 +407,13 @@ def stacks_text(stacks: Sequence[str]) -> str:
 def left_running_line(attempt: Attempt) -> str:
     """For a launch that failed while its server still ran (unhealthy after saying ready, hung, too slow): its
     server was not stopped."""
-    return (f":warning: its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log "
+    line = (f":warning: its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log "
             f"{attempt.id}` shows what it says, `/sglang stop {attempt.id}` stops it")
+    until = attempt.observed.get(WATCHED_UNTIL)
+    if attempt.given_up_at is not None and isinstance(until, int | float):
+        line += (f". gpuops reads its log on until {time.strftime('%H:%M UTC', time.gmtime(until))}: should it come "
+                 "up after all, it is recorded ready")
+    return line
 
 
 def server_ended_line(attempt: Attempt) -> str:

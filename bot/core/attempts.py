@@ -63,6 +63,8 @@ GAVE_UP_RUNNING = "gave_up_running"
 # observed: how many seconds after the follower gave up on it (GAVE_UP_RUNNING) its server came up after all: a load
 # slower or more silent than the timeouts allowed (a first JIT compile, checkpoint shards on slow storage)
 CAME_UP_LATE = "came_up_late_s"
+# observed: until when (epoch seconds) the bot reads on the log of a launch it gave up on, for it to come up after all
+WATCHED_UNTIL = "watched_until"
 GPUS_CLEAN_CHECK = "GPUs clean"  # the pre-flight's reading of the launch's GPUs: no process, no held memory
 
 

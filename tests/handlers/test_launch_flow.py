@@ -610,7 +610,7 @@ async def test_a_launch_failing_its_health_check_says_its_server_was_left_runnin
     attempt, card = await failed_card(lab, f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16")
     assert "first error: `server said ready but the health check failed: HTTPError: HTTP Error 503" in card
     left = left_running(attempt)
-    assert left in card
+    assert left in card and "reads its log on" not in card  # it said ready: nothing more to wait for
     thread = await wait_text(lab, f"Attempt `{attempt.id}` failed", method="chat.postMessage")
     assert any(left in str(c.params.get("text")) for c in thread if c.params.get("thread_ts") == attempt.thread_ts)
     assert lab.nodes["pve5"].read_state()["processes"]  # still holding its GPUs
@@ -686,6 +686,8 @@ async def test_a_launch_given_up_on_that_comes_up_after_all_is_recorded_ready(la
     lab.nodes["pve5"].set_scenario(129, ["slow_load"], delay_s=0.02, pause_s=5)
     attempt, card = await failed_card(lab, "--tp 2 --mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16")
     assert "a hang at loading weights" in card and left_running(attempt) in card
+    assert re.search(r"gpuops reads its log on until \d\d:\d\d UTC: should it come up after all, it is recorded "
+                     "ready", card), card
     calls = await wait_text(lab, f"Attempt `{attempt.id}` ready", method="chat.postMessage")
     said = next(str(c.params["text"]) for c in calls if f"Attempt `{attempt.id}` ready" in str(c.params.get("text")))
     assert re.search(r"ready: came up \d+ s after gpuops gave up on it; healthy: /health 200", said), said

@@ -70,3 +70,24 @@ def test_the_preflight_shows_its_command_line_as_one_code_span():
                                 command=command)
     line = _text(message).splitlines()[1]
     assert line == "`python3 -m sglang.launch_server --model-path /m --chat-template 'a\u02cbb' --port 30000`"
+
+
+def test_a_launch_given_up_on_says_until_when_its_log_is_read_and_once_up_how_late_it_came():
+    from dataclasses import replace
+
+    from bot.core.attempts import GAVE_UP_RUNNING, WATCHED_UNTIL
+
+    progress = advance(Progress(), CASES["sglang-startup-032"]["log_excerpt"][:4])
+    given_up = replace(_attempt({}).moved(AttemptStatus.FAILED, 600.0, "no output for 10 min"),
+                       error_line="no output for 10 min after loading weights began - a hang at loading weights",
+                       observed={"stage": "loading weights", GAVE_UP_RUNNING: True, WATCHED_UNTIL: 2400})
+    text = _text(progress_message(given_up, progress))
+    assert "its server (PID 4242) was left running" in text
+    assert "gpuops reads its log on until 00:40 UTC: should it come up after all, it is recorded ready" in text
+    # watched by no one (a terminal gave up on it, no bot took it over): nothing promised
+    unwatched = replace(given_up, observed={"stage": "loading weights", GAVE_UP_RUNNING: True})
+    assert "reads its log on" not in _text(progress_message(unwatched, progress))
+    up = given_up.came_up(780.0, "came up 3 min after gpuops gave up on it; healthy: /health 200")
+    text = _text(progress_message(up, advance(Progress(), CASES["sglang-startup-032"]["log_excerpt"])))
+    assert "— *ready*" in text and "came up 3 min after gpuops gave up on it" in text
+    assert "first error" not in text and "left running" not in text and "reads its log on" not in text
