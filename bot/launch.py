@@ -698,12 +698,14 @@ async def _finish_ready(transport: Transport, store: AttemptStore, attempt: Atte
 async def _came_up(transport: Transport, store: AttemptStore, attempt: Attempt, progress: Progress, python: str,
                    notify: Notify) -> Attempt:
     """A launch given up on whose log has said ready since: ready, when its server passes the health check; else it
-    stays failed with its server left running, as a launch that fails the check in time does."""
+    stays failed with its server left running, as a launch that fails the check in time does, with that as its first
+    error and its card drawn again (no longer watched: its log has nothing more to say)."""
     health = await _health(transport, attempt, python)
     if "error" in health:
-        log.warning("attempt %s, given up on, said ready later but fails its health check: %s", attempt.id,
-                    health["error"])
-        return attempt
+        unhealthy = f"server said ready after gpuops gave up on it, but the health check failed: {health['error']}"
+        return await _changed(store, attempt.id, lambda current: replace(
+            current, observed={**current.observed, **observed_of(progress)}, error_line=unhealthy[:500])
+            if current.given_up_at is not None else None, card_behind=True) or attempt
 
     def came_up(current: Attempt) -> Attempt | None:
         given_up = current.given_up_at
@@ -711,7 +713,8 @@ async def _came_up(transport: Transport, store: AttemptStore, attempt: Attempt, 
             return None  # stopped, or found ended, meanwhile
         at = time.time()
         note = f"came up {age_text(at - given_up)} after gpuops gave up on it; {_healthy_note(health)}"
-        return replace(current, observed={**current.observed, **observed_of(progress)}).came_up(at, note)
+        up = current.came_up(at, note)  # before the log's readings: with stage "ready" it may no longer come up
+        return replace(up, observed={**up.observed, **observed_of(progress)})
 
     current = await _changed(store, attempt.id, came_up)
     if current is None:

@@ -107,8 +107,9 @@ class Attempt:
     @property
     def given_up_at(self) -> float | None:
         """When the follower gave up on this launch while its server still ran, as long as that server is still left
-        running: until then it may yet come up (see :meth:`came_up`)."""
-        if self.left_running and self.observed.get(GAVE_UP_RUNNING):
+        running and its log has not said ready since (then failing its health check): until then it may yet come up
+        (see :meth:`came_up`)."""
+        if self.left_running and self.observed.get(GAVE_UP_RUNNING) and self.observed.get("stage") != "ready":
             return self.transitions[-1].at
         return None
 

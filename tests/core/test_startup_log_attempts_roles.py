@@ -184,10 +184,13 @@ def test_only_a_launch_given_up_on_with_its_server_still_running_may_come_up_aft
     assert up.status is AttemptStatus.READY and up.error_line is None and up.observed["came_up_late_s"] == 180
     assert not up.left_running and up.given_up_at is None
     assert Attempt.from_dict(json.loads(json.dumps(up.to_dict()))) == up
-    # a server that failed its health check, or whose hung server was stopped, does not come up
+    # a server that failed its health check (in time, or once its log said ready after the give-up), or whose hung
+    # server was stopped, does not come up
     unhealthy = replace(launching.moved(AttemptStatus.FAILED, 3.0, "health check failed"), observed={"stage": "ready"})
+    late_unhealthy = replace(hung, observed={**hung.observed, "stage": "ready"})
+    assert late_unhealthy.left_running
     stopped = hung.with_server_ended({"by": "U0ALICE", "signal": "SIGTERM", "memory": "memory returned"})
-    for failed in (unhealthy, stopped, launching.moved(AttemptStatus.FAILED, 3.0, "oom")):
+    for failed in (unhealthy, late_unhealthy, stopped, launching.moved(AttemptStatus.FAILED, 3.0, "oom")):
         assert failed.given_up_at is None
         with pytest.raises(TransitionError):
             failed.came_up(900.0, "came up")

@@ -726,3 +726,29 @@ async def test_a_launch_given_up_on_whose_server_then_fails_shows_the_cause_its_
                            and c.params.get("ts") == attempt.message_ts][-1].blocks)
     assert "first error: `RuntimeError: Not enough memory" in card and "then ended on its own" in card, card
     assert left_running(attempt) not in card
+
+
+async def test_a_launch_given_up_on_that_says_ready_but_fails_its_health_check_is_watched_no_more(lab):
+    """Silent past the stall timeout, then ready by its log, but answering 503: it stays failed with its server left
+    running, now with the failed health check as its first error, and is watched no more: no replica takes the watch
+    over (before, one did on every tick, probing it again until the watch's end) and its card promises nothing."""
+    from bot.scheduler import Scheduler
+
+    lab.services.settings = lab.services.settings.model_copy(update={"stall_timeout_s": 1.5})
+    lab.nodes["pve5"].set_scenario(129, ["unhealthy"], delay_s=0.02, pause_s=5)
+    attempt, card = await failed_card(lab, "--tp 2 --mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16")
+    assert "a hang at loading weights" in card
+    late = "server said ready after gpuops gave up on it, but the health check failed: HTTPError: HTTP Error 503"
+    for _ in range(300):
+        if (stored := await lab.services.attempts.get(attempt.id)).error_line.startswith(late):
+            break
+        await asyncio.sleep(0.1)
+    assert stored.error_line.startswith(late), stored.error_line
+    assert stored.status is AttemptStatus.FAILED and stored.left_running and stored.given_up_at is None
+    result = await Scheduler(lab.services, lab.app.client).tick()
+    assert result.taken_over == []
+    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
+                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    assert f"first error: `{late}" in card and left_running(attempt) in card and "reads its log on" not in card
+    done = await confirmed_stop(lab, "sglang-a6000")
+    assert "(SIGTERM)" in done and lab.nodes["pve5"].read_state()["processes"] == []
