@@ -534,9 +534,9 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
 
     A launch given up on (no output for the stall timeout, not ready by the launch timeout) fails with its server left
     running. With ``watch_given_up`` its log is read on for up to ``launch_timeout_s`` more: a server that comes up
-    after all and passes its health check is recorded ready (:meth:`Attempt.came_up`), where before its card said
-    failed while it served. A launch already given up on (taken over from a terminal or another replica) is watched
-    the same way; the watch ends when its server is stopped or exits (the sampler records that).
+    after all and passes its health check is recorded ready (:meth:`Attempt.came_up`); one that exits, or says ready
+    and fails the check, is recorded so with the cause its log names. A launch already given up on (taken over from a
+    terminal or another replica) is watched the same way. The watch also ends when its server is stopped.
 
     ``stopping`` ends the loop between remote commands (the bot shutting down): the attempt
     stays as it is and its lease expires, so this or another replica picks it up again."""
@@ -701,11 +701,15 @@ async def _came_up(transport: Transport, store: AttemptStore, attempt: Attempt, 
     stays failed with its server left running, as a launch that fails the check in time does, with that as its first
     error and its card drawn again (no longer watched: its log has nothing more to say)."""
     health = await _health(transport, attempt, python)
+
+    def unhealthy(current: Attempt) -> Attempt | None:
+        if current.given_up_at is None:
+            return None  # stopped, or found ended, meanwhile
+        error = f"server said ready after gpuops gave up on it, but the health check failed: {health['error']}"
+        return replace(current, observed={**current.observed, **observed_of(progress)}, error_line=error[:500])
+
     if "error" in health:
-        unhealthy = f"server said ready after gpuops gave up on it, but the health check failed: {health['error']}"
-        return await _changed(store, attempt.id, lambda current: replace(
-            current, observed={**current.observed, **observed_of(progress)}, error_line=unhealthy[:500])
-            if current.given_up_at is not None else None, card_behind=True) or attempt
+        return await _changed(store, attempt.id, unhealthy, card_behind=True) or attempt
 
     def came_up(current: Attempt) -> Attempt | None:
         given_up = current.given_up_at

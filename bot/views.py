@@ -406,7 +406,7 @@ def stacks_text(stacks: Sequence[str]) -> str:
 
 def left_running_line(attempt: Attempt) -> str:
     """For a launch that failed while its server still ran (unhealthy after saying ready, hung, too slow): its
-    server was not stopped."""
+    server was not stopped; for one given up on that the bot still watches, until when."""
     line = (f":warning: its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log "
             f"{attempt.id}` shows what it says, `/sglang stop {attempt.id}` stops it")
     until = attempt.observed.get(WATCHED_UNTIL)

@@ -596,6 +596,21 @@ async def status_lines_of(lab, pid):
     return [line for line in status.splitlines() if f" {pid} " in line]
 
 
+def latest_card(lab, attempt):
+    """The launch card of ``attempt`` as its last delivered edit drew it."""
+    return blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
+                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+
+
+async def stored_once(lab, attempt, settled, timeout_s=30):
+    """``attempt``'s record once ``settled(record)`` holds (the record as it is then, when it never does)."""
+    for _ in range(int(timeout_s * 10)):
+        if settled(stored := await lab.services.attempts.get(attempt.id)):
+            break
+        await asyncio.sleep(0.1)
+    return stored
+
+
 def left_running(attempt):
     """What a failed launch's card and thread say of its server, left running."""
     return (f"its server (PID {attempt.pid}) was left running, holding its GPU memory: `/sglang log {attempt.id}` "
@@ -629,8 +644,7 @@ async def test_a_launch_failing_its_health_check_says_its_server_was_left_runnin
     from bot.scheduler import Scheduler
 
     await Scheduler(lab.services, lab.app.client).tick()
-    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
-                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    card = latest_card(lab, attempt)
     assert "— *failed*" in card and left not in card
     assert (f"its server (PID {attempt.pid}), left running, was then stopped by <@U0ALICE> (SIGTERM); memory "
             "returned") in card
@@ -696,8 +710,7 @@ async def test_a_launch_given_up_on_that_comes_up_after_all_is_recorded_ready(la
     assert [t.status for t in stored.transitions][-3:] == [AttemptStatus.LAUNCHING, AttemptStatus.FAILED,
                                                           AttemptStatus.READY]
     assert stored.error_line is None and not stored.left_running and stored.observed["came_up_late_s"] >= 1
-    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
-                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    card = latest_card(lab, attempt)
     assert "— *ready*" in card and "first error" not in card and "came up" in card
     held = await status_lines_of(lab, attempt.pid)
     assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (ready, port 30000)") for line in held)
@@ -713,17 +726,13 @@ async def test_a_launch_given_up_on_whose_server_then_fails_shows_the_cause_its_
     lab.nodes["pve5"].set_scenario(129, ["kv_pool_oom"], delay_s=0.02, pause_s=5)
     attempt, card = await failed_card(lab, "--tp 2 --mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16")
     assert "a hang at loading weights" in card and left_running(attempt) in card
-    for _ in range(300):
-        if not (stored := await lab.services.attempts.get(attempt.id)).left_running:
-            break
-        await asyncio.sleep(0.1)
+    stored = await stored_once(lab, attempt, lambda record: not record.left_running)
     assert stored.status is AttemptStatus.FAILED and not stored.left_running
     assert "RuntimeError: Not enough memory" in stored.error_line, stored.error_line
     assert stored.observed["server_ended"]["exited"] == f"the server's process (PID {attempt.pid}) exited"
     assert stored.transitions[-1].note.startswith("no output for ")  # the give-up stays in its transitions
     await Scheduler(lab.services, lab.app.client).tick()  # its card is drawn again from the record
-    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
-                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    card = latest_card(lab, attempt)
     assert "first error: `RuntimeError: Not enough memory" in card and "then ended on its own" in card, card
     assert left_running(attempt) not in card
 
@@ -739,16 +748,12 @@ async def test_a_launch_given_up_on_that_says_ready_but_fails_its_health_check_i
     attempt, card = await failed_card(lab, "--tp 2 --mem-fraction-static 0.88 --mamba-ssm-dtype bfloat16")
     assert "a hang at loading weights" in card
     late = "server said ready after gpuops gave up on it, but the health check failed: HTTPError: HTTP Error 503"
-    for _ in range(300):
-        if (stored := await lab.services.attempts.get(attempt.id)).error_line.startswith(late):
-            break
-        await asyncio.sleep(0.1)
+    stored = await stored_once(lab, attempt, lambda record: record.error_line.startswith(late))
     assert stored.error_line.startswith(late), stored.error_line
     assert stored.status is AttemptStatus.FAILED and stored.left_running and stored.given_up_at is None
     result = await Scheduler(lab.services, lab.app.client).tick()
     assert result.taken_over == []
-    card = blocks_to_text([c for c in lab.standin.of("chat.update") if c.delivered
-                           and c.params.get("ts") == attempt.message_ts][-1].blocks)
+    card = latest_card(lab, attempt)
     assert f"first error: `{late}" in card and left_running(attempt) in card and "reads its log on" not in card
     done = await confirmed_stop(lab, "sglang-a6000")
     assert "(SIGTERM)" in done and lab.nodes["pve5"].read_state()["processes"] == []
