@@ -738,7 +738,7 @@ async def _ended_after_give_up(transport: Transport, store: AttemptStore, attemp
     def ended(current: Attempt) -> Attempt | None:
         if current.given_up_at is None:
             return None
-        gone = current.with_server_ended({"exited": f"the server's process (PID {current.pid}) exited", "at": at})
+        gone = current.with_server_ended({"exited": _exited(current.pid), "at": at})
         return replace(gone, error_line=(cause or current.error_line or "")[:500] or None,
                        observed={**gone.observed, **observed_of(progress)})
 
@@ -954,7 +954,12 @@ async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -
         return None, ""
     if out.exit_status == remote.LAUNCHED_PID_REUSED:
         return False, f"the server's process (PID {attempt.pid}, another process's now) exited"
-    return out.exit_status == remote.LAUNCHED_RUNS, f"the server's process (PID {attempt.pid}) exited"
+    return out.exit_status == remote.LAUNCHED_RUNS, _exited(attempt.pid)
+
+
+def _exited(pid: int | None) -> str:
+    """How a server found gone is recorded (see :data:`bot.core.attempts.SERVER_ENDED`)."""
+    return f"the server's process (PID {pid}) exited"
 
 
 async def _changed(store: AttemptStore, attempt_id: str, change: Callable[[Attempt], Attempt | None],

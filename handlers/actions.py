@@ -56,23 +56,17 @@ def register(app: AsyncApp, services: Services) -> None:
         """Cancelled by the person who asked, or by someone whose role allows the action itself: a confirmation in a
         channel is seen by everyone, and a viewer's click does not take an operator's stop from them. Audited."""
         await ack()
-        key, who = body["actions"][0]["value"], body["user"]["id"]
-        channel = (body.get("channel") or {}).get("id", "")
-        pending = await services.attempts.peek_pending(key)
-        action = CONFIRMED_ACTIONS.get(str((pending or {}).get("action")), "")
-        if pending is not None and who != pending.get("user"):
-            decision = await authorize(services, client, action, who, channel) if action else None
-            if decision is None or not decision.allowed:
-                why = f" ({decision.reason})" if decision is not None else ""
-                await respond(text=f":no_entry: only <@{pending.get('user')}>, who asked for it, or someone who may "
-                              f"do it can cancel it{why}", response_type="ephemeral", replace_original=False)
-                return
-        pending = await services.attempts.take_pending(key) if pending is not None else None
+
+        def refused(p: dict[str, Any], reason: str) -> str:
+            who_may = f"only <@{p.get('user')}>, who asked for it, or someone who may do it can cancel it"
+            return f"{who_may} ({reason})" if reason else who_may
+
+        pending = await _claim(services, client, body, respond, _role_action,
+                               "Already handled or expired; nothing was done.", asker_may=True, refused=refused)
         if pending is None:
-            await respond(text="Already handled or expired; nothing was done.", response_type="ephemeral",
-                          replace_original=False)
             return
-        await _audit(services, action or str(pending.get("action")), who, channel, pending,
+        who, channel = body["user"]["id"], (body.get("channel") or {}).get("id", "")
+        await _audit(services, _role_action(pending) or str(pending.get("action")), who, channel, pending,
                      "cancelled; nothing was done")
         await respond(text=f"Cancelled by <@{who}>; nothing was done.", replace_original=True)
 
@@ -97,19 +91,30 @@ def register(app: AsyncApp, services: Services) -> None:
 CONFIRMED_ACTIONS = {"stop": "sglang.stop", "free": "gpu.free"}  # a pending confirmation's kind -> its role action
 
 
+def _role_action(pending: dict[str, Any]) -> str:
+    """The role action a pending confirmation stands for; "" for a kind it does not name."""
+    return CONFIRMED_ACTIONS.get(str(pending.get("action")), "")
+
+
 async def _claim(services: Services, client: Any, body: dict[str, Any], respond: Any,
-                 action_of: Callable[[dict[str, Any]], str], expired: str) -> dict[str, Any] | None:
+                 action_of: Callable[[dict[str, Any]], str], expired: str, asker_may: bool = False,
+                 refused: Callable[[dict[str, Any], str], str] = lambda _, reason: reason) -> dict[str, Any] | None:
     """The pending action a button stands for, taken from Redis once, when the person who clicked may do it; else
     None, the person told why. A click refused for its role leaves the pending action as it was (the button stays
-    for someone who may, until it expires when it would have)."""
-    key = body["actions"][0]["value"]
+    for someone who may, until it expires when it would have). ``asker_may``: the person who asked for it may too,
+    whatever their role (a Cancel); ``refused`` words the refusal from the role's reason. An action the pending kind
+    does not name (``action_of`` answers "") is the asker's alone."""
+    key, user = body["actions"][0]["value"], body["user"]["id"]
     pending = await services.attempts.peek_pending(key)
     if pending is not None:
-        channel = (body.get("channel") or {}).get("id", "")
-        decision = await authorize(services, client, action_of(pending), body["user"]["id"], channel)
-        if not decision.allowed:
-            await respond(text=f":no_entry: {decision.reason}", response_type="ephemeral", replace_original=False)
-            return None
+        if not (asker_may and user == pending.get("user")):
+            channel = (body.get("channel") or {}).get("id", "")
+            action = action_of(pending)
+            decision = await authorize(services, client, action, user, channel) if action else None
+            if decision is None or not decision.allowed:
+                reason = refused(pending, decision.reason if decision is not None else "")
+                await respond(text=f":no_entry: {reason}", response_type="ephemeral", replace_original=False)
+                return None
         pending = await services.attempts.take_pending(key)  # None when another click took it meanwhile
     if pending is None:
         await respond(text=expired, response_type="ephemeral", replace_original=False)

@@ -12,7 +12,7 @@ import pytest
 from bot.core.attempts import AttemptStatus
 from bot.core.startup_log import STAGE_LABEL
 from tests.conftest import ROOT
-from tests.handlers.test_launch_flow import SEED, model
+from tests.handlers.test_launch_flow import SEED, model, stored_once
 
 FITS = f"{SEED} --mem-fraction-static 0.85 --mamba-ssm-dtype bfloat16"  # the seed launch the budget lets start
 
@@ -415,10 +415,7 @@ async def test_a_terminal_launch_given_up_on_is_watched_on_by_the_bot_which_reco
     assert attempt.status is AttemptStatus.FAILED and attempt.left_running
     result = await Scheduler(lab.services, lab.app.client).tick()
     assert result.taken_over == [attempt.id]
-    for _ in range(300):
-        if (stored := await lab.services.attempts.get(attempt.id)).status is AttemptStatus.READY:
-            break
-        await asyncio.sleep(0.1)
+    stored = await stored_once(lab, attempt, lambda record: record.status is AttemptStatus.READY)
     assert stored.status is AttemptStatus.READY, stored.transitions
     assert stored.transitions[-1].note.startswith("came up ")
     assert "should it come up after all, it is recorded ready" in given_up.stdout
