@@ -187,9 +187,9 @@ def cmd_incident(args: argparse.Namespace) -> int:
     import time
     from dataclasses import asdict
 
-    from bot.core.incident import RECORD_VERBS, with_attempts
+    from bot.core.incident import RECORD_VERBS
     from bot.core.inventory import Target, resolve_targets
-    from bot.incidents import record_from_terminal
+    from bot.incidents import record_from_terminal, with_finished
     from bot.views import blocks_to_text, incident_summary, thread_history_messages
 
     words = list(args.words)
@@ -218,7 +218,7 @@ def cmd_incident(args: argparse.Namespace) -> int:
                          if args.thread in (None, incident.thread_ts)]
             attempts = await services.attempts.recent(node, vmid, 20) if following else []
             # what the thread's summary says once the bot's scheduler has caught up (nothing is saved from here)
-            found += [(label, with_attempts(incident, attempts), attempts) for incident in following]
+            found += [(label, with_finished(services, incident, attempts), attempts) for incident in following]
         if words and words[0] != "history":
             return await record(services, found, containers[0][2])
         if args.json:

@@ -12,6 +12,7 @@ that none of them saves over another's change.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -36,10 +37,16 @@ async def container_attempts(services: Services, incident: Incident) -> list[Att
     return await services.attempts.recent(incident.node, incident.vmid, 20)
 
 
+def with_finished(services: Services, incident: Incident, attempts: Sequence[Attempt]) -> Incident:
+    """The incident with its container's finished attempts observed now (one the bot still watches, as it may yet
+    come up, is not finished: see :func:`bot.core.incident.with_attempts`)."""
+    return with_attempts(incident, attempts, time.time(), services.launch.launch_timeout_s)
+
+
 async def synced(services: Services, incident: Incident, attempts: Sequence[Attempt] | None = None) -> Incident:
     """The incident with its container's finished attempts observed, saved."""
     attempts = await container_attempts(services, incident) if attempts is None else attempts
-    incident = with_attempts(incident, attempts)
+    incident = with_finished(services, incident, attempts)
     await services.incidents.save(incident)
     return incident
 

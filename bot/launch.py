@@ -581,7 +581,10 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 if not alive:
                     return await _ended_after_give_up(transport, store, attempt, progress) or stored or attempt
                 if now - given_up > settings.launch_timeout_s:
-                    return stored or attempt  # watched long enough: a stop, or the sampler, records its end
+                    # watched long enough: a stop, or the sampler, records its end; the threads following the container
+                    # now take it as failed (while watched, it decided nothing there), on the bot's next tick
+                    await store.mark_changed(attempt.node, attempt.vmid)
+                    return stored or attempt
             elif progress.stage is Stage.READY:
                 return await _finish_ready(transport, store, attempt, progress, python, notify)
             elif not alive:

@@ -336,8 +336,7 @@ class Scheduler:
         taken = []
         watch_s = self.services.launch.launch_timeout_s
         for attempt in await self.services.attempts.holding_servers():
-            given_up = attempt.given_up_at
-            watched = given_up is not None and time.time() - given_up < watch_s  # wall time, as the follower keeps
+            watched = attempt.may_yet_come_up(time.time(), watch_s)  # wall time, as the follower keeps
             if attempt.status is not AttemptStatus.LAUNCHING and not watched:
                 continue
             if await self.services.attempts.leased(attempt.id):

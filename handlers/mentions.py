@@ -18,10 +18,10 @@ from bot import views
 from bot.app import Services
 from bot.core.attempts import is_attempt_id
 from bot.core.commands import log_args
-from bot.core.incident import RECORD_VERBS, Incident, gpu_reading, parse_mention, record_word, with_attempts
+from bot.core.incident import RECORD_VERBS, Incident, gpu_reading, parse_mention, record_word
 from bot.core.inventory import Target, resolve_targets
 from bot.errors import GpuopsError, StoreError
-from bot.incidents import container_attempts, refresh_summary, synced, triage_reading
+from bot.incidents import container_attempts, refresh_summary, synced, triage_reading, with_finished
 from bot.slack import ChannelPace, post_messages
 from bot.status import read_status, with_launches
 from handlers.common import authorize
@@ -150,7 +150,7 @@ async def handle(services: Services, answers: ThreadAnswers, incident: Incident,
                                           channel))
     elif verb == "history":  # the record as it stands once the container's finished attempts are in it
         attempts = await container_attempts(services, incident)
-        incident = with_attempts(incident, attempts)
+        incident = with_finished(services, incident, attempts)
         await answers.post(views.thread_history_messages(incident, attempts))
     else:
         await answers.say(views.MENTION_HELP)

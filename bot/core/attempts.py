@@ -113,6 +113,13 @@ class Attempt:
             return self.transitions[-1].at
         return None
 
+    def may_yet_come_up(self, now: float, watch_s: float) -> bool:
+        """Given up on while its server still runs, and within the watch that reads its log on for ``watch_s`` (the
+        launch timeout) from the give-up (see ``bot.launch.follow``): how it ends is not known yet, so it decides no
+        hypothesis yet."""
+        given_up = self.given_up_at
+        return given_up is not None and now - given_up <= watch_s
+
     def came_up(self, at: float, note: str) -> Attempt:
         """A launch given up on whose server came up after all and passed its health check: ready. The one move out
         of ``failed``: the give-up stays in its transitions, and its error line (the timeout's, not a cause) goes."""

@@ -334,11 +334,13 @@ def gpu_reading(at: float, statuses: Sequence[TargetStatus], by: str = "") -> Ob
                                      f"{memory_evidence(statuses)}", clean_gpus=clean)
 
 
-def with_attempts(incident: Incident, attempts: Sequence[Attempt]) -> Incident:
+def with_attempts(incident: Incident, attempts: Sequence[Attempt], now: float, watch_s: float) -> Incident:
     """Finished attempts on the incident's container become observations (which may decide hypotheses),
-    each once, oldest first."""
+    each once, oldest first. A launch given up on whose server may yet come up (``watch_s``: how long after the give-up
+    its log is read on) is not finished: it is observed once it came up or ended, or the watch is over."""
     for attempt in sorted(attempts, key=lambda a: a.created_at):
-        if attempt.id in incident.attempts or attempt.status.value in ("planned", "launching"):
+        if attempt.id in incident.attempts or attempt.status.value in ("planned", "launching") \
+                or attempt.may_yet_come_up(now, watch_s):
             continue
         at = attempt.transitions[-1].at if attempt.transitions else attempt.created_at
         incident = incident.observe(Observation(at, "attempt", f"{attempt.id} {attempt.status.value}",

@@ -241,6 +241,16 @@ def test_a_launch_the_oom_killer_ended_is_confirmed_by_a_relaunch_with_the_conta
                            "memory limit was the cause")
 
 
+WATCH_S = 1800  # how long the bot reads on the log of a launch it gave up on (the default launch timeout)
+
+
+def observed(incident, attempts, now=100.0):
+    """The incident with the attempts observed as the bot observes them at ``now``."""
+    from bot.core.incident import with_attempts
+
+    return with_attempts(incident, attempts, now, WATCH_S)
+
+
 def launched(attempt_id, created, finished, outcome, gpus_check, label=None, changes=()):
     """An attempt as the launch records it: its pre-flight's "GPUs clean" check among its checks."""
     from bot.core.attempts import GPUS_CLEAN_CHECK, Attempt, AttemptStatus, Check
@@ -255,34 +265,32 @@ def launched(attempt_id, created, finished, outcome, gpus_check, label=None, cha
 
 def test_a_relaunch_whose_pre_flight_found_the_gpus_clean_and_that_failed_the_same_way_refutes_leftovers():
     """No `@gpuops status` is needed between: the relaunch's own pre-flight read its GPUs clean."""
-    from bot.core.incident import with_attempts
-
     first = launched("a1", 5, 10, "failed", "fail", label="kv_pool_oom")  # forced past held memory
-    incident, _ = with_attempts(Incident("C", "1.0"), [first]).add_hypothesis("leftover memory", "U1", 20)
+    incident, _ = observed(Incident("C", "1.0"), [first]).add_hypothesis("leftover memory", "U1", 20)
     assert incident.observations[0].clean_gpus is False
     again = launched("a2", 30, 40, "failed", "ok", label="kv_pool_oom")
-    decided = with_attempts(incident, [first, again]).hypotheses[0]
+    decided = observed(incident, [first, again]).hypotheses[0]
     assert (decided.status, decided.tested_by) == ("refuted", ("a2",))
     assert decided.why == "a2's pre-flight found its GPUs clean and the failure repeated in a2"
     # a pre-flight that could not read the GPUs ("warn") is no reading: nothing decided
     unread = launched("a2", 30, 40, "failed", "warn", label="kv_pool_oom")
-    assert with_attempts(incident, [first, unread]).hypotheses[0].status == "open"
+    assert observed(incident, [first, unread]).hypotheses[0].status == "open"
     # another failure on clean GPUs decides nothing either
     other = launched("a2", 30, 40, "failed", "ok", label="nccl_error")
-    assert with_attempts(incident, [first, other]).hypotheses[0].status == "open"
+    assert observed(incident, [first, other]).hypotheses[0].status == "open"
 
 
 def test_a_triage_reading_of_held_memory_then_a_clean_unchanged_relaunch_that_starts_confirms_leftovers():
     """The seed story's loop: the triage's own snapshot saw the leftover, it was freed, and the same flags started
     on GPUs the relaunch's pre-flight found clean."""
     from bot.core.attempts import SAME_FLAGS
-    from bot.core.incident import gpu_reading, with_attempts
+    from bot.core.incident import gpu_reading
     from bot.core.inventory import Target
     from bot.core.status import assess_node
     from tests.core.test_argv_and_status import gpu, node_snapshot
 
     first = launched("a1", 5, 10, "failed", "fail", label="gpu_memory_occupied")
-    incident = with_attempts(Incident("C", "1.0", node="pve5", vmid=129), [first])
+    incident = observed(Incident("C", "1.0", node="pve5", vmid=129), [first])
     held = assess_node(Target("node", "pve5"), node_snapshot([gpu(0, used=30000), gpu(1)]))
     reading = gpu_reading(12, [held], "triage")
     assert (reading.kind, reading.clean_gpus) == ("status", False)
@@ -290,18 +298,43 @@ def test_a_triage_reading_of_held_memory_then_a_clean_unchanged_relaunch_that_st
                             "no compute process")
     incident = incident.observe(reading).propose_triage("gpu_memory_occupied", "a1", 12)
     relaunch = launched("a2", 30, 40, "ready", "ok", changes=(SAME_FLAGS,))
-    decided = with_attempts(incident, [first, relaunch]).hypotheses[0]
+    decided = observed(incident, [first, relaunch]).hypotheses[0]
     assert (decided.status, decided.tested_by) == ("confirmed", ("a2",))
     assert decided.why == ("memory held on the GPUs was freed (a2's pre-flight found them clean) and a2 started "
                            "with the same flags")
     # without a reading of held memory before, the same start says nothing about leftovers
-    unseen = with_attempts(Incident("C", "1.0"), [launched("a1", 5, 10, "failed", "ok", label="kv_pool_oom")])
+    unseen = observed(Incident("C", "1.0"), [launched("a1", 5, 10, "failed", "ok", label="kv_pool_oom")])
     unseen, _ = unseen.add_hypothesis("leftover memory", "U1", 11)
-    assert with_attempts(unseen, [launched("a1", 5, 10, "failed", "ok", label="kv_pool_oom"),
-                                  relaunch]).hypotheses[0].status == "open"
+    assert observed(unseen, [launched("a1", 5, 10, "failed", "ok", label="kv_pool_oom"),
+                             relaunch]).hypotheses[0].status == "open"
     clean = gpu_reading(50, [assess_node(Target("node", "pve5"), node_snapshot([gpu(0), gpu(1)]))])
     assert (clean.clean_gpus, clean.text) == (True, "GPUs clean: pve5: GPU 0 1/49140 MiB, GPU 1 1/49140 MiB, "
                                                     "no compute process")
+
+
+def test_a_launch_given_up_on_decides_nothing_while_it_may_yet_come_up():
+    """A relaunch on clean GPUs given up on as hung (its server left running, its log read on) is no repeat of the
+    failure: it decides on leftovers only once it has ended, come up, or been watched to the end."""
+    from dataclasses import replace
+
+    from bot.core.attempts import GAVE_UP_RUNNING
+
+    first = launched("a1", 5, 10, "failed", "fail", label="kv_pool_oom")
+    incident, _ = observed(Incident("C", "1.0"), [first]).add_hypothesis("leftover memory", "U1", 20)
+    hung = replace(launched("a2", 30, 40, "failed", "ok"), error_line="no output for 10 min after loading weights",
+                   observed={"stage": "loading weights", GAVE_UP_RUNNING: True})
+    assert hung.may_yet_come_up(40 + WATCH_S, WATCH_S) and not hung.may_yet_come_up(41 + WATCH_S, WATCH_S)
+    watched = observed(incident, [first, hung], now=100.0)
+    assert (watched.hypotheses[0].status, watched.attempts) == ("open", ("a1",))
+    # it came up after all: observed as the start it was (held memory seen, then an unchanged launch on GPUs its
+    # pre-flight found clean started), not as the failure it was first recorded as
+    up = observed(watched, [first, hung.came_up(160.0, "came up 2 min after gpuops gave up on it")], now=200.0)
+    assert (up.hypotheses[0].status, up.hypotheses[0].tested_by, up.attempts) == ("confirmed", ("a2",), ("a1", "a2"))
+    assert up.observations[-1].outcome == "ready"
+    # watched to the end without coming up: a failure on clean GPUs, as any other
+    ended = observed(watched, [first, hung], now=41 + WATCH_S).hypotheses[0]
+    assert (ended.status, ended.tested_by) == ("refuted", ("a2",))
+    assert not hung.with_server_ended({"by": "U1", "signal": "SIGTERM", "memory": "freed"}).may_yet_come_up(41, WATCH_S)
 
 
 def test_a_word_is_recorded_as_a_mention_or_a_terminal_says_it():

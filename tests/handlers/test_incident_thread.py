@@ -47,6 +47,68 @@ async def test_hypotheses_are_recorded_and_decided_in_the_thread(lab):
     assert "*H2* the first cause is kv_pool_oom" in summary_text(calls, summary_ts)
 
 
+async def test_a_relaunch_given_up_on_that_comes_up_after_all_refutes_no_hypothesis(lab):
+    """A failure, a hypothesis of leftover memory, clean GPUs; then a relaunch silent past the stall timeout that
+    comes up after all. Given up on, it was no repeat of the failure: the hypothesis stays open. Before, the give-up
+    refuted it ("the failure repeated in" an attempt that then served) and its coming up left that on record."""
+    from tests.handlers.test_launch_flow import SEED, model
+
+    first = await failed_launch(lab, "kv_pool_oom")
+    thread = first.thread_ts
+    await lab.mention_answered("hypothesis leftover GPU memory from an earlier run", thread)
+    await lab.mention_answered("status", thread)
+    lab.services.settings = lab.services.settings.model_copy(update={"stall_timeout_s": 1.5})
+    lab.nodes["pve5"].set_scenario(129, ["slow_load"], delay_s=0.02, pause_s=5)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")
+    calls = await wait_text(lab, "gave up on it; healthy", method="chat.update")
+    relaunch = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert relaunch.status.value == "ready" and relaunch.observed["came_up_late_s"] >= 1
+    for _ in range(100):  # the thread's summary, brought up to date once the relaunch came up
+        incident = await lab.services.incidents.get(CHANNEL, thread)
+        if relaunch.id in incident.attempts:
+            break
+        await asyncio.sleep(0.1)
+    assert [(o.attempt, o.outcome) for o in incident.observations if o.kind == "attempt"] == [
+        (first.id, "failed"), (relaunch.id, "ready")]
+    assert incident.hypotheses[0].status == "open", incident.hypotheses[0].why
+    calls = lab.standin.calls
+    text = summary_text(calls, next(c.answer["ts"] for c in calls if c.method == "chat.postMessage"
+                                    and "Incident summary" in blocks_to_text(c.blocks)))
+    assert f"`{relaunch.id}` ready" in text and "refuted" not in text, text
+
+
+async def test_a_relaunch_given_up_on_and_watched_to_the_end_then_decides_as_the_failure_it_is(lab):
+    """Given up on as hung and watched for the launch timeout without coming up: once the watch is over, the bot's
+    next tick takes it into the thread as a failure on clean GPUs, which refutes the leftover-memory hypothesis."""
+    from bot.scheduler import Scheduler
+    from tests.handlers.test_launch_flow import SEED, model
+
+    first = await failed_launch(lab, "kv_pool_oom")
+    thread = first.thread_ts
+    await lab.mention_answered("hypothesis leftover GPU memory from an earlier run", thread)
+    await lab.mention_answered("status", thread)
+    lab.services.settings = lab.services.settings.model_copy(update={"stall_timeout_s": 1.5, "launch_timeout_s": 3})
+    lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} {SEED} --mem-fraction-static 0.85 --force",
+                    user_id="U0ADMIN")
+    await wait_text(lab, "gpuops reads its log on until", method="chat.update")
+    relaunch = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    assert relaunch.given_up_at is not None
+    incident = await lab.services.incidents.get(CHANNEL, thread)
+    assert relaunch.id not in incident.attempts and incident.hypotheses[0].status == "open"  # it may yet come up
+    for _ in range(100):  # the watch ends, and the bot's next tick brings the thread up to date
+        await asyncio.sleep(0.1)
+        await Scheduler(lab.services, lab.app.client).update_threads()
+        incident = await lab.services.incidents.get(CHANNEL, thread)
+        if relaunch.id in incident.attempts:
+            break
+    assert incident.observations[-1].outcome == "failed"
+    decided = incident.hypotheses[0]
+    assert (decided.status, decided.tested_by) == ("refuted", (relaunch.id,)), decided
+    assert f"the failure repeated in {relaunch.id}" in decided.why
+
+
 async def test_a_retried_event_is_handled_once(lab):
     first = await failed_launch(lab, "kv_pool_oom")
     await lab.mention("note tried a second time", first.thread_ts, event_id="Ev0SAME")

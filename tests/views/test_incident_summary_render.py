@@ -100,7 +100,7 @@ def test_a_threads_history_holds_every_hypothesis_decision_and_note_whole_in_the
         incident = incident.observe(Observation(2010.0 + 400 * n, "note", f"<@U0ALICE>: tried step {n} <0.8{n % 10}>"))
     incident = incident.observe(gpu_reading(9000.0, []))
     attempts = [failed(n, CASES[n]["evidence"][:400]) for n in range(20)]
-    incident = with_attempts(incident, attempts)
+    incident = with_attempts(incident, attempts, 10_000.0, 1800)
     messages = thread_history_messages(incident, attempts)
     assert len(messages) > 1 and all(refused_for_size(m.blocks) is None for m in messages)
     assert [m.text for m in messages][:2] == [f"History of the thread on pve5:129 (part {n}/{len(messages)})"
