@@ -45,7 +45,7 @@ from bot.core.flags import (
     server_host,
     without_flags,
 )
-from bot.core.gpu import GpuProcess, SmiSnapshot
+from bot.core.gpu import DeviceHolder, GpuProcess, SmiSnapshot
 from bot.core.gpu_faults import (
     DeviceNode,
     NodeFaults,
@@ -84,6 +84,7 @@ from bot.status import (
     Transport,
     launch_ref,
     read_dev_shm,
+    read_device_holders,
     read_device_nodes,
     read_node,
     read_pct_config,
@@ -852,15 +853,19 @@ class FreePlan:
     holders: tuple[GpuProcess, ...]  # what a confirmation stops
     launches: tuple[Attempt, ...]  # recorded launches holding memory there, left alone
     orphaned: tuple[tuple[int, int], ...]  # (GPU index, MiB) held with no process listed: no PID to stop
+    # with memory held by no process: the processes holding a GPU open that nvidia-smi lists no memory for (what
+    # keeps that memory held, when anything does); a confirmation stops them too
+    device_holders: tuple[DeviceHolder, ...] = ()
 
     @property
     def pids(self) -> tuple[int, ...]:
-        return tuple(sorted({h.pid for h in self.holders if h.pid is not None}))
+        return tuple(sorted({pid for pid, _ in self.processes}))
 
     @property
     def processes(self) -> tuple[tuple[int, int | None], ...]:
         """What a confirmation stops: each PID with its start time as read now (None when unreadable)."""
-        return tuple(sorted({(h.pid, h.started) for h in self.holders if h.pid is not None}))
+        stopped = (*self.holders, *(d.process for d in self.device_holders))
+        return tuple(sorted({(h.pid, h.started) for h in stopped if h.pid is not None}))
 
 
 async def free_plan(transport: Transport, inventory: Inventory, store: AttemptStore, target: Target,
@@ -882,7 +887,19 @@ async def free_plan(transport: Transport, inventory: Inventory, store: AttemptSt
             owned[launch.id] = launch
     orphaned = tuple((g.index, g.memory_used_mib or 0) for g in host.gpus
                      if not host.processes_of(g) and (g.memory_used_mib or 0) >= limits.orphaned_memory_mib)
-    return FreePlan(target, tuple(loose), tuple(owned.values()), orphaned)
+    device_holders: list[DeviceHolder] = []
+    if orphaned:  # memory no listed process holds: who still holds a GPU open, as after a `kill -9` of a server
+        listed = {p.pid for p in host.processes}
+        for d in await read_device_holders(transport, target.node, inventory.node(target.node).proc_root):
+            key = launch_key(target.node, d.process.vmid, d.process.group)
+            if d.process.pid in listed or (target.kind == "container" and d.process.vmid != target.vmid):
+                continue
+            launch = None if key is None else launches.get(key)
+            if launch is None:
+                device_holders.append(d)
+            else:  # a recorded launch's own process: stopped with its launch
+                owned[launch.id] = launch
+    return FreePlan(target, tuple(loose), tuple(owned.values()), orphaned, tuple(device_holders))
 
 
 @dataclass(frozen=True)
@@ -900,11 +917,15 @@ async def free(transport: Transport, inventory: Inventory, node_name: str,
     node = inventory.node(node_name)
     host = await read_node(transport, node_name, node.proc_root)
     now = {p.pid: p.started for p in host.processes if p.pid is not None}
+    confirmed = dict(processes)
+    if any(pid not in now for pid in confirmed):  # confirmed as holding a GPU open: does it still?
+        held = await read_device_holders(transport, node_name, node.proc_root)
+        now.update({d.process.pid: d.process.started for d in held if d.process.pid is not None})
     targets: list[tuple[int, int]] = []
     skipped: list[str] = []
-    for pid, started in sorted(dict(processes).items()):
+    for pid, started in sorted(confirmed.items()):
         if pid not in now:
-            skipped.append(f"PID {pid} no longer holds GPU memory: left alone")
+            skipped.append(f"PID {pid} no longer holds GPU memory or a GPU open: left alone")
         elif started is None or now[pid] is None:
             skipped.append(f"PID {pid}: when it started could not be read, so it cannot be told from a later "
                            "process given the same PID: left alone")

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from bot.core import argv as remote
 from bot.core.attempts import Attempt
-from bot.core.gpu import SmiSnapshot
+from bot.core.gpu import DeviceHolder, GpuProcess, SmiSnapshot
 from bot.core.gpu_faults import DeviceNode, cuda_devices_health, device_nodes_from_stat, nvidia_nodes_passed
 from bot.core.inventory import Inventory, Target
 from bot.core.p2p import parse_p2p_matrix, peer_access_check
@@ -22,12 +22,15 @@ from bot.core.report import LEFT_RUNNING, Launch, LaunchRef, launch_key
 from bot.core.smi import find_error, parse_xml, processes_from_query, read_csv, snapshot_from_query
 from bot.core.status import (
     DEFAULT_THRESHOLDS,
+    NVIDIA_SERVICES,
     TargetStatus,
     Thresholds,
     assess_container,
     assess_node,
     attribute,
+    gpu_device_holders,
     groups_from_status,
+    names_from_stat,
     start_times_from_stat,
     unreachable,
     unreadable,
@@ -171,6 +174,23 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
         processes = attribute(processes, vmids_from_cgroups(entries), groups_from_status(entries),
                               start_times_from_stat(entries), uptime_from(entries))
     return replace(gpus, processes=processes, process_listing=listing)
+
+
+async def read_device_holders(transport: Transport, node: str, proc_root: str) -> list[DeviceHolder]:
+    """Every process on the node holding a GPU's device node open, with its container, group and start time, as read
+    now; NVIDIA's own services (which hold every GPU open by design) left out. nvidia-smi's own processes are among
+    them: the caller tells them apart."""
+    found = gpu_device_holders((await transport.run(node, remote.nvidia_device_holders(proc_root),
+                                                    ok_exit=(0, 1))).stdout, proc_root)
+    if not found:
+        return []
+    entries = (await transport.run(node, remote.read_proc_entries(found, proc_root), ok_exit=(0, 1, 2))).stdout
+    names = names_from_stat(entries)  # a process that ended meanwhile has none: it holds nothing now
+    processes = attribute(tuple(GpuProcess(pid, names[pid], None) for pid in found
+                                if pid in names and names[pid] not in NVIDIA_SERVICES),
+                          vmids_from_cgroups(entries), groups_from_status(entries), start_times_from_stat(entries),
+                          uptime_from(entries))
+    return [DeviceHolder(p, found[p.pid]) for p in processes if p.pid is not None]
 
 
 async def read_target(transport: Transport, inventory: Inventory, target: Target, limits: Thresholds) -> TargetStatus:

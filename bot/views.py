@@ -34,6 +34,7 @@ from bot.core.attempts import SERVER_ENDED, WATCHED_UNTIL, Attempt, AttemptStatu
 from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
+from bot.core.gpu import GpuProcess
 from bot.core.health import HealthReport
 from bot.core.incident import RECORD_TEXT_MAX, Event, Hypothesis, Incident, Recorded, person, timeline
 from bot.core.installed_flags import near_miss_notes
@@ -600,19 +601,33 @@ def free_question(plan: FreePlan) -> str:
 
 
 def _left_to_others(plan: FreePlan, stop_command: str) -> list[str]:
-    """What freeing leaves alone and why: recorded launches (stopped as launches), memory held with no process."""
-    return [f"{launch_ref(a).label} on {a.target_label} holds GPU memory: `{stop_command} {a.id}` stops its whole "
-            "process group and records it (not listed here)" for a in plan.launches] + [
-        f"GPU {gpu}: {mib} MiB held with no process listed (a PID-less leak: only a driver reset or reboot frees it)"
-        for gpu, mib in plan.orphaned]
+    """What freeing leaves alone and why: recorded launches (stopped as launches), memory held with no process (kept
+    held by the processes listed that hold the GPUs open, or by nothing that can be stopped)."""
+    lines = [f"{launch_ref(a).label} on {a.target_label} holds GPU memory: `{stop_command} {a.id}` stops its whole "
+             "process group and records it (not listed here)" for a in plan.launches]
+    lines += [f"GPU {gpu}: {mib} MiB held with no process listed" for gpu, mib in plan.orphaned]
+    if plan.orphaned and plan.device_holders:
+        lines.append("the processes above that hold a GPU open may keep that memory (a killed server's child keeps "
+                     "what its parent left); what stays once they are stopped, only a driver reset or a reboot of the "
+                     "node frees")
+    elif plan.orphaned:
+        lines.append(f"no process on {plan.target.label} holds a GPU open (NVIDIA's own services aside): that memory "
+                     "is a leak only a driver reset or a reboot of the node frees")
+    return lines
+
+
+def _running_for(process: GpuProcess) -> str:
+    return f", running for {age_text(process.running_s)}" if process.running_s is not None else ""
 
 
 def free_plan_lines(plan: FreePlan, stop_command: str = "/sglang stop") -> list[str]:
     """Each PID a confirmation stops (with how long it has run: yesterday's leftover, or a colleague's just started),
     then what it leaves alone."""
-    return [f"PID {h.pid} on GPU {h.gpu_index} ({f'CT {h.vmid}' if h.vmid else 'host'}): {h.name}, {h.used_mib} MiB"
-            + (f", running for {age_text(h.running_s)}" if h.running_s is not None else "")
-            for h in plan.holders] + _left_to_others(plan, stop_command)
+    return [f"PID {h.pid} on GPU {h.gpu_index} ({h.owner}): {h.name}, {h.used_mib} MiB{_running_for(h)}"
+            for h in plan.holders] + [
+        f"PID {d.process.pid} ({d.process.owner}): {d.process.name}, holds {', '.join(d.devices)} open, with no GPU "
+        f"memory listed for it{_running_for(d.process)}" for d in plan.device_holders] + _left_to_others(plan,
+                                                                                                         stop_command)
 
 
 def nothing_to_free_text(plan: FreePlan, stop_command: str = "/sglang stop") -> str:

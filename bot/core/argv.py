@@ -99,6 +99,15 @@ def read_proc_entries(pids: Iterable[int], proc_root: str = "/proc") -> Argv:
     return ("grep", "-H", "-s", "-E", r"^([0-9]+:|NSpgid:|[0-9]+ \(|[0-9]+\.[0-9]+ [0-9])", *paths, f"{root}/uptime")
 
 
+def nvidia_device_holders(proc_root: str = "/proc") -> Argv:
+    """Print ``<proc_root>/<pid>/fd <device>`` for each open file descriptor (and ``.../map_files <device>`` for each
+    mapping), of any process on the node, of an NVIDIA device node (``/dev/nvidia0``, ``/dev/nvidiactl``, ...): who
+    holds a GPU open, whether or not nvidia-smi lists memory for it. ``find`` exits 1 when a process ended while it
+    read (its /proc entry went): that is normal."""
+    root = checked_path(proc_root.rstrip("/") or "/")
+    return ("find", root, "-mindepth", "3", "-maxdepth", "3", "-lname", "/dev/nvidia*", "-printf", r"%h %l\n")
+
+
 def with_timeout(seconds: int, argv: Argv, kill_after: int = 5) -> Argv:
     """Bound a command on the far side: an SSH client timeout alone leaves it running."""
     return ("timeout", "-k", _check_int(kill_after, "kill_after", 1), _check_int(seconds, "seconds", 1), *argv)

@@ -45,6 +45,16 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class DeviceHolder:
+    """A process that holds a GPU's device node open (``/dev/nvidia0``) while nvidia-smi lists no memory for it: a
+    killed server's child that inherited the device, a process stuck exiting. What it holds keeps the GPU memory a
+    dead process left from being freed, so nvidia-smi shows that memory held by no process."""
+
+    process: GpuProcess  # its PID, command name, container, group and start time; no GPU index or memory of its own
+    devices: tuple[str, ...]  # the GPU device nodes it holds, e.g. ("/dev/nvidia0",)
+
+
+@dataclass(frozen=True)
 class MigDevice:
     gpu: int
     gi: int | None

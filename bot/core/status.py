@@ -105,6 +105,41 @@ def start_times_from_stat(text: str) -> dict[int, int]:
     return started
 
 
+def names_from_stat(text: str) -> dict[int, str]:
+    """``<proc>/<pid>/stat:<pid> (<comm>) ...`` lines -> {pid: its command name} (the kernel's, cut at 15
+    characters; it may hold spaces and parentheses itself)."""
+    names: dict[int, str] = {}
+    for line in text.splitlines():
+        path, _, content = line.partition(":")
+        pid_match = re.search(r"/(\d+)/stat$", path)
+        if pid_match and content.startswith(f"{pid_match.group(1)} (") and ") " in content:
+            names[int(pid_match.group(1))] = content[len(pid_match.group(1)) + 2:content.rindex(") ")]
+    return names
+
+
+_GPU_DEVICE_RE = re.compile(r"/dev/nvidia\d+")
+
+
+def gpu_device_holders(text: str, proc_root: str = "/proc") -> dict[int, tuple[str, ...]]:
+    """:func:`bot.core.argv.nvidia_device_holders` output -> {pid: the GPU device nodes it holds open, as a file
+    descriptor or a mapping (a CUDA process maps them too, and a mapping keeps the device held)}. Only a
+    GPU's own node counts (``/dev/nvidia0``): every CUDA process opens its GPUs' nodes, while ``/dev/nvidiactl`` and
+    ``/dev/nvidia-uvm`` alone hold no GPU's memory."""
+    root = re.escape(proc_root.rstrip("/"))
+    held: dict[int, set[str]] = {}
+    for line in text.splitlines():
+        found = re.fullmatch(rf"{root}/(\d+)/(?:fd|map_files) (\S+)", line.strip())
+        if found and _GPU_DEVICE_RE.fullmatch(found.group(2)):
+            held.setdefault(int(found.group(1)), set()).add(found.group(2))
+    return {pid: tuple(sorted(devices, key=lambda d: int(d.removeprefix("/dev/nvidia")))) for pid, devices in
+            sorted(held.items())}
+
+
+# NVIDIA's own services hold every GPU's device node open by design (the persistence daemon, DCGM's host engine, the
+# power daemon, MPS, nvidia-smi itself): never a leftover to stop. Command names as the kernel keeps them (15 chars).
+NVIDIA_SERVICES = ("nvidia-persiste", "nvidia-smi", "nv-hostengine", "nvidia-powerd", "nvidia-cuda-mps", "dcgmi")
+
+
 # /proc counts times in USER_HZ ticks, 100 a second on every architecture Linux runs on (sysconf(_SC_CLK_TCK))
 CLOCK_TICKS_PER_S = 100
 
@@ -266,6 +301,6 @@ def memory_evidence(statuses: Sequence[TargetStatus]) -> str:
 
 __all__ = [
     "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
-    "attribute", "groups_from_status", "is_clean", "memory_evidence", "process_on_gpu", "unreachable", "unreadable",
-    "vmids_from_cgroups",
+    "NVIDIA_SERVICES", "attribute", "gpu_device_holders", "groups_from_status", "is_clean", "memory_evidence",
+    "names_from_stat", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
 ]

@@ -276,11 +276,13 @@ SCRIPT: list[tuple[str, Callable[[Lab], None] | None]] = [
     ("/gpu help", None),
     ("/gpu status", None),
     ("/gpu status sglang-a6000", lambda lab: _start_server(lab.nodes["pve5"])),
-    ("/gpu status pve5", lambda lab: _leave_orphaned_memory(lab.nodes["pve5"])),
+    ("/gpu status pve5", lambda lab: _kill_server_by_name(lab.nodes["pve5"])),
     ("/sglang budget sglang-a6000 {model} --tp 2 --context-length 65536 --mem-fraction-static 0.85 "
      "--enable-torch-compile --speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
      "--speculative-num-draft-tokens 4 --mamba-full-memory-ratio 0.5", None),
-    ("/gpu status pve5", lambda lab: _free_gpus(lab.nodes["pve5"])),
+    ("/gpu free pve5", None),
+    ("click Confirm", None),
+    ("/gpu status pve5", None),
     ("/sglang budget sglang-a6000 {model} --tp 2 --context-length 65536 --mem-fraction-static 0.85 "
      "--enable-torch-compile --speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
      "--speculative-num-draft-tokens 4 --mamba-full-memory-ratio 0.5", None),
@@ -297,22 +299,28 @@ def _start_server(node: LabNode) -> None:
         node.spawn_holder(gpu, "python3 -m sglang.launch_server", 44876, 129)
 
 
-def _leave_orphaned_memory(node: LabNode) -> None:
-    """The server was killed by name; the process is gone, its memory is not (seed story step 2)."""
+def _kill_server_by_name(node: LabNode) -> None:
+    """The server was killed by name (`pkill -9 -f sglang`, seed story step 2); a child of it that had inherited the
+    GPU devices lives on, so its memory stays held with no process listed, as after a real `kill -9`."""
     state = node.read_state()
+    for process in node._children:
+        if any(p["pid"] == process.pid for p in state["processes"]):
+            process.kill()  # the lab's own processes, by PID
+            process.wait()
     state["processes"] = []
-    for gpu in state["gpus"]:
-        gpu["orphaned_mib"] = 44876
     node.write_state(state)
+    node.spawn_device_holder("python3", 129, ("/dev/nvidia0", "/dev/nvidia1"), keeps_orphaned_mib={0: 44876, 1: 44876})
 
 
-def _free_gpus(node: LabNode) -> None:
-    """The held memory is released (the container was restarted): clean GPUs, as in seed step 4."""
-    state = node.read_state()
-    state["processes"] = []
-    for gpu in state["gpus"]:
-        gpu.pop("orphaned_mib", None)
-    node.write_state(state)
+async def _clicked(lab: Lab, words: str) -> str:
+    """Click the latest button whose text has ``words``, as the person who asked; what the app answered."""
+    target = lab.button(words)
+    if target is None:
+        return f"> click {words}\n  no button reading {words!r} was posted"
+    before = len(lab.standin.calls)
+    status, _ = await lab.click(target[1], target[2])
+    calls = await lab.standin.wait_for(lambda cs: any(c.method == "response_url" for c in cs[before:]), 60)
+    return transcript(f"click [{target[0]}]", status, "", [c for c in calls[before:] if c.method == "response_url"])
 
 
 def _kernel_xid(node: LabNode) -> None:
@@ -338,6 +346,9 @@ async def run_lab(script: bool, out: Callable[[str], None] = print) -> int:
                 if before is not None:
                     before(lab)
                 command = command.format(model=container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B"))
+                if command.startswith("click "):
+                    out(await _clicked(lab, command.removeprefix("click ")) + "\n")
+                    continue
                 name, _, text = command.partition(" ")
                 status, ack, calls = await lab.slash(name, text)
                 out(transcript(command, status, ack, calls) + "\n")

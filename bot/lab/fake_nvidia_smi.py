@@ -69,6 +69,13 @@ def listed_processes(node):
     return [p for p in node.get("processes", []) if not p.get("while_running") or os.path.exists(f"/proc/{p['pid']}")]
 
 
+def orphaned(gpu):
+    """Memory the GPU holds with no process listed: for as long as ``orphaned_while_pid`` runs, when it is set (a
+    process that holds the GPU open keeps the memory a dead one left)."""
+    keeper = gpu.get("orphaned_while_pid")
+    return gpu.get("orphaned_mib", 0) if keeper is None or os.path.exists(f"/proc/{keeper}") else 0
+
+
 def gpu_used(gpu, processes, extra):
     return gpu.get("memory_used_mib", 1) + sum(p["used_mib"] for p in processes if p["gpu_uuid"] == gpu["uuid"]) + extra
 
@@ -91,7 +98,7 @@ def main(argv):
     gpus = node["gpus"]
     if container is not None:
         gpus = [g for g in gpus if g["index"] in container.get("gpus", [])]
-    rows = [dict(g, memory_used_mib=gpu_used(g, processes, g.get("orphaned_mib", 0)),
+    rows = [dict(g, memory_used_mib=gpu_used(g, processes, orphaned(g)),
                  driver_version=node["driver_version"]) for g in gpus]
     visible_procs = [] if container is not None else processes
     query = next((a for a in argv if a.startswith(("--query-gpu=", "--query-compute-apps="))), None)

@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bot.lab.fake_nvidia_smi import listed_processes
+from bot.lab.fake_nvidia_smi import listed_processes, orphaned
 from bot.lab.fake_server_args import ServerArgs
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
@@ -136,7 +136,7 @@ def free_mib(state: dict[str, Any], gpus: list[int]) -> tuple[int, ...]:
     """Each launch GPU's free memory as SGLang reads it before loading: less what every process and leftover holds."""
     by_index = {g["index"]: g for g in state["gpus"]}
     return tuple(by_index[i]["memory_total_mib"] - by_index[i].get("memory_used_mib", 1)
-                 - by_index[i].get("orphaned_mib", 0)
+                 - orphaned(by_index[i])
                  - sum(p["used_mib"] for p in listed_processes(state) if p["gpu_uuid"] == by_index[i]["uuid"])
                  for i in gpus)
 

@@ -188,6 +188,35 @@ class LabNode:
         link_stat(self.state_dir / "proc" / str(process.pid), process.pid)
         return process.pid
 
+    def spawn_device_holder(self, name: str, vmid: int | None, devices: Iterable[str] = ("/dev/nvidia0",),
+                            keeps_orphaned_mib: dict[int, int] | None = None) -> int:
+        """A real process of the lab's own, named ``name`` (its command name, as the kernel keeps it), that holds
+        the GPU device nodes ``devices`` open in the node's /proc while nvidia-smi lists no memory for it: a killed
+        server's child that inherited them. ``keeps_orphaned_mib`` ({GPU index: MiB}): memory held with no process
+        listed on those GPUs for as long as it runs, as the memory its dead parent left stays held while it lives."""
+        named = self.state_dir / "bin-named" / name
+        named.parent.mkdir(exist_ok=True)
+        if not named.exists():
+            shutil.copy(shutil.which("sleep") or "/bin/sleep", named)  # its command name is its file's name
+        process = subprocess.Popen([str(named), "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+        self._children.append(process)
+        threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+        proc = self.state_dir / "proc" / str(process.pid)
+        (proc / "fd").mkdir(parents=True, exist_ok=True)
+        owner = f"0::/lxc/{vmid}/ns/user.slice/user-0.slice/session-c1.scope" if vmid else "0::/system.slice"
+        (proc / "cgroup").write_text(owner + "\n")
+        link_stat(proc, process.pid)
+        for fd, device in enumerate(devices, start=3):
+            (proc / "fd" / str(fd)).symlink_to(device)
+        if keeps_orphaned_mib:
+            state = self.read_state()
+            for gpu in state["gpus"]:
+                if gpu["index"] in keeps_orphaned_mib:
+                    gpu["orphaned_mib"], gpu["orphaned_while_pid"] = keeps_orphaned_mib[gpu["index"]], process.pid
+            self.write_state(state)
+        return process.pid
+
     def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05, pause_s: float | None = None) -> None:
         """The outcomes the container's SGLang stand-in plays for its next launches (``pause_s``: how long each is
         silent after weight loading began; by default a ``slow_load`` 3 s, the others not at all)."""

@@ -3,6 +3,7 @@ import shlex
 import pytest
 
 from bot.core.argv import (
+    nvidia_device_holders,
     nvidia_smi_query_apps,
     nvidia_smi_query_gpu,
     pct_exec,
@@ -14,14 +15,17 @@ from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiSnapshot
 from bot.core.inventory import Target
 from bot.core.report import bar, target_view
 from bot.core.status import (
+    NVIDIA_SERVICES,
     TargetState,
     Thresholds,
     assess_container,
     assess_node,
     attribute,
+    gpu_device_holders,
     groups_from_status,
     is_clean,
     memory_evidence,
+    names_from_stat,
     start_times_from_stat,
     unreachable,
     uptime_from,
@@ -94,6 +98,42 @@ def test_a_processs_start_time_is_field_22_of_its_stat_counted_after_the_command
     assert uptime_from(text) == 22168.85 and uptime_from("/proc/4242/stat:1 (x) S") is None
     attributed = attribute(procs, {}, None, start_times_from_stat(text), uptime_from(text))
     assert [p.running_s for p in attributed] == [pytest.approx(22168.85 - 9182.73), None]
+
+
+def test_who_holds_a_gpu_open_is_read_from_proc_fd_and_map_files_links_without_a_shell():
+    """`find` prints each /proc/<pid>/fd (or map_files) entry linking to an NVIDIA device node as `<dir> <target>`
+    (checked on this machine's /proc with /dev/null: "/proc/9551/fd /dev/null"). Only a GPU's own node makes a holder:
+    nvidiactl and nvidia-uvm alone hold no GPU memory."""
+    argv = nvidia_device_holders("/proc/")
+    assert argv == ("find", "/proc", "-mindepth", "3", "-maxdepth", "3", "-lname", "/dev/nvidia*", "-printf",
+                    "%h %l\\n")
+    assert shlex.split(to_command(argv)) == list(argv)
+    with pytest.raises(ValueError):
+        nvidia_device_holders("proc")
+    text = "\n".join([
+        "/proc/4242/fd /dev/nvidia0", "/proc/4242/fd /dev/nvidiactl", "/proc/4242/fd /dev/nvidia-uvm",
+        "/proc/4242/map_files /dev/nvidia0", "/proc/4242/fd /dev/nvidia1",
+        "/proc/77/fd /dev/nvidiactl", "/proc/77/fd /dev/nvidia-uvm",  # a CUDA import that opened no GPU: not one
+        "/proc/10/fd /dev/nvidia10", "/proc/10/fd /dev/nvidia2",
+        "/proc/4242/task /dev/nvidia0", "/other/5/fd /dev/nvidia0", "/proc/x/fd /dev/nvidia0",  # not a process's fd
+        "/proc/6/fd /dev/nvidia0 (deleted)", "",
+    ])
+    assert gpu_device_holders(text, "/proc") == {10: ("/dev/nvidia2", "/dev/nvidia10"),
+                                                  4242: ("/dev/nvidia0", "/dev/nvidia1")}
+    # a lab's node reads a /proc laid out elsewhere, given as the inventory's proc_root
+    assert gpu_device_holders("/tmp/l[1]/proc/5/fd /dev/nvidia0", "/tmp/l[1]/proc/") == {5: ("/dev/nvidia0",)}
+
+
+def test_a_processs_command_name_is_read_from_its_stat_whatever_it_holds():
+    text = "\n".join([
+        "/proc/17985/stat:17985 (cat) R 17980 17980 17230 0 -1 4194304 97 0 0 0 0 0 0 0 20 0 1 0 2216885 3133440",
+        "/proc/4242/stat:4242 (python3 -m) (x) S 1 4242 4242 0 -1 4194560 0 0 0 0 9 3 0 0 20 0 61 0 918273 1 2 3",
+        "/proc/88/stat:88 (nvidia-persiste) S 1 88 88 0 -1 4194560 0 0 0 0 9 3 0 0 20 0 61 0 918273 1 2 3",
+        "/proc/4245/stat:9999 (other) S 1 4242",  # not its own line
+        "/proc/4243/cgroup:0::/lxc/129/ns/system.slice/sglang.scope",
+    ])
+    assert names_from_stat(text) == {17985: "cat", 4242: "python3 -m) (x", 88: "nvidia-persiste"}
+    assert "nvidia-persiste" in NVIDIA_SERVICES  # the persistence daemon holds every GPU open by design
 
 
 def test_queries_ask_for_structured_csv():

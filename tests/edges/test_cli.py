@@ -1,6 +1,7 @@
 """`gpuops` in a terminal, run as a separate process like a person would."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -80,6 +81,9 @@ def test_lab_script_plays_the_skeleton_end_to_end():
     text = out.stdout
     assert "> /gpu status sglang-a6000" in text and "python3 -m sglang.launch_server" in text
     assert "GPU 0: orphaned memory: 44877 MiB held, no process listed" in text
+    # the server killed by name left a child holding the GPUs open: /gpu free finds it, and the click frees the memory
+    assert re.search(r"PID (\d+) \(CT 129\): python3, holds /dev/nvidia0, /dev/nvidia1 open", text), text
+    assert re.search(r"Stopped PIDs \d+ on pve5; memory returned: GPU 0: 1 MiB used; GPU 1: 1 MiB used", text)
     assert "nvidia-smi error (nvml-driver-library-mismatch)" in text and "*pve7*  unreachable" in text
     # the pre-flight first sees the held memory, then, on clean GPUs, the real shortfall (seed steps 2-5)
     assert "free the GPUs first" in text

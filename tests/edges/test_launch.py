@@ -20,6 +20,7 @@ from bot.launch import (
     exit_report,
     follow,
     free,
+    free_plan,
     gpu_holders,
     preflight,
     reconcile,
@@ -281,11 +282,33 @@ async def test_free_kills_only_the_listed_pids_still_holding_memory(setup):
     started = {h.pid: h.started for h in holders}
     result = await free(transport, inventory, "pve5", ((mine, started[mine]), (999_999, 1)), FAST)
     assert result.killed == (mine,)
-    assert result.skipped == ("PID 999999 no longer holds GPU memory: left alone",)
+    assert result.skipped == ("PID 999999 no longer holds GPU memory or a GPU open: left alone",)
     import os
 
     os.kill(other, 0)  # the unlisted process is untouched
     node.add_process  # noqa: B018
+
+
+async def test_freeing_a_container_stops_only_its_own_processes_that_hold_a_gpu_open(setup):
+    """Memory held by no process: what holds a GPU open is listed for the container named, not another container's
+    process nor NVIDIA's daemon; a confirmed one that no longer holds the GPU open by the click is left alone."""
+    node, inventory, transport, store = setup
+    node.spawn_device_holder("nvidia-persistenced", None, ("/dev/nvidia0", "/dev/nvidia1"))
+    mine = node.spawn_device_holder("python3", 129, ("/dev/nvidia0",), keeps_orphaned_mib={0: 30000})
+    other = node.spawn_device_holder("python3", 131, ("/dev/nvidia1",), keeps_orphaned_mib={1: 20000})
+    plan = await free_plan(transport, inventory, store, resolve_targets("sglang-a6000", inventory)[0], Thresholds())
+    assert [(d.process.pid, d.process.vmid, d.devices) for d in plan.device_holders] == [(mine, 129, ("/dev/nvidia0",))]
+    assert plan.orphaned == ((0, 30001), (1, 20001)) and plan.pids == (mine,)
+    whole = await free_plan(transport, inventory, store, resolve_targets("pve5", inventory)[0], Thresholds())
+    assert whole.pids == tuple(sorted((mine, other)))
+    import os
+
+    os.kill(other, 9)
+    node._children[-1].wait(5)
+    result = await free(transport, inventory, "pve5", whole.processes, FAST)
+    assert result.killed == (mine,)
+    assert result.skipped == (f"PID {other} no longer holds GPU memory or a GPU open: left alone",)
+    assert result.memory_note == "memory returned: GPU 0: 1 MiB used; GPU 1: 1 MiB used"
 
 
 async def test_gpus_clean_looks_only_at_the_gpus_the_launch_uses(setup):

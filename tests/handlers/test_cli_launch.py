@@ -231,8 +231,9 @@ async def test_a_terminal_free_of_memory_no_process_holds_names_the_leak_and_sto
     node.write_state(state)
     answer = await terminal(lab, tmp_path, "free", "pve5", answer="y\n")
     assert answer.returncode == 0, answer.stdout + answer.stderr
-    assert answer.stdout == ("No process holds GPU memory on pve5.\nGPU 1: 12001 MiB held with no process listed "
-                             "(a PID-less leak: only a driver reset or reboot frees it)\n")
+    assert answer.stdout == ("No process holds GPU memory on pve5.\nGPU 1: 12001 MiB held with no process listed\n"
+                             "no process on pve5 holds a GPU open (NVIDIA's own services aside): that memory is a leak "
+                             "only a driver reset or a reboot of the node frees\n")
 
 
 async def test_a_launch_profile_of_the_inventory_is_the_whole_launch_in_a_terminal(lab, tmp_path):

@@ -229,6 +229,40 @@ async def test_free_kills_only_the_listed_pids_after_confirmation(lab):
     node._children[0].wait(5)  # the listed one is gone
 
 
+async def test_free_of_memory_no_process_holds_stops_what_holds_the_gpu_open_and_the_memory_goes_with_it(lab):
+    """A server killed by name (`pkill -9`) whose child had inherited the GPU device: nvidia-smi shows the memory held
+    by no process. /gpu free lists the child, which holds /dev/nvidia0 open, and not NVIDIA's persistence daemon,
+    which holds every GPU open by design; the confirmation stops it, and the memory comes back. Before, it answered
+    that only a driver reset or a reboot frees that memory, with nothing to stop."""
+    node = lab.nodes["pve5"]
+    daemon = node.spawn_device_holder("nvidia-persistenced", None, ("/dev/nvidia0", "/dev/nvidia1"))
+    child = node.spawn_device_holder("python3", 129, ("/dev/nvidia0",), keeps_orphaned_mib={0: 30000})
+    await lab.slash("/gpu", "free pve5")
+    confirm = post_with(await wait_text(lab, "Stop these", method="chat.postMessage"), "Stop these")
+    text = blocks_to_text(confirm.blocks)
+    assert "Stop these 1 process(es) on pve5?" in text and f"PID {daemon}" not in text
+    assert re.search(rf"PID {child} \(CT 129\): python3, holds /dev/nvidia0 open, with no GPU memory listed for it, "
+                     r"running for \d+ s\b", text), text
+    assert "GPU 0: 30001 MiB held with no process listed\n• the processes above that hold a GPU open may keep" in text
+    yes = next(b for b in buttons(confirm) if b["action_id"] == "gpuops_confirm")
+    await lab.click("gpuops_confirm", yes["value"])
+    calls = await lab.standin.wait_for(
+        lambda cs: any("Stopped PIDs" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
+    said = [c for c in calls if c.method == "response_url"][-1].params["text"]
+    assert f"Stopped PIDs {child} on pve5; memory returned: GPU 0: 1 MiB used; GPU 1: 1 MiB used" in said, said
+    os.kill(daemon, 0)  # NVIDIA's daemon is untouched
+    # memory no process holds, and nothing but the daemon holding a GPU open: a leak, named as one
+    state = node.read_state()
+    state["gpus"][1]["orphaned_mib"] = 12000
+    node.write_state(state)
+    before = len(lab.standin.calls)
+    await lab.slash("/gpu", "free pve5")
+    calls = await lab.standin.wait_for(lambda cs: any("No process holds" in str(c.params.get("text"))
+                                                      for c in cs[before:]), 30)
+    said = next(str(c.params["text"]) for c in calls[before:] if "No process holds" in str(c.params.get("text")))
+    assert "GPU 1: 12001 MiB held with no process listed\nno process on pve5 holds a GPU open" in said, said
+
+
 async def test_free_leaves_alone_a_pid_that_is_another_process_by_the_time_of_the_click(lab):
     """Between the listing and the click the listed process ended and its PID went to a later process (its start
     time on the node differs): that one was never confirmed, so it is not signalled, and the answer says why."""
