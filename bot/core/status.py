@@ -118,26 +118,28 @@ def names_from_stat(text: str) -> dict[int, str]:
 
 
 _GPU_DEVICE_RE = re.compile(r"/dev/nvidia\d+")
+UVM_DEVICE = "/dev/nvidia-uvm"  # every CUDA process opens it (CUDA cannot initialise without it); NVML does not
 
 
 def gpu_device_holders(text: str, proc_root: str = "/proc") -> dict[int, tuple[str, ...]]:
     """:func:`bot.core.argv.nvidia_device_holders` output -> {pid: the GPU device nodes it holds open, as a file
-    descriptor or a mapping (a CUDA process maps them too, and a mapping keeps the device held)}. Only a
-    GPU's own node counts (``/dev/nvidia0``): every CUDA process opens its GPUs' nodes, while ``/dev/nvidiactl`` and
-    ``/dev/nvidia-uvm`` alone hold no GPU's memory."""
+    descriptor or a mapping (a CUDA process maps them too, and a mapping keeps the device held)}, for each CUDA
+    process: one that holds a GPU's own node (``/dev/nvidia0``) and ``/dev/nvidia-uvm``. A monitor reading the GPUs
+    through NVML (nvtop, an exporter) holds the GPU's node but not nvidia-uvm, and no GPU memory: not one."""
     root = re.escape(proc_root.rstrip("/"))
     held: dict[int, set[str]] = {}
     for line in text.splitlines():
         found = re.fullmatch(rf"{root}/(\d+)/(?:fd|map_files) (\S+)", line.strip())
-        if found and _GPU_DEVICE_RE.fullmatch(found.group(2)):
+        if found and (_GPU_DEVICE_RE.fullmatch(found.group(2)) or found.group(2) == UVM_DEVICE):
             held.setdefault(int(found.group(1)), set()).add(found.group(2))
-    return {pid: tuple(sorted(devices, key=lambda d: int(d.removeprefix("/dev/nvidia")))) for pid, devices in
-            sorted(held.items())}
+    return {pid: tuple(sorted((d for d in devices if d != UVM_DEVICE), key=lambda d: int(d.removeprefix(
+        "/dev/nvidia")))) for pid, devices in sorted(held.items()) if UVM_DEVICE in devices and len(devices) > 1}
 
 
 # NVIDIA's own services hold every GPU's device node open by design (the persistence daemon, DCGM's host engine, the
 # power daemon, MPS, nvidia-smi itself): never a leftover to stop. Command names as the kernel keeps them (15 chars).
-NVIDIA_SERVICES = ("nvidia-persiste", "nvidia-smi", "nv-hostengine", "nvidia-powerd", "nvidia-cuda-mps", "dcgmi")
+NVIDIA_SERVICES = ("nvidia-persiste", "nvidia-smi", "nv-hostengine", "nvidia-powerd", "nvidia-cuda-mps", "dcgmi",
+                   "dcgm-exporter")
 
 
 # /proc counts times in USER_HZ ticks, 100 a second on every architecture Linux runs on (sysconf(_SC_CLK_TCK))

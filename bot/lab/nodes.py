@@ -189,11 +189,14 @@ class LabNode:
         return process.pid
 
     def spawn_device_holder(self, name: str, vmid: int | None, devices: Iterable[str] = ("/dev/nvidia0",),
-                            keeps_orphaned_mib: dict[int, int] | None = None) -> int:
+                            keeps_orphaned_mib: dict[int, int] | None = None, cuda: bool = True) -> int:
         """A real process of the lab's own, named ``name`` (its command name, as the kernel keeps it), that holds
         the GPU device nodes ``devices`` open in the node's /proc while nvidia-smi lists no memory for it: a killed
-        server's child that inherited them. ``keeps_orphaned_mib`` ({GPU index: MiB}): memory held with no process
-        listed on those GPUs for as long as it runs, as the memory its dead parent left stays held while it lives."""
+        server's child that inherited them. With ``cuda`` it holds nvidiactl and nvidia-uvm too, as a CUDA process
+        does (without: a monitor reading the GPUs through NVML). ``keeps_orphaned_mib`` ({GPU index: MiB}): memory
+        held with no process listed on those GPUs for as long as it runs, as the memory its dead parent left stays
+        held while it lives."""
+        devices = (*devices, *(("/dev/nvidiactl", "/dev/nvidia-uvm") if cuda else ("/dev/nvidiactl",)))
         named = self.state_dir / "bin-named" / name
         named.parent.mkdir(exist_ok=True)
         if not named.exists():

@@ -102,8 +102,8 @@ def test_a_processs_start_time_is_field_22_of_its_stat_counted_after_the_command
 
 def test_who_holds_a_gpu_open_is_read_from_proc_fd_and_map_files_links_without_a_shell():
     """`find` prints each /proc/<pid>/fd (or map_files) entry linking to an NVIDIA device node as `<dir> <target>`
-    (checked on this machine's /proc with /dev/null: "/proc/9551/fd /dev/null"). Only a GPU's own node makes a holder:
-    nvidiactl and nvidia-uvm alone hold no GPU memory."""
+    (checked on this machine's /proc with /dev/null: "/proc/9551/fd /dev/null"). A holder is a CUDA process: a GPU's
+    own node and nvidia-uvm (nvidiactl and nvidia-uvm alone open no GPU; an NVML monitor opens no nvidia-uvm)."""
     argv = nvidia_device_holders("/proc/")
     assert argv == ("find", "/proc", "-mindepth", "3", "-maxdepth", "3", "-lname", "/dev/nvidia*", "-printf",
                     "%h %l\\n")
@@ -114,14 +114,16 @@ def test_who_holds_a_gpu_open_is_read_from_proc_fd_and_map_files_links_without_a
         "/proc/4242/fd /dev/nvidia0", "/proc/4242/fd /dev/nvidiactl", "/proc/4242/fd /dev/nvidia-uvm",
         "/proc/4242/map_files /dev/nvidia0", "/proc/4242/fd /dev/nvidia1",
         "/proc/77/fd /dev/nvidiactl", "/proc/77/fd /dev/nvidia-uvm",  # a CUDA import that opened no GPU: not one
-        "/proc/10/fd /dev/nvidia10", "/proc/10/fd /dev/nvidia2",
+        "/proc/10/fd /dev/nvidia10", "/proc/10/map_files /dev/nvidia-uvm", "/proc/10/fd /dev/nvidia2",
+        "/proc/88/fd /dev/nvidiactl", "/proc/88/fd /dev/nvidia0",  # NVML (a monitor): no nvidia-uvm, no memory
         "/proc/4242/task /dev/nvidia0", "/other/5/fd /dev/nvidia0", "/proc/x/fd /dev/nvidia0",  # not a process's fd
-        "/proc/6/fd /dev/nvidia0 (deleted)", "",
+        "/proc/6/fd /dev/nvidia0 (deleted)", "/proc/6/fd /dev/nvidia-uvm", "",
     ])
     assert gpu_device_holders(text, "/proc") == {10: ("/dev/nvidia2", "/dev/nvidia10"),
                                                   4242: ("/dev/nvidia0", "/dev/nvidia1")}
     # a lab's node reads a /proc laid out elsewhere, given as the inventory's proc_root
-    assert gpu_device_holders("/tmp/l[1]/proc/5/fd /dev/nvidia0", "/tmp/l[1]/proc/") == {5: ("/dev/nvidia0",)}
+    assert gpu_device_holders("/tmp/l[1]/proc/5/fd /dev/nvidia0\n/tmp/l[1]/proc/5/fd /dev/nvidia-uvm",
+                              "/tmp/l[1]/proc/") == {5: ("/dev/nvidia0",)}
 
 
 def test_a_processs_command_name_is_read_from_its_stat_whatever_it_holds():

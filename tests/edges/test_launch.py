@@ -291,9 +291,9 @@ async def test_free_kills_only_the_listed_pids_still_holding_memory(setup):
 
 async def test_freeing_a_container_stops_only_its_own_processes_that_hold_a_gpu_open(setup):
     """Memory held by no process: what holds a GPU open is listed for the container named, not another container's
-    process nor NVIDIA's daemon; a confirmed one that no longer holds the GPU open by the click is left alone."""
+    process nor NVIDIA's own service; a confirmed one that no longer holds the GPU open by the click is left alone."""
     node, inventory, transport, store = setup
-    node.spawn_device_holder("nvidia-persistenced", None, ("/dev/nvidia0", "/dev/nvidia1"))
+    node.spawn_device_holder("nvidia-cuda-mps-server", None, ("/dev/nvidia0", "/dev/nvidia1"))  # NVIDIA's own
     mine = node.spawn_device_holder("python3", 129, ("/dev/nvidia0",), keeps_orphaned_mib={0: 30000})
     other = node.spawn_device_holder("python3", 131, ("/dev/nvidia1",), keeps_orphaned_mib={1: 20000})
     plan = await free_plan(transport, inventory, store, resolve_targets("sglang-a6000", inventory)[0], Thresholds())

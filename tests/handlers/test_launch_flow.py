@@ -235,12 +235,13 @@ async def test_free_of_memory_no_process_holds_stops_what_holds_the_gpu_open_and
     which holds every GPU open by design; the confirmation stops it, and the memory comes back. Before, it answered
     that only a driver reset or a reboot frees that memory, with nothing to stop."""
     node = lab.nodes["pve5"]
-    daemon = node.spawn_device_holder("nvidia-persistenced", None, ("/dev/nvidia0", "/dev/nvidia1"))
+    daemon = node.spawn_device_holder("nvidia-persistenced", None, ("/dev/nvidia0", "/dev/nvidia1"), cuda=False)
+    monitor = node.spawn_device_holder("nvtop", None, ("/dev/nvidia0", "/dev/nvidia1"), cuda=False)  # NVML only
     child = node.spawn_device_holder("python3", 129, ("/dev/nvidia0",), keeps_orphaned_mib={0: 30000})
     await lab.slash("/gpu", "free pve5")
     confirm = post_with(await wait_text(lab, "Stop these", method="chat.postMessage"), "Stop these")
     text = blocks_to_text(confirm.blocks)
-    assert "Stop these 1 process(es) on pve5?" in text and f"PID {daemon}" not in text
+    assert "Stop these 1 process(es) on pve5?" in text and f"PID {daemon}" not in text and f"PID {monitor}" not in text
     assert re.search(rf"PID {child} \(CT 129\): python3, holds /dev/nvidia0 open, with no GPU memory listed for it, "
                      r"running for \d+ s\b", text), text
     assert "GPU 0: 30001 MiB held with no process listed\n• the processes above that hold a GPU open may keep" in text
@@ -250,7 +251,8 @@ async def test_free_of_memory_no_process_holds_stops_what_holds_the_gpu_open_and
         lambda cs: any("Stopped PIDs" in str(c.params.get("text")) for c in cs if c.method == "response_url"), 30)
     said = [c for c in calls if c.method == "response_url"][-1].params["text"]
     assert f"Stopped PIDs {child} on pve5; memory returned: GPU 0: 1 MiB used; GPU 1: 1 MiB used" in said, said
-    os.kill(daemon, 0)  # NVIDIA's daemon is untouched
+    os.kill(daemon, 0)  # NVIDIA's daemon and the monitor are untouched
+    os.kill(monitor, 0)
     # memory no process holds, and nothing but the daemon holding a GPU open: a leak, named as one
     state = node.read_state()
     state["gpus"][1]["orphaned_mib"] = 12000
