@@ -1536,7 +1536,7 @@ def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy]
     outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
                "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean, failed)}"
     where = "per GPU" if len(set(gpus.free_mib)) == 1 else "of the fullest GPU"
-    free = Remedy("free the GPUs first (/gpu status shows who holds them)", None,
+    free = Remedy("free the GPUs first (/gpu free lists by PID what holds them)", None,
                   f"{held_gib:.1f} GiB {where} is in use before the launch; {outcome}", 0)
     if not still:
         return [free], False

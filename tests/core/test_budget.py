@@ -1104,7 +1104,7 @@ def test_a_remedy_relaunches_the_launchs_own_flags_with_its_one_change():
     assert needs_env.launch_flags(("NCCL_P2P_DISABLE=1", *argv)) == (
         "NCCL_P2P_DISABLE=1", "SGLANG_ENABLE_SPEC_V2=1", *argv, "--mamba-scheduler-strategy", "extra_buffer")
     # what is shown is never parsed: a remedy without an edit launches nothing, whatever its words
-    for other in ("free the GPUs first (/gpu status shows who holds them)", "tp 4 (needs 4 GPUs; 2 available)",
+    for other in ("free the GPUs first (/gpu free lists by PID what holds them)", "tp 4 (needs 4 GPUs; 2 available)",
                   "an AWQ/GPTQ int4 build of this model", "--context-length 156672"):
         assert Remedy(other, None, "", 5).launch_flags(argv) is None
         assert Remedy(other, flags, "", 5).launch_flags(argv) is None
