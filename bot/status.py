@@ -28,6 +28,7 @@ from bot.core.status import (
     assess_container,
     assess_node,
     attribute,
+    container_not_read,
     gpu_device_holders,
     groups_from_status,
     names_from_stat,
@@ -235,7 +236,8 @@ async def read_target_gpus(transport: Transport, inventory: Inventory, target: T
         return assess_node(target, exc.snapshot, limits)
     except CommandFailed as exc:
         if exc.argv[:2] == ("pct", "exec"):
-            return unreachable(target, f"container {target.vmid}: {exc.stderr_tail or 'pct exec failed'}")
+            assert target.vmid is not None
+            return unreachable(target, container_not_read(target.node, target.vmid, exc.stderr_tail))
         return unreadable(target, exc.user_message)
     except RemoteError as exc:
         return unreachable(target, exc.user_message)

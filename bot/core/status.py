@@ -271,6 +271,18 @@ def _match_host_gpu(gpu: Gpu, host: SmiSnapshot) -> Gpu | None:
     return None
 
 
+def container_not_read(node: str, vmid: int, pct_said: str) -> str:
+    """Why a container's GPUs could not be read, when ``pct exec`` refused: in Proxmox's own words (``CT 129 not
+    running``, ``Configuration file 'nodes/pve5/lxc/999.conf' does not exist``), said as what it means."""
+    said = pct_said.strip() or "pct exec failed"
+    if f"CT {vmid} not running" in said:
+        return (f"container {vmid} on {node} is not running, so nothing in it holds a GPU (`pct start {vmid}` on "
+                f"{node} starts it; pct: {said})")
+    if re.search(rf"Configuration file '\S*/lxc/{vmid}\.conf' does not exist", said):
+        return f"{node} has no container {vmid} (pct: {said}); `pct list` on {node} lists its containers"
+    return f"container {vmid}: {said}"
+
+
 def unreachable(target: Target, reason: str, elapsed_s: float | None = None) -> TargetStatus:
     return TargetStatus(target, TargetState.UNREACHABLE, problem=reason, elapsed_s=elapsed_s)
 
@@ -303,6 +315,6 @@ def memory_evidence(statuses: Sequence[TargetStatus]) -> str:
 
 __all__ = [
     "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
-    "NVIDIA_SERVICES", "attribute", "gpu_device_holders", "groups_from_status", "is_clean", "memory_evidence",
-    "names_from_stat", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
+    "NVIDIA_SERVICES", "attribute", "container_not_read", "gpu_device_holders", "groups_from_status", "is_clean",
+    "memory_evidence", "names_from_stat", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
 ]

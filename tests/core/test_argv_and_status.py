@@ -138,6 +138,23 @@ def test_a_processs_command_name_is_read_from_its_stat_whatever_it_holds():
     assert "nvidia-persiste" in NVIDIA_SERVICES  # the persistence daemon holds every GPU open by design
 
 
+def test_a_container_pct_refuses_is_said_as_stopped_or_missing_in_proxmoxs_own_words():
+    """`pct exec` dies with "CT <vmid> not running" for a stopped container (PVE's pct: `die "CT $vmid not
+    running\n" if !PVE::LXC::check_running($vmid)`) and "Configuration file '...' does not exist" for one the node
+    lacks (PVE::AbstractConfig's load_config); anything else is passed on as said."""
+    from bot.core.status import container_not_read
+
+    assert container_not_read("pve5", 129, "CT 129 not running\n") == (
+        "container 129 on pve5 is not running, so nothing in it holds a GPU (`pct start 129` on pve5 starts it; pct: "
+        "CT 129 not running)")
+    assert container_not_read("pve5", 999, "Configuration file 'nodes/pve5/lxc/999.conf' does not exist") == (
+        "pve5 has no container 999 (pct: Configuration file 'nodes/pve5/lxc/999.conf' does not exist); `pct list` on "
+        "pve5 lists its containers")
+    # another container's words are not this one's
+    assert container_not_read("pve5", 12, "CT 129 not running") == "container 12: CT 129 not running"
+    assert container_not_read("pve5", 12, "") == "container 12: pct exec failed"
+
+
 def test_queries_ask_for_structured_csv():
     assert nvidia_smi_query_gpu()[-1] == "--format=csv,noheader,nounits"
     assert nvidia_smi_query_apps()[1] == "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"

@@ -146,6 +146,7 @@ async def test_stopped_container_is_unreachable_with_pct_message(tmp_path):
         await _stop(nodes, transport)
     (status,) = report.statuses
     assert status.state is TargetState.UNREACHABLE and "CT 129 not running" in status.problem
+    assert status.problem.startswith("container 129 on pve5 is not running, so nothing in it holds a GPU")
 
 
 async def test_a_container_status_runs_the_cuda_devices_check_inside_it(tmp_path):
