@@ -623,7 +623,8 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
             else:
                 await asyncio.sleep(settings.poll_s)
     finally:
-        await store.drop_lease(attempt.id, replica)
+        with contextlib.suppress(StoreError):  # Redis did not answer: the lease lapses by itself
+            await store.drop_lease(attempt.id, replica)
 
 
 async def _oom_kills_since(transport: Transport, attempt: Attempt, since: float) -> list[OomKill]:

@@ -266,8 +266,15 @@ async def track(services: Services, client: Any, attempt: Attempt) -> Attempt:
             if not await container_changed(services, client, stored.node, stored.vmid):
                 await services.attempts.mark_changed(stored.node, stored.vmid)  # the scheduler tries again
 
-    return await follow(services.transport, services.inventory, services.attempts, attempt, notify, services.launch,
-                        services.replica, services.stopping)
+    try:
+        return await follow(services.transport, services.inventory, services.attempts, attempt, notify,
+                            services.launch, services.replica, services.stopping)
+    except GpuopsError as exc:
+        # the node or Redis did not answer (a dropped SSH connection, a Redis restart): the launch runs on, and the
+        # scheduler's next tick, on this replica or another, follows it again from its log once its lease is gone
+        log.warning("following attempt %s stopped: %s; the scheduler's next tick follows it again", attempt.id,
+                    exc.user_message)
+        return attempt
 
 
 async def resume_tracking(services: Services, client: Any) -> int:

@@ -11,6 +11,24 @@ import os
 import sys
 
 
+def fail_once(state_dir, argv):
+    """Whether this command is the next one the lab was asked to fail (``fail_next.json``: the program it runs): a
+    transient failure, as a dropped connection or a busy node gives; the file is removed as it is used."""
+    path = os.path.join(state_dir, "fail_next.json")
+    try:
+        with open(path) as fh:
+            program = json.load(fh)["program"]
+    except (OSError, ValueError, KeyError):
+        return False
+    if argv[:1] != [program]:
+        return False
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return False  # another command took it first
+    return True
+
+
 def main(argv):
     state_dir = os.environ.get("FAKE_PVE_STATE", ".")
     with open(os.path.join(state_dir, "calls.log"), "a") as log:
@@ -57,6 +75,9 @@ def main(argv):
     ct = containers.get(vmid)
     if ct is None:
         print(f"Configuration file 'nodes/{node['name']}/lxc/{vmid}.conf' does not exist", file=sys.stderr)
+        sys.exit(255)
+    if fail_once(state_dir, rest[1:]):
+        print("lab: this pct exec failed, as the lab was asked to make the next one like it fail", file=sys.stderr)
         sys.exit(255)
     if ct.get("status", "running") != "running":
         print(f"CT {vmid} not running", file=sys.stderr)

@@ -220,6 +220,10 @@ class LabNode:
             self.write_state(state)
         return process.pid
 
+    def fail_next(self, program: str) -> None:
+        """The next ``pct exec`` on this node that runs ``program`` fails (exit 255), once: a transient failure."""
+        (self.state_dir / "fail_next.json").write_text(json.dumps({"program": program}))
+
     def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05, pause_s: float | None = None) -> None:
         """The outcomes the container's SGLang stand-in plays for its next launches (``pause_s``: how long each is
         silent after weight loading began; by default a ``slow_load`` 3 s, the others not at all)."""

@@ -752,6 +752,37 @@ async def test_a_launch_given_up_on_that_comes_up_after_all_is_recorded_ready(la
     assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (ready, port 30000)") for line in held)
 
 
+async def test_a_follower_whose_read_of_the_log_fails_once_is_followed_again_on_the_next_tick(lab, caplog):
+    """One read of the launch's log fails (a dropped SSH connection, a busy node): the follower stops and says so as a
+    warning naming the attempt, where before it died as a crashed background task with a traceback; the launch runs
+    on, and the scheduler's next tick follows it again from its log, up to ready."""
+    import logging
+
+    from bot.scheduler import Scheduler
+
+    caplog.set_level(logging.WARNING)
+    lab.nodes["pve5"].set_scenario(129, ["slow_load"], delay_s=0.02, pause_s=4)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "Launch `a", method="chat.postMessage")
+    lab.nodes["pve5"].fail_next("tail")
+    for _ in range(100):
+        if any("following attempt" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.1)
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    stopped = [r for r in caplog.records if "following attempt" in r.getMessage()]
+    assert stopped and stopped[0].levelname == "WARNING", [r.getMessage() for r in caplog.records]
+    assert stopped[0].getMessage().startswith(f"following attempt {attempt.id} stopped: ")
+    assert "the scheduler's next tick follows it again" in stopped[0].getMessage()
+    assert not any("background task failed" in r.getMessage() for r in caplog.records)
+    assert attempt.status is AttemptStatus.LAUNCHING
+    result = await Scheduler(lab.services, lab.app.client).tick()
+    assert result.taken_over == [attempt.id]
+    stored = await stored_once(lab, attempt, lambda record: record.status is AttemptStatus.READY)
+    assert stored.status is AttemptStatus.READY and stored.error_line is None
+
+
 async def test_a_launch_given_up_on_whose_server_then_fails_shows_the_cause_its_log_went_on_to_name(lab):
     """Silent past the stall timeout, then on to the KV pool, where it fails: given up on as a hang, then its server
     exited by itself. Its record and card name the KV pool's "Not enough memory" as the first error, where before they
