@@ -155,7 +155,8 @@ def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, 
             findings.append(f"{target} GPU {gpu}: memory held while idle for {idle_held:.1f} h — {who}"
                             + (f" ({_holding(refs)})" if refs else ""))
         if (last.memory_used_mib or 0) >= HELD_MIB and not last.holders:
-            findings.append(f"{target} GPU {gpu}: {last.memory_used_mib} MiB held with no process listed (orphaned)")
+            findings.append(f"{target} GPU {gpu}: {last.memory_used_mib} MiB held with no process listed (orphaned): "
+                            f"`/gpu free {target}` finds what keeps it")
         if temps and max(temps) >= hot_c:
             findings.append(f"{target} GPU {gpu}: reached {max(temps)}°C")
         over = [s for s in series if s.power_draw_w is not None and s.power_limit_w

@@ -157,9 +157,10 @@ def occupied_evidence(node: str, vmid: int, snapshot: SmiSnapshot | None) -> tup
                          "confirmation")
         else:
             lines.append(f"GPU {gpu.index}: {used} MiB in use that no listed process holds (orphaned: a killed "
-                         "process's memory not yet returned, or a process nvidia-smi does not list); no PID for "
-                         f"`/gpu free` to stop: `fuser -v /dev/nvidia*` on {node} names what still has the GPU open, "
-                         "and restarting the container that held it returns the memory")
+                         "process's memory not yet returned, kept by a process nvidia-smi does not list, such as a "
+                         f"killed server's child that still holds the GPU open): {free_cmds} finds the CUDA processes "
+                         "that hold the GPU open and stops them by PID after a confirmation; memory nothing holds "
+                         "open only a driver reset or a reboot of the node returns")
     return tuple(lines) or ("no GPU of the node holds memory now: whatever held it has exited; relaunch unchanged",)
 
 

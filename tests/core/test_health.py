@@ -33,7 +33,8 @@ def test_idle_held_orphaned_unreachable_drift_and_changes():
                 "versions": {"pve5": "driver 570 / CUDA 12.8"}, "unreachable": []}
     report = build_report(samples, down, now, previous)
     assert "pve5 GPU 0: memory held while idle for 3.0 h — CT 129 30000 MiB" in report.findings
-    assert "pve5 GPU 1: 20000 MiB held with no process listed (orphaned)" in report.findings
+    assert ("pve5 GPU 1: 20000 MiB held with no process listed (orphaned): `/gpu free pve5` finds what keeps it"
+            in report.findings)
     assert any(f.startswith("driver/CUDA differ across nodes") for f in report.findings)
     assert report.unreachable == ("pve7: no answer within 12s",)
     assert "pve5 GPU 0: CT 129 now holds memory" in report.changes
