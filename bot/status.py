@@ -179,8 +179,8 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
 
 async def read_device_holders(transport: Transport, node: str, proc_root: str) -> list[DeviceHolder]:
     """Every process on the node holding a GPU's device node open, with its container, group and start time, as read
-    now; NVIDIA's own services (which hold every GPU open by design) left out. nvidia-smi's own processes are among
-    them: the caller tells them apart."""
+    now; NVIDIA's own services (which hold every GPU open by design) left out. The processes nvidia-smi lists are
+    among them too: the caller tells them apart."""
     found = gpu_device_holders((await transport.run(node, remote.nvidia_device_holders(proc_root),
                                                     ok_exit=(0, 1))).stdout, proc_root)
     if not found:

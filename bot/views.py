@@ -623,11 +623,11 @@ def _running_for(process: GpuProcess) -> str:
 def free_plan_lines(plan: FreePlan, stop_command: str = "/sglang stop") -> list[str]:
     """Each PID a confirmation stops (with how long it has run: yesterday's leftover, or a colleague's just started),
     then what it leaves alone."""
-    return [f"PID {h.pid} on GPU {h.gpu_index} ({h.owner}): {h.name}, {h.used_mib} MiB{_running_for(h)}"
-            for h in plan.holders] + [
-        f"PID {d.process.pid} ({d.process.owner}): {d.process.name}, holds {', '.join(d.devices)} open, with no GPU "
-        f"memory listed for it{_running_for(d.process)}" for d in plan.device_holders] + _left_to_others(plan,
-                                                                                                         stop_command)
+    holding = [f"PID {h.pid} on GPU {h.gpu_index} ({h.owner}): {h.name}, {h.used_mib} MiB{_running_for(h)}"
+               for h in plan.holders]
+    holding_open = [f"PID {d.process.pid} ({d.process.owner}): {d.process.name}, holds {', '.join(d.devices)} open, "
+                    f"with no GPU memory listed for it{_running_for(d.process)}" for d in plan.device_holders]
+    return holding + holding_open + _left_to_others(plan, stop_command)
 
 
 def nothing_to_free_text(plan: FreePlan, stop_command: str = "/sglang stop") -> str:

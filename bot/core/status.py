@@ -132,8 +132,11 @@ def gpu_device_holders(text: str, proc_root: str = "/proc") -> dict[int, tuple[s
         found = re.fullmatch(rf"{root}/(\d+)/(?:fd|map_files) (\S+)", line.strip())
         if found and (_GPU_DEVICE_RE.fullmatch(found.group(2)) or found.group(2) == UVM_DEVICE):
             held.setdefault(int(found.group(1)), set()).add(found.group(2))
-    return {pid: tuple(sorted((d for d in devices if d != UVM_DEVICE), key=lambda d: int(d.removeprefix(
-        "/dev/nvidia")))) for pid, devices in sorted(held.items()) if UVM_DEVICE in devices and len(devices) > 1}
+    def gpu_nodes(devices: set[str]) -> tuple[str, ...]:
+        return tuple(sorted(devices - {UVM_DEVICE}, key=lambda d: int(d.removeprefix("/dev/nvidia"))))
+
+    return {pid: gpu_nodes(devices) for pid, devices in sorted(held.items())
+            if UVM_DEVICE in devices and gpu_nodes(devices)}
 
 
 # NVIDIA's own services hold every GPU's device node open by design (the persistence daemon, DCGM's host engine, the

@@ -302,13 +302,7 @@ def _start_server(node: LabNode) -> None:
 def _kill_server_by_name(node: LabNode) -> None:
     """The server was killed by name (`pkill -9 -f sglang`, seed story step 2); a child of it that had inherited the
     GPU devices lives on, so its memory stays held with no process listed, as after a real `kill -9`."""
-    state = node.read_state()
-    for process in node._children:
-        if any(p["pid"] == process.pid for p in state["processes"]):
-            process.kill()  # the lab's own processes, by PID
-            process.wait()
-    state["processes"] = []
-    node.write_state(state)
+    node.kill_listed_holders()
     node.spawn_device_holder("python3", 129, ("/dev/nvidia0", "/dev/nvidia1"), keeps_orphaned_mib={0: 44876, 1: 44876})
 
 

@@ -220,6 +220,18 @@ class LabNode:
             self.write_state(state)
         return process.pid
 
+    def kill_listed_holders(self) -> None:
+        """SIGKILL every process of the lab's own that the node's nvidia-smi lists (a `pkill -9` of a server), by
+        PID, and list none any more."""
+        state = self.read_state()
+        listed = {p["pid"] for p in state["processes"]}
+        for process in self._children:
+            if process.pid in listed:
+                process.kill()
+                process.wait()
+        state["processes"] = []
+        self.write_state(state)
+
     def fail_next(self, program: str) -> None:
         """The next ``pct exec`` on this node that runs ``program`` fails (exit 255), once: a transient failure."""
         (self.state_dir / "fail_next.json").write_text(json.dumps({"program": program}))
