@@ -739,6 +739,10 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
     for a in sorted(attempts, key=lambda x: x.created_at):
         result = a.error_line or (a.transitions[-1].note if a.transitions else "")
         triage = f" · triage: {a.observed['triage']}" if a.observed.get("triage") else ""
+        until = a.observed.get(WATCHED_UNTIL)
+        if a.given_up_at is not None and isinstance(until, int | float):  # see bot.core.incident.with_attempts
+            triage += (" · given up on with its server left running: a result for the hypotheses once it comes up, "
+                       f"ends, or {time.strftime('%H:%M UTC', time.gmtime(until))} passes")
         tried.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
                      f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_keeping_mentions(result[:200])}{triage}")
     observed = [o for o in incident.observations if o.kind in ("note", "status")]

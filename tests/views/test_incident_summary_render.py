@@ -18,6 +18,25 @@ def failed(n: int, error_line: str) -> Attempt:
         AttemptStatus.FAILED, 1001.0 + n)
 
 
+def test_a_launch_given_up_on_and_still_watched_says_when_it_counts_for_the_hypotheses():
+    """Its server left running may yet come up, so it decides no hypothesis yet: the summary says until when."""
+    from dataclasses import replace
+
+    from bot.core.attempts import GAVE_UP_RUNNING, WATCHED_UNTIL
+
+    hung = replace(failed(1, "no output for 10 min after loading weights began - a hang at loading weights"),
+                   observed={"stage": "loading weights", GAVE_UP_RUNNING: True, WATCHED_UNTIL: 1002 + 1800})
+    text = blocks_to_text(incident_summary(Incident("C", "1.0", "pve5", 129), [hung]).blocks)
+    assert ("a hang at loading weights · given up on with its server left running: a result for the hypotheses once "
+            "it comes up, ends, or 00:46 UTC passes") in text, text
+    # once it came up, or its server ended, it is a result like any other
+    up = hung.came_up(1100.0, "came up 98 s after gpuops gave up on it")
+    ended = hung.with_server_ended({"by": "U1", "signal": "SIGTERM", "memory": "memory returned"})
+    for settled in (up, ended):
+        assert "given up on" not in blocks_to_text(incident_summary(Incident("C", "1.0", "pve5", 129),
+                                                                    [settled]).blocks)
+
+
 def test_a_long_incident_keeps_its_first_and_latest_attempts_and_every_hypothesis_within_slacks_limit():
     # 20 attempts (what the thread reads) failing with real error lines; 20 hypotheses worded as the corpus's
     # evidence notes, each decided with a long reason
