@@ -581,7 +581,7 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                     return await _came_up(transport, store, attempt, progress, python, notify)
                 if not alive:
                     return await _ended_after_give_up(transport, store, attempt, progress) or stored or attempt
-                if now - given_up > settings.launch_timeout_s:
+                if not attempt.may_yet_come_up(now, settings.launch_timeout_s):
                     # watched long enough: a stop, or the sampler, records its end; the threads following the container
                     # now take it as failed (while watched, it decided nothing there), on the bot's next tick
                     await store.mark_changed(attempt.node, attempt.vmid)

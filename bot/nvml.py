@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiError, SmiErrorKind, SmiSnapshot
-from bot.core.status import attribute, groups_from_status, start_times_from_stat, uptime_from, vmids_from_cgroups
+from bot.core.status import attribute_from_proc
 
 _lock = threading.Lock()
 T = TypeVar("T")
@@ -108,8 +108,7 @@ def _read(proc_root: Path) -> SmiSnapshot:
     with contextlib.suppress(OSError):
         entries.append(f"{proc_root}/uptime:{(proc_root / 'uptime').read_text().strip()}")
     text = "\n".join(entries)
-    attributed = attribute(tuple(processes), vmids_from_cgroups(text), groups_from_status(text),
-                           start_times_from_stat(text), uptime_from(text))
+    attributed = attribute_from_proc(tuple(processes), text)
     return SmiSnapshot("nvml", tuple(gpus), driver, cuda, process_listing=(
         ProcessListing.LISTED if processes else ProcessListing.NONE_FOUND), processes=attributed)
 

@@ -27,16 +27,12 @@ from bot.core.status import (
     Thresholds,
     assess_container,
     assess_node,
-    attribute,
+    attribute_from_proc,
     container_not_read,
     gpu_device_holders,
-    groups_from_status,
     names_from_stat,
-    start_times_from_stat,
     unreachable,
     unreadable,
-    uptime_from,
-    vmids_from_cgroups,
 )
 from bot.errors import CommandFailed, GpuopsError, ParseError, RemoteError
 from bot.nvml import read_local
@@ -172,8 +168,7 @@ async def read_node(transport: Transport, node: str, proc_root: str) -> SmiSnaps
     pids = [p.pid for p in processes if p.pid is not None]
     if pids:
         entries = (await transport.run(node, remote.read_proc_entries(pids, proc_root), ok_exit=(0, 1, 2))).stdout
-        processes = attribute(processes, vmids_from_cgroups(entries), groups_from_status(entries),
-                              start_times_from_stat(entries), uptime_from(entries))
+        processes = attribute_from_proc(processes, entries)
     return replace(gpus, processes=processes, process_listing=listing)
 
 
@@ -187,10 +182,8 @@ async def read_device_holders(transport: Transport, node: str, proc_root: str) -
         return []
     entries = (await transport.run(node, remote.read_proc_entries(found, proc_root), ok_exit=(0, 1, 2))).stdout
     names = names_from_stat(entries)  # a process that ended meanwhile has none: it holds nothing now
-    processes = attribute(tuple(GpuProcess(pid, names[pid], None) for pid in found
-                                if pid in names and names[pid] not in NVIDIA_SERVICES),
-                          vmids_from_cgroups(entries), groups_from_status(entries), start_times_from_stat(entries),
-                          uptime_from(entries))
+    processes = attribute_from_proc(tuple(GpuProcess(pid, names[pid], None) for pid in found
+                                          if pid in names and names[pid] not in NVIDIA_SERVICES), entries)
     return [DeviceHolder(p, found[p.pid]) for p in processes if p.pid is not None]
 
 

@@ -7,7 +7,7 @@ unreadable values, and memory held with no process listed ("orphaned memory").
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -91,30 +91,32 @@ def groups_from_status(text: str) -> dict[int, int]:
     return groups
 
 
+def _stat_lines(text: str) -> Iterator[tuple[int, str]]:
+    """``<proc>/<pid>/stat:<pid> (<comm>) ...`` lines -> (pid, the stat line), each line that is its own PID's."""
+    for line in text.splitlines():
+        path, _, content = line.partition(":")
+        pid_match = re.search(r"/(\d+)/stat$", path)
+        if pid_match and content.startswith(f"{pid_match.group(1)} ("):
+            yield int(pid_match.group(1)), content
+
+
 def start_times_from_stat(text: str) -> dict[int, int]:
     """``<proc>/<pid>/stat:<pid> (<comm>) <state> ...`` lines -> {pid: its start time in clock ticks after boot}.
     The command name may hold spaces and parentheses, so fields are counted after its last ``) ``: the state is
     field 3 of the kernel's numbering and the start time field 22."""
     started: dict[int, int] = {}
-    for line in text.splitlines():
-        path, _, content = line.partition(":")
-        pid_match = re.search(r"/(\d+)/stat$", path)
+    for pid, content in _stat_lines(text):
         fields = content.rpartition(") ")[2].split()
-        if pid_match and content.startswith(f"{pid_match.group(1)} (") and len(fields) > 19 and fields[19].isdigit():
-            started[int(pid_match.group(1))] = int(fields[19])
+        if len(fields) > 19 and fields[19].isdigit():
+            started[pid] = int(fields[19])
     return started
 
 
 def names_from_stat(text: str) -> dict[int, str]:
     """``<proc>/<pid>/stat:<pid> (<comm>) ...`` lines -> {pid: its command name} (the kernel's, cut at 15
     characters; it may hold spaces and parentheses itself)."""
-    names: dict[int, str] = {}
-    for line in text.splitlines():
-        path, _, content = line.partition(":")
-        pid_match = re.search(r"/(\d+)/stat$", path)
-        if pid_match and content.startswith(f"{pid_match.group(1)} (") and ") " in content:
-            names[int(pid_match.group(1))] = content[len(pid_match.group(1)) + 2:content.rindex(") ")]
-    return names
+    return {pid: content[len(str(pid)) + 2:content.rindex(") ")] for pid, content in _stat_lines(text)
+            if ") " in content}
 
 
 _GPU_DEVICE_RE = re.compile(r"/dev/nvidia\d+")
@@ -170,6 +172,13 @@ def attribute(processes: tuple[GpuProcess, ...], owners: dict[int, int], groups:
 
     return tuple(replace(p, vmid=owners.get(p.pid), group=groups.get(p.pid), started=started.get(p.pid),
                          running_s=running_s(p.pid)) if p.pid is not None else p for p in processes)
+
+
+def attribute_from_proc(processes: tuple[GpuProcess, ...], entries: str) -> tuple[GpuProcess, ...]:
+    """:func:`attribute` from what :func:`bot.core.argv.read_proc_entries` printed (or the same lines read locally):
+    each process's container, group, start time and how long it has run."""
+    return attribute(processes, vmids_from_cgroups(entries), groups_from_status(entries),
+                     start_times_from_stat(entries), uptime_from(entries))
 
 
 # N/A here is normal: passive cooling, no power cap on laptops and unified-memory parts
@@ -318,6 +327,7 @@ def memory_evidence(statuses: Sequence[TargetStatus]) -> str:
 
 __all__ = [
     "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
-    "NVIDIA_SERVICES", "attribute", "container_not_read", "gpu_device_holders", "groups_from_status", "is_clean",
-    "memory_evidence", "names_from_stat", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
+    "NVIDIA_SERVICES", "attribute", "attribute_from_proc", "container_not_read", "gpu_device_holders",
+    "groups_from_status", "is_clean", "memory_evidence", "names_from_stat", "process_on_gpu", "unreachable",
+    "unreadable", "vmids_from_cgroups",
 ]
