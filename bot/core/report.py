@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bot.core.gpu import Gpu, GpuProcess, ProcessListing
-from bot.core.status import GpuRow, ProcessView, TargetState, TargetStatus
+from bot.core.status import ORPHANED_FLAG, GpuRow, ProcessView, TargetState, TargetStatus
 
 BAR_WIDTH = 10
 Launch = tuple[str, int, int]  # a recorded launch by (node, container, its process group there)
@@ -159,6 +159,10 @@ def target_view(status: TargetStatus, launches: Mapping[Launch, LaunchRef] | Non
         for vmid, mib in sorted(row.other_containers_mib.items()):
             owner = f"CT {vmid}" if vmid else "processes outside any container"
             flags.append(f"GPU {row.gpu.index}: {mib} MiB held by {owner}")
+    if target.kind != "local" and any(f.startswith(ORPHANED_FLAG) for r in status.rows for f in r.flags):
+        # the memory is the node's to find: a container's own free would list only that container's processes
+        flags.append(f"{ORPHANED_FLAG}: `/gpu free {target.node}` finds by PID what keeps a GPU open with no memory "
+                     "listed for it (as a killed server's child does) and stops it after a click")
     if status.state is TargetState.SMI_ERROR:
         flags.insert(0, f"nvidia-smi reported: {status.problem}")
     if status.devices and status.devices[0] != "ok":  # GPUs that answer, in a container where CUDA may not

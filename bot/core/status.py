@@ -201,6 +201,9 @@ def failed_reads(gpu: Gpu) -> list[str]:
     return failed
 
 
+ORPHANED_FLAG = "orphaned memory"  # how a GPU flag starts when the GPU holds memory and lists no process
+
+
 def gpu_flags(gpu: Gpu, processes: tuple[GpuProcess, ...], listing_visible: bool, limits: Thresholds) -> list[str]:
     flags: list[str] = []
     failed = failed_reads(gpu)
@@ -210,7 +213,7 @@ def gpu_flags(gpu: Gpu, processes: tuple[GpuProcess, ...], listing_visible: bool
     if listing_visible and used is not None and used >= limits.orphaned_memory_mib:
         accounted = sum(p.used_mib or 0 for p in processes)
         if not processes:
-            flags.append(f"orphaned memory: {used} MiB held, no process listed")
+            flags.append(f"{ORPHANED_FLAG}: {used} MiB held, no process listed")
         elif all(p.used_mib is not None for p in processes) and used - accounted >= max(
             limits.orphaned_memory_mib, used // 4
         ):
@@ -327,7 +330,7 @@ def memory_evidence(statuses: Sequence[TargetStatus]) -> str:
 
 __all__ = [
     "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
-    "NVIDIA_SERVICES", "attribute", "attribute_from_proc", "container_not_read", "gpu_device_holders",
-    "groups_from_status", "is_clean", "memory_evidence", "names_from_stat", "process_on_gpu", "unreachable",
-    "unreadable", "vmids_from_cgroups",
+    "NVIDIA_SERVICES", "ORPHANED_FLAG", "attribute", "attribute_from_proc", "container_not_read",
+    "gpu_device_holders", "groups_from_status", "is_clean", "memory_evidence",
+    "names_from_stat", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
 ]

@@ -260,6 +260,27 @@ def test_orphaned_memory_needs_a_visible_process_list():
     assert assess_node(target, small).rows[0].flags == ()
 
 
+def test_orphaned_memory_points_at_the_nodes_free_once():
+    from bot.core.report import target_view
+
+    held = node_snapshot([gpu(0, used=30000), gpu(1, used=30000)])
+    pointer = ("orphaned memory: `/gpu free pve5` finds by PID what keeps a GPU open with no memory listed for it "
+               "(as a killed server's child does) and stops it after a click")
+    assert target_view(assess_node(Target("node", "pve5"), held)).flag_lines == (
+        "GPU 0: orphaned memory: 30000 MiB held, no process listed",
+        "GPU 1: orphaned memory: 30000 MiB held, no process listed", pointer)
+    # a container's GPUs: the node's free, which finds the holder whichever container it runs in
+    inside = node_snapshot([gpu(0, used=30000)], listing=ProcessListing.ABSENT)
+    in_container = assess_container(Target("container", "pve5", 129), inside, node_snapshot([gpu(0, used=30000)]))
+    assert target_view(in_container).flag_lines[-1] == pointer
+    # the bot's own GPUs have no node to free; memory beyond listed processes is not what the scan looks for
+    assert not any("/gpu free" in f for f in target_view(assess_node(Target("local", "local"), held)).flag_lines)
+    unaccounted = node_snapshot([gpu(used=40000)], [GpuProcess(1, "python3", 10000, gpu_uuid="GPU-0")],
+                                ProcessListing.LISTED)
+    assert target_view(assess_node(Target("node", "pve5"), unaccounted)).flag_lines == (
+        "GPU 0: unaccounted memory: 30000 MiB beyond listed processes",)
+
+
 def test_clean_gpus_are_judged_and_quoted_from_the_readings():
     clean = assess_node(Target("node", "pve5"), node_snapshot([gpu(0), gpu(1)]))
     held = assess_node(Target("node", "pve5"), node_snapshot(

@@ -63,6 +63,7 @@ async def test_status_in_a_terminal(tmp_path):
     assert out.returncode == 3, out.stderr  # 3: a target needs attention
     assert "== pve5 [ATTENTION] driver 580.126.09 · CUDA 13.0 · 2 GPUs" in out.stdout
     assert "GPU 0: orphaned memory: 12001 MiB held, no process listed" in out.stdout
+    assert "orphaned memory: `/gpu free pve5` finds by PID what keeps a GPU open" in out.stdout
     # the same reading as data: the exit code, the flags and the numbers the table shows
     assert as_json.returncode == 3, as_json.stderr
     (pve5,) = json.loads(as_json.stdout)["targets"]
