@@ -32,7 +32,7 @@ from bot.core.attempts import (
     changes_between,
     ct_memory_change,
 )
-from bot.core.budget import Budget, VerdictKind
+from bot.core.budget import Budget, VerdictKind, stop_launches_first
 from bot.core.diagnosis import ECHO, Finding, LaunchContext, cause_line, diagnose, diagnose_excerpt
 from bot.core.flags import (
     LaunchFlags,
@@ -240,7 +240,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         log.warning("reading ECC/Xid on %s failed", target.node, exc_info=True)
         faults = None
     if planned is not None:
-        checks.append(_gpus_clean(planned, host, limits, await _launches_if_read(launches_task), target.node))
+        clean, planned = _gpus_clean(planned, host, limits, await _launches_if_read(launches_task), target.node)
+        checks.append(clean)
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
         memory_check, ct_memory_mib, devices_check = await _container_checks(ct_config_task, nodes_task, target.vmid,
@@ -407,12 +408,15 @@ def _transformers_check(planned: PlannedBudget) -> Check:
 
 
 def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, limits: Thresholds,
-                launches: Mapping[Launch, LaunchRef], node: str) -> Check:
+                launches: Mapping[Launch, LaunchRef], node: str) -> tuple[Check, PlannedBudget]:
     """Who holds memory on the launch GPUs, by PID and container, and the recorded launch a holder belongs to (a
-    server another attempt left running is stopped as that attempt, not freed by PID)."""
+    server another attempt left running is stopped as that attempt, not freed by PID): the check, and the budget
+    whose remedy to free the GPUs says so."""
     if host is None:
-        return Check(GPUS_CLEAN_CHECK, "warn", "the node's process list could not be read")
+        return Check(GPUS_CLEAN_CHECK, "warn", "the node's process list could not be read"), planned
     holders = []
+    held_by: dict[str, LaunchRef] = {}  # the recorded launches among the holders, by attempt
+    others = False  # memory held by processes no recorded launch owns, or by none listed
     wanted = set(planned.gpu_uuids)
     for gpu in (g for g in host.gpus if not wanted or g.uuid in wanted):
         procs = host.processes_of(gpu)
@@ -421,11 +425,18 @@ def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, limits: Thresh
             launch = launch_of(p, node, launches)
             of = f" <- {launch.label}" if launch is not None else ""
             holders.append(f"GPU {gpu.index}: PID {p.pid} ({owner}) {p.name} {p.used_mib} MiB{of}")
+            if launch is None:
+                others = True
+            else:
+                held_by[launch.attempt] = launch
         if not procs and (gpu.memory_used_mib or 0) >= limits.orphaned_memory_mib:
             holders.append(f"GPU {gpu.index}: {gpu.memory_used_mib} MiB held, no process listed (orphaned)")
+            others = True
+    budget = stop_launches_first(planned.budget, [(a, ref.label) for a, ref in held_by.items()], others)
+    planned = replace(planned, budget=budget)
     if holders:
-        return Check(GPUS_CLEAN_CHECK, "fail", "; ".join(holders[:6]) + (" …" if len(holders) > 6 else ""))
-    return Check(GPUS_CLEAN_CHECK, "ok", "no compute process and no held memory on the node's GPUs")
+        return Check(GPUS_CLEAN_CHECK, "fail", "; ".join(holders[:6]) + (" …" if len(holders) > 6 else "")), planned
+    return Check(GPUS_CLEAN_CHECK, "ok", "no compute process and no held memory on the node's GPUs"), planned
 
 
 # --------------------------------------------------------------------------- launch

@@ -1521,6 +1521,23 @@ def _conv_dtype_remedies(inp: BudgetInput, model: ModelSpec, failed: Budget, con
     return found + more if failed.error_text == conflict else more + found
 
 
+FREE_FIRST = "free the GPUs first (/gpu free lists by PID what holds them)"
+
+
+def stop_launches_first(budget: Budget, launches: Sequence[tuple[str, str]], others: bool) -> Budget:
+    """The budget with its free-first remedy naming the recorded launches that hold the GPUs: ``launches`` as
+    (attempt id, how /gpu status labels it). A launch is stopped as the attempt it is (``/sglang stop <attempt>``
+    signals its process group; ``/gpu free`` leaves a launch's processes to it), and ``/gpu free`` is named only for
+    the other holders (``others``)."""
+    if not launches:
+        return budget
+    named = " and ".join(label for _, label in launches)
+    how = f"/sglang stop {launches[0][0]}" if len(launches) == 1 else "/sglang stop <attempt> for each"
+    change = f"stop {named} first: {how}" + ("; then /gpu free lists by PID what else holds them" if others else "")
+    return replace(budget, remedies=tuple(replace(r, change=change) if r.change == FREE_FIRST else r
+                                          for r in budget.remedies))
+
+
 def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy], bool]:
     """When memory is held on the GPUs before the launch, freeing them comes first. Freeing may be necessary but
     not enough: then the changes that fit are the ones computed for clean GPUs, and nothing else is (True)."""
@@ -1536,7 +1553,7 @@ def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy]
     outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
                "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean, failed)}"
     where = "per GPU" if len(set(gpus.free_mib)) == 1 else "of the fullest GPU"
-    free = Remedy("free the GPUs first (/gpu free lists by PID what holds them)", None,
+    free = Remedy(FREE_FIRST, None,
                   f"{held_gib:.1f} GiB {where} is in use before the launch; {outcome}", 0)
     if not still:
         return [free], False

@@ -15,6 +15,7 @@ from bot.core.budget import (
     load_dtype,
     not_enough_memory_text,
     parse_version,
+    stop_launches_first,
     vlm_factor,
 )
 from bot.core.flags import FlagEdit, LaunchFlags, parse_sglang_flags
@@ -1049,6 +1050,24 @@ def test_held_gpus_that_would_fit_clean_name_freeing_as_the_remedy():
     free = b.remedies[0]
     assert free.change.startswith("free the GPUs first") and "on clean GPUs: " in free.effect
     assert "(fails)" not in free.effect and "after freeing" not in " ".join(r.effect for r in b.remedies)
+
+
+def test_held_gpus_name_the_recorded_launches_that_hold_them_as_what_to_stop():
+    held = GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(4263, 4263))
+    flags = parse_sglang_flags([*SEED, "--mem-fraction-static", "0.85", "--context-length", "65536"])
+    b = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), flags, held, parse_version("0.5.9")))
+    one = stop_launches_first(b, [("a1", "a1 (ready, port 30001)")], others=False)
+    assert one.remedies[0].change == "stop a1 (ready, port 30001) first: /sglang stop a1"
+    assert one.remedies[0].effect == b.remedies[0].effect and one.remedies[1:] == b.remedies[1:]
+    two = stop_launches_first(b, [("a1", "a1 (ready, port 30001)"), ("a2", "a2 (failed, left running, port 30000)")],
+                              others=True)
+    assert two.remedies[0].change == ("stop a1 (ready, port 30001) and a2 (failed, left running, port 30000) first: "
+                                      "/sglang stop <attempt> for each; then /gpu free lists by PID what else holds "
+                                      "them")
+    # held by no recorded launch: freeing by PID stays the remedy; a budget without it is left as it was
+    assert stop_launches_first(b, [], others=True) == b
+    clean = seed("0.5.9", "0.85", 65536)
+    assert stop_launches_first(clean, [("a1", "a1 (ready, port 30001)")], others=False) == clean
 
 
 def seed_with(budget, remedy):

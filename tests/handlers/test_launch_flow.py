@@ -720,6 +720,9 @@ async def test_a_launch_given_up_on_as_hung_leaves_its_server_to_look_at_and_a_s
     clean = next(line for line in refusal.splitlines() if "*GPUs clean*" in line)
     assert clean.count(f"PID {attempt.pid} (CT 129)") == 2
     assert clean.count(f"<- {attempt.id} (failed, left running, port 30000)") == 2, clean
+    # and its first remedy stops that attempt, where /gpu free would leave a launch's processes to its stop
+    assert f"1. `stop {attempt.id} (failed, left running, port 30000) first: /sglang stop {attempt.id}` — " in refusal
+    assert "/gpu free" not in refusal, refusal
     done = await confirmed_stop(lab, "sglang-a6000")
     assert "(SIGTERM)" in done and "memory returned" in done
     assert lab.nodes["pve5"].read_state()["processes"] == []
