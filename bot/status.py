@@ -229,8 +229,7 @@ async def read_target_gpus(transport: Transport, inventory: Inventory, target: T
         return assess_node(target, exc.snapshot, limits)
     except CommandFailed as exc:
         if exc.argv[:2] == ("pct", "exec"):
-            assert target.vmid is not None
-            return unreachable(target, container_not_read(target.node, target.vmid, exc.stderr_tail))
+            return container_not_read(target, exc.stderr_tail)
         return unreadable(target, exc.user_message)
     except RemoteError as exc:
         return unreachable(target, exc.user_message)

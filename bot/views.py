@@ -57,6 +57,8 @@ STATE_ICON = {
     "unreachable": ":red_circle:",
     "smi-error": ":red_circle:",
     "unreadable": ":warning:",
+    "stopped": ":white_circle:",  # a container the node says is not running: nothing there to read, nothing wrong
+    "no-container": ":warning:",
 }
 
 _env = Environment(
@@ -224,7 +226,7 @@ def _plain(text: str) -> str:
     text = text.replace("```", "")
     for icon, word in (
         (":large_green_circle:", "[ok]"), (":large_yellow_circle:", "[!]"), (":red_circle:", "[X]"),
-        (":warning:", "[!]"),
+        (":warning:", "[!]"), (":white_circle:", "[-]"),
     ):
         text = text.replace(icon, word)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
@@ -826,7 +828,7 @@ def health_messages(report: HealthReport) -> list[SlackMessage]:
     blocks += monospace_sections(table)
     parts = []
     if report.unreachable:
-        parts.append("*Not read now* (unreachable, or nvidia-smi failing there):\n"
+        parts.append("*Not read now* (unreachable, stopped, or nvidia-smi failing there):\n"
                      + "\n".join(f":red_circle: {escape_mrkdwn(u)}" for u in report.unreachable))
     if report.findings:
         parts.append("*Findings:*\n" + "\n".join(f":warning: {escape_mrkdwn(f)}" for f in report.findings))

@@ -33,7 +33,7 @@ class LaunchRef:
 @dataclass(frozen=True)
 class TargetView:
     title: str
-    state: str  # ok | attention | unreachable | smi-error | unreadable
+    state: str  # ok | attention | unreachable | smi-error | unreadable | stopped | no-container
     summary: str  # driver / CUDA / GPU count, or the problem
     gpu_lines: tuple[str, ...]
     flag_lines: tuple[str, ...]
@@ -138,6 +138,8 @@ def target_view(status: TargetStatus, launches: Mapping[Launch, LaunchRef] | Non
     devices: tuple[str, ...] = (f"CUDA devices: {status.devices[1]}",) if status.devices else ()
     if status.state is TargetState.UNREACHABLE:
         return TargetView(title, "unreachable", f"unreachable: {status.problem}", (), (), "", (), devices)
+    if status.state in (TargetState.STOPPED, TargetState.NO_CONTAINER):  # the node said why: its words suffice
+        return TargetView(title, status.state.value, status.problem or status.state.value, (), (), "", (), devices)
     if status.state is TargetState.UNREADABLE:
         return TargetView(title, "unreadable", f"output not understood: {status.problem}", (), (), "", (), devices)
     detail: tuple[str, ...] = ()

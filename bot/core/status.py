@@ -20,8 +20,10 @@ _LXC_RE = re.compile(r"/lxc(?:\.payload)?[./](\d+)(?:/|$)")
 class TargetState(StrEnum):
     OK = "ok"
     SMI_ERROR = "smi-error"  # nvidia-smi answered with an error banner
-    UNREACHABLE = "unreachable"  # SSH failed, timed out, host key refused, container down
+    UNREACHABLE = "unreachable"  # SSH failed, timed out, host key refused
     UNREADABLE = "unreadable"  # output arrived but could not be parsed
+    STOPPED = "stopped"  # the node answered: the container is not running (pct: "CT <vmid> not running")
+    NO_CONTAINER = "no-container"  # the node answered: it has no such container
 
 
 class ProcessView(StrEnum):
@@ -286,16 +288,20 @@ def _match_host_gpu(gpu: Gpu, host: SmiSnapshot) -> Gpu | None:
     return None
 
 
-def container_not_read(node: str, vmid: int, pct_said: str) -> str:
-    """Why a container's GPUs could not be read, when ``pct exec`` refused: in Proxmox's own words (``CT 129 not
-    running``, ``Configuration file 'nodes/pve5/lxc/999.conf' does not exist``), said as what it means."""
+def container_not_read(target: Target, pct_said: str) -> TargetStatus:
+    """A container whose GPUs could not be read because ``pct exec`` refused: in Proxmox's own words (``CT 129 not
+    running``, ``Configuration file 'nodes/pve5/lxc/999.conf' does not exist``), said as what they mean and given
+    their own state: the node answered, so neither is unreachable. Anything else is passed on as said."""
+    node, vmid = target.node, target.vmid
     said = pct_said.strip() or "pct exec failed"
     if f"CT {vmid} not running" in said:
-        return (f"container {vmid} on {node} is not running, so nothing in it holds a GPU (`pct start {vmid}` on "
-                f"{node} starts it; pct: {said})")
+        return TargetStatus(target, TargetState.STOPPED, problem=(
+            f"container {vmid} on {node} is not running, so nothing in it holds a GPU (`pct start {vmid}` on {node} "
+            f"starts it; pct: {said})"))
     if re.search(rf"Configuration file '\S*/lxc/{vmid}\.conf' does not exist", said):
-        return f"{node} has no container {vmid} (pct: {said}); `pct list` on {node} lists its containers"
-    return f"container {vmid}: {said}"
+        return TargetStatus(target, TargetState.NO_CONTAINER, problem=(
+            f"{node} has no container {vmid} (pct: {said}); `pct list` on {node} lists its containers"))
+    return unreachable(target, f"container {vmid}: {said}")
 
 
 def unreachable(target: Target, reason: str, elapsed_s: float | None = None) -> TargetStatus:

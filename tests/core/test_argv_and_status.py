@@ -141,18 +141,28 @@ def test_a_processs_command_name_is_read_from_its_stat_whatever_it_holds():
 def test_a_container_pct_refuses_is_said_as_stopped_or_missing_in_proxmoxs_own_words():
     """`pct exec` dies with "CT <vmid> not running" for a stopped container (PVE's pct: `die "CT $vmid not
     running\n" if !PVE::LXC::check_running($vmid)`) and "Configuration file '...' does not exist" for one the node
-    lacks (PVE::AbstractConfig's load_config); anything else is passed on as said."""
+    lacks (PVE::AbstractConfig's load_config): the node answered, so each is a state of its own, not unreachable;
+    anything else is passed on as said."""
+    from bot.core.report import status_data, target_view
     from bot.core.status import container_not_read
 
-    assert container_not_read("pve5", 129, "CT 129 not running\n") == (
+    stopped = container_not_read(Target("container", "pve5", 129, "sglang-a6000"), "CT 129 not running\n")
+    assert (stopped.state, stopped.problem) == (TargetState.STOPPED, (
         "container 129 on pve5 is not running, so nothing in it holds a GPU (`pct start 129` on pve5 starts it; pct: "
-        "CT 129 not running)")
-    assert container_not_read("pve5", 999, "Configuration file 'nodes/pve5/lxc/999.conf' does not exist") == (
+        "CT 129 not running)"))
+    missing = container_not_read(Target("container", "pve5", 999),
+                                 "Configuration file 'nodes/pve5/lxc/999.conf' does not exist")
+    assert (missing.state, missing.problem) == (TargetState.NO_CONTAINER, (
         "pve5 has no container 999 (pct: Configuration file 'nodes/pve5/lxc/999.conf' does not exist); `pct list` on "
-        "pve5 lists its containers")
+        "pve5 lists its containers"))
+    assert (target_view(stopped).state, target_view(stopped).summary) == ("stopped", stopped.problem)
+    assert [t["state"] for t in status_data((stopped, missing))["targets"]] == ["stopped", "no-container"]
+    # not read, so not clean: another container may hold the GPUs it would use
+    assert not is_clean([stopped]) and memory_evidence([stopped]) == "pve5:129 (sglang-a6000): not read (stopped)"
     # another container's words are not this one's
-    assert container_not_read("pve5", 12, "CT 129 not running") == "container 12: CT 129 not running"
-    assert container_not_read("pve5", 12, "") == "container 12: pct exec failed"
+    other = container_not_read(Target("container", "pve5", 12), "CT 129 not running")
+    assert (other.state, other.problem) == (TargetState.UNREACHABLE, "container 12: CT 129 not running")
+    assert container_not_read(Target("container", "pve5", 12), "").problem == "container 12: pct exec failed"
 
 
 def test_queries_ask_for_structured_csv():

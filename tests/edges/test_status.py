@@ -136,7 +136,7 @@ async def test_orphaned_memory_is_flagged(tmp_path):
     assert rows[1].flags == ("orphaned memory: 30001 MiB held, no process listed",)
 
 
-async def test_stopped_container_is_unreachable_with_pct_message(tmp_path):
+async def test_stopped_container_is_stopped_with_pct_message(tmp_path):
     state = seed_node_state("pve5")
     state["containers"]["129"]["status"] = "stopped"
     nodes, inventory, transport = await _nodes(tmp_path, {"pve5": state})
@@ -145,7 +145,7 @@ async def test_stopped_container_is_unreachable_with_pct_message(tmp_path):
     finally:
         await _stop(nodes, transport)
     (status,) = report.statuses
-    assert status.state is TargetState.UNREACHABLE and "CT 129 not running" in status.problem
+    assert status.state is TargetState.STOPPED and "CT 129 not running" in status.problem
     assert status.problem.startswith("container 129 on pve5 is not running, so nothing in it holds a GPU")
 
 
@@ -172,7 +172,7 @@ async def test_a_container_status_runs_the_cuda_devices_check_inside_it(tmp_path
     assert view.state == "attention"
     assert view.flag_lines[-1].startswith("CUDA devices: inside CT 129, /dev/nvidia-uvm (regular empty file)")
     assert fine.devices is not None and fine.devices[0] == "ok" and target_view(fine).flag_lines == ()
-    assert stopped.state is TargetState.UNREACHABLE
+    assert stopped.state is TargetState.STOPPED
     assert target_view(stopped).detail_lines == ("CUDA devices: CT 129 passes /dev/nvidia-uvm and 4 other NVIDIA "
                                                  "device node(s)",)
 

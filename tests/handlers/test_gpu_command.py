@@ -62,6 +62,25 @@ async def test_container_status_by_inventory_name(lab):
     assert "48211" in text and "python3 -m sglang.launch_server" in text
 
 
+async def test_a_stopped_or_missing_container_is_said_as_such_not_as_unreachable(lab):
+    """The node answered, and Proxmox said why the container's GPUs cannot be read: its own state, not a network
+    fault."""
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["status"] = "stopped"
+    lab.nodes["pve5"].write_state(state)
+    texts = []
+    for target in ("sglang-a6000", "pve5:999"):
+        _, _, calls = await lab.slash("/gpu", f"status {target}")
+        texts.append(next(c for c in calls if c.method == "chat.postMessage"))
+    stopped, missing = (blocks_to_text(post.blocks) for post in texts)
+    assert "[-] *pve5:129 (sglang-a6000)*  container 129 on pve5 is not running, so nothing in it holds a GPU" \
+        in stopped
+    assert texts[0].params["text"].startswith("GPU status: 1 target (1 stopped)")
+    assert "[!] *pve5:999*  pve5 has no container 999 (pct: Configuration file" in missing
+    assert texts[1].params["text"].startswith("GPU status: 1 target (1 no-container)")
+    assert "unreachable" not in stopped + missing
+
+
 async def test_not_in_channel_falls_back_to_response_url(lab):
     lab.standin.fail["chat.postMessage"] = "not_in_channel"
     status, ack, calls = await lab.slash("/gpu", "status pve5")
