@@ -95,6 +95,9 @@ from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
 HISTORY_FOR_WEIGHTS = 50  # attempts searched for an earlier load of the same checkpoint
+# rounds in a row a follower reads again after its reads failed, before it stops and leaves the launch to the
+# scheduler's next tick (which follows it again from its log)
+FOLLOW_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -562,19 +565,42 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
     last_output = time.time()
     given_up = attempt.given_up_at  # None while it is launching
     buffer = ""
+    failed_reads = 0  # rounds in a row whose reads failed
+
+    async def pause() -> None:
+        if stopping is not None:
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), settings.poll_s)
+        else:
+            await asyncio.sleep(settings.poll_s)
+
     try:
         while True:
             if stopping is not None and stopping.is_set():
                 return attempt
-            if not await store.lease(attempt.id, replica, settings.lease_ttl_s):
-                return attempt  # another replica follows it now
-            stored = await store.get(attempt.id)
-            if given_up is None and stored is not None and stored.status is not AttemptStatus.LAUNCHING:
-                return stored  # stopped meanwhile
-            if given_up is not None and (stored is None or stored.given_up_at is None):
-                return stored or attempt  # its server was stopped, or found ended, meanwhile
-            chunk = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
-                attempt.log_path, offset)), ok_exit=(0, 1))
+            try:
+                if not await store.lease(attempt.id, replica, settings.lease_ttl_s):
+                    return attempt  # another replica follows it now
+                stored = await store.get(attempt.id)
+                if given_up is None and stored is not None and stored.status is not AttemptStatus.LAUNCHING:
+                    return stored  # stopped meanwhile
+                if given_up is not None and (stored is None or stored.given_up_at is None):
+                    return stored or attempt  # its server was stopped, or found ended, meanwhile
+                chunk = await transport.run(attempt.node, remote.pct_exec(vmid, remote.read_log_from(
+                    attempt.log_path, offset)), ok_exit=(0, 1))
+                alive = (await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
+                                             ok_exit=(0, 1))).exit_status == 0
+            except (RemoteError, StoreError) as exc:
+                # a dropped connection, a busy node, Redis restarting: read again next round, a few times, rather
+                # than leave the card stale until the scheduler's next tick; nothing is judged from a failed read
+                failed_reads += 1
+                if failed_reads > FOLLOW_RETRIES:
+                    raise
+                log.info("following attempt %s: %s; reading again (%d of %d)", attempt.id, exc.last_word,
+                         failed_reads, FOLLOW_RETRIES)
+                await pause()
+                continue
+            failed_reads = 0
             if chunk.stdout:
                 offset += len(chunk.stdout.encode())
                 buffer += chunk.stdout
@@ -584,8 +610,6 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 last_output = time.time()
                 if progress != before and given_up is None:  # a given-up launch's card says so until it comes up
                     await notify(attempt, progress, False)
-            alive = (await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
-                                         ok_exit=(0, 1))).exit_status == 0
             now = time.time()
             if given_up is not None:
                 if progress.stage is Stage.READY:
@@ -628,11 +652,7 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                     given_up = attempt.given_up_at  # None when a stop decided it first
                     if not watch_given_up or given_up is None:
                         return attempt
-            if stopping is not None:
-                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), settings.poll_s)
-            else:
-                await asyncio.sleep(settings.poll_s)
+            await pause()
     finally:
         with contextlib.suppress(StoreError):  # Redis did not answer: the lease lapses by itself
             await store.drop_lease(attempt.id, replica)

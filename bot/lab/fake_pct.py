@@ -12,16 +12,22 @@ import sys
 
 
 def fail_once(state_dir, argv):
-    """Whether this command is the next one the lab was asked to fail (``fail_next.json``: the program it runs): a
-    transient failure, as a dropped connection or a busy node gives; the file is removed as it is used."""
+    """Whether this command is one the lab was asked to fail (``fail_next.json``: the program it runs, and how many
+    times in a row): a transient failure, as a dropped connection or a busy node gives; the file is removed once
+    used up."""
     path = os.path.join(state_dir, "fail_next.json")
     try:
         with open(path) as fh:
-            program = json.load(fh)["program"]
+            asked = json.load(fh)
+        program, times = asked["program"], int(asked.get("times", 1))
     except (OSError, ValueError, KeyError):
         return False
     if argv[:1] != [program]:
         return False
+    if times > 1:
+        with open(path, "w") as fh:
+            json.dump({"program": program, "times": times - 1}, fh)
+        return True
     try:
         os.remove(path)
     except FileNotFoundError:

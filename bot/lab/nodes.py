@@ -232,9 +232,9 @@ class LabNode:
         state["processes"] = []
         self.write_state(state)
 
-    def fail_next(self, program: str) -> None:
-        """The next ``pct exec`` on this node that runs ``program`` fails (exit 255), once: a transient failure."""
-        (self.state_dir / "fail_next.json").write_text(json.dumps({"program": program}))
+    def fail_next(self, program: str, times: int = 1) -> None:
+        """The next ``times`` ``pct exec`` on this node that run ``program`` fail (exit 255): a transient failure."""
+        (self.state_dir / "fail_next.json").write_text(json.dumps({"program": program, "times": times}))
 
     def set_scenario(self, vmid: int, queue: list[str], delay_s: float = 0.05, pause_s: float | None = None) -> None:
         """The outcomes the container's SGLang stand-in plays for its next launches (``pause_s``: how long each is

@@ -755,12 +755,41 @@ async def test_a_launch_given_up_on_that_comes_up_after_all_is_recorded_ready(la
     assert len(held) == 2 and all(line.rstrip().endswith(f"<- {attempt.id} (ready, port 30000)") for line in held)
 
 
-async def test_a_follower_whose_read_of_the_log_fails_once_is_followed_again_on_the_next_tick(lab, caplog):
-    """One read of the launch's log fails (a dropped SSH connection, a busy node): the follower stops and says so as a
+async def test_a_follower_whose_reads_fail_a_few_times_reads_again_and_follows_on(lab, caplog):
+    """Reads of the launch's log fail a few rounds in a row (a dropped SSH connection, a busy node): the follower
+    reads again the next round and follows the launch on to ready, where before it stopped at the first failure and
+    the card stayed as it was until the scheduler's next tick."""
+    import logging
+
+    from bot.launch import FOLLOW_RETRIES
+
+    caplog.set_level(logging.INFO)
+    lab.nodes["pve5"].set_scenario(129, ["slow_load"], delay_s=0.02, pause_s=4)
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
+                               "--mamba-ssm-dtype bfloat16")
+    await wait_text(lab, "Launch `a", method="chat.postMessage")
+    lab.nodes["pve5"].fail_next("tail", times=FOLLOW_RETRIES)
+    attempt = (await lab.services.attempts.recent("pve5", 129, 1))[0]
+    stored = await stored_once(lab, attempt, lambda record: record.status is AttemptStatus.READY)
+    assert stored.status is AttemptStatus.READY and stored.error_line is None
+    again = [r.getMessage() for r in caplog.records if "reading again" in r.getMessage()]
+    assert again[-1].startswith(f"following attempt {attempt.id}: ") and again[-1].endswith(
+        f"reading again ({FOLLOW_RETRIES} of {FOLLOW_RETRIES})"), again
+    assert not any("stopped" in r.getMessage() and "following attempt" in r.getMessage() for r in caplog.records)
+    for _ in range(100):  # its card is drawn once the record is
+        if "— *ready*" in latest_card(lab, stored):
+            break
+        await asyncio.sleep(0.1)
+    assert "— *ready*" in latest_card(lab, stored)
+
+
+async def test_a_follower_whose_reads_keep_failing_is_followed_again_on_the_next_tick(lab, caplog):
+    """Reads of the launch's log fail more rounds in a row than the follower reads again: it stops and says so as a
     warning naming the attempt, where before it died as a crashed background task with a traceback; the launch runs
     on, and the scheduler's next tick follows it again from its log, up to ready."""
     import logging
 
+    from bot.launch import FOLLOW_RETRIES
     from bot.scheduler import Scheduler
 
     caplog.set_level(logging.WARNING)
@@ -768,7 +797,7 @@ async def test_a_follower_whose_read_of_the_log_fails_once_is_followed_again_on_
     await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --mem-fraction-static 0.88 "
                                "--mamba-ssm-dtype bfloat16")
     await wait_text(lab, "Launch `a", method="chat.postMessage")
-    lab.nodes["pve5"].fail_next("tail")
+    lab.nodes["pve5"].fail_next("tail", times=FOLLOW_RETRIES + 1)
     for _ in range(100):
         if any("following attempt" in r.getMessage() for r in caplog.records):
             break
