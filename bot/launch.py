@@ -36,6 +36,7 @@ from bot.core.budget import Budget, VerdictKind, stop_launches_first
 from bot.core.diagnosis import ECHO, Finding, LaunchContext, cause_line, diagnose, diagnose_excerpt
 from bot.core.flags import (
     LaunchFlags,
+    bind_host,
     check_model_flag,
     env_words,
     flag_value,
@@ -206,9 +207,10 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     ct_config_task = asyncio.ensure_future(read_pct_config(transport, target.node, target.vmid))
     nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
-    server_at = server_host(request.flags)
+    bind_at = bind_host(request.flags)
     port_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
-        target.vmid, remote.port_in_use(python, server_at, port)), ok_exit=(0, 1)))
+        target.vmid, remote.port_bind(python, bind_at, port)),
+        ok_exit=(remote.PORT_FREE, remote.PORT_IN_USE, remote.PORT_UNBINDABLE)))
     # NCCL between the launch GPUs makes its shared-memory segments in /dev/shm when they have no peer-to-peer path
     shm_task = asyncio.ensure_future(read_dev_shm(transport, target.node, target.vmid)) \
         if flags.gpus_needed > 1 else None
@@ -235,7 +237,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         host = await host_task
     except (RemoteError, SmiFailed, GpuopsError):
         host = None
-    checks.append(await _port_check(port_task, server_at, port))
+    checks.append(await _port_check(port_task, bind_at, port))
 
     try:
         faults: NodeFaults | None = await faults_task
@@ -328,12 +330,20 @@ async def _env_check(env_task: asyncio.Future[CommandResult], env: tuple[str, ..
 
 
 async def _port_check(port_task: asyncio.Future[CommandResult], host: str, port: int) -> Check:
+    """Whether the server could bind its address and port now: SGLang binds them only once its model is loaded, so
+    a port in use, or an address the container lacks, would fail the launch at its end."""
     try:
-        in_use = (await port_task).exit_status == 0
+        out = await port_task
     except RemoteError as exc:
         return Check("port free", "warn", f"could not check port {port}: {exc.user_message}")
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return Check("port free", "fail" if in_use else "ok", f"{where} {'is already in use' if in_use else 'is free'}")
+    if out.exit_status == remote.PORT_IN_USE:
+        return Check("port free", "fail", f"{where} is already in use")
+    if out.exit_status == remote.PORT_UNBINDABLE:
+        said = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "no reason given"
+        return Check("port free", "fail", f"the server could not listen on {where} in the container ({said}): "
+                                          "--host must be an address the container has, or 0.0.0.0 for all")
+    return Check("port free", "ok", f"{where} is free")
 
 
 async def _device_nodes(transport: Transport, node: str, vmid: int,

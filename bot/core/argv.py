@@ -437,17 +437,27 @@ def read_log_from(path: str, offset: int) -> Argv:
     return ("tail", "-c", f"+{int(_check_int(offset, 'offset', 0)) + 1}", checked_path(path))
 
 
+# binds host:port as SGLang's server (uvicorn) will once its model is loaded, SO_REUSEADDR set as it sets it (a
+# closed connection's TIME_WAIT holds nothing): a listener on that port at any address the bind covers stops it, and
+# so does an address the container does not have; the socket is closed at once
+PORT_FREE, PORT_IN_USE, PORT_UNBINDABLE = 0, 10, 11
 PORT_SCRIPT = (
-    "import socket, sys\n"
+    "import errno, socket, sys\n"
     "try:\n"
-    "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\n"
-    "except OSError:\n"
-    "    sys.exit(1)\n"
+    "    family, kind, proto, _, address = socket.getaddrinfo(sys.argv[1], int(sys.argv[2]),\n"
+    "                                                          type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]\n"
+    "    with socket.socket(family, kind, proto) as s:\n"
+    "        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "        s.bind(address)\n"
+    "except OSError as e:\n"
+    "    print(e, file=sys.stderr)\n"
+    f"    sys.exit({PORT_IN_USE} if e.errno == errno.EADDRINUSE else {PORT_UNBINDABLE})\n"
 )
 
 
-def port_in_use(python: str, host: str, port: int) -> Argv:
-    """Exit 0 when something accepts connections on host:port inside the container."""
+def port_bind(python: str, host: str, port: int) -> Argv:
+    """Exit PORT_FREE when a server could bind host:port inside the container now, PORT_IN_USE when something holds
+    it, PORT_UNBINDABLE (the reason on stderr) when it cannot be bound for another reason."""
     return (python, "-c", PORT_SCRIPT, _check_host(host), _check_int(port, "port", 1))
 
 

@@ -543,6 +543,13 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})  # noqa: S104 (recognised in a launch's flags, never bound)
 
 
+def bind_host(argv: Sequence[str]) -> str:
+    """The address a server launched with ``argv`` binds inside its container: the ``--host`` as given (a wildcard
+    too), or SGLang's default 127.0.0.1."""
+    host = flag_value(argv, "--host")
+    return "127.0.0.1" if host is None else host.strip("[]")
+
+
 def server_host(argv: Sequence[str]) -> str:
     """The address a server launched with ``argv`` answers on inside its container: the ``--host`` it binds, or
     127.0.0.1 for SGLang's default and for the wildcard addresses (which take loopback connections too)."""

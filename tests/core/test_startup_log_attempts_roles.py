@@ -97,6 +97,18 @@ def test_a_server_is_asked_on_the_address_it_binds():
     assert server_host(("--host", "[fd00::5]")) == "fd00::5"
 
 
+def test_a_server_is_checked_on_the_address_it_binds_a_wildcard_included():
+    from bot.core.argv import port_bind
+    from bot.core.flags import bind_host
+
+    assert bind_host(("--tp", "2")) == "127.0.0.1"  # SGLang's default --host
+    assert bind_host(("--host", "0.0.0.0")) == "0.0.0.0"  # noqa: S104 - the bind covers every address
+    assert bind_host(("--host=::",)) == "::" and bind_host(("--host", "[fd00::5]")) == "fd00::5"
+    assert port_bind("/usr/bin/python3", "0.0.0.0", 30000)[-2:] == ("0.0.0.0", "30000")  # noqa: S104
+    with pytest.raises(ValueError, match="is not an address or host name"):
+        port_bind("/usr/bin/python3", "127.0.0.1;id", 30000)
+
+
 def test_a_secret_flag_value_is_never_shown_but_is_passed_on():
     from bot.core.budget import BudgetInput, GpuPlan, compute_budget, parse_version
     from bot.core.flags import parse_sglang_flags, redacted, secret_value

@@ -104,6 +104,36 @@ async def test_an_sglang_variable_the_installed_sglang_never_mentions_is_named_b
     assert "environment known" not in {c.name for c in other.checks}
 
 
+async def test_the_port_check_binds_as_the_server_will_and_names_what_stops_it(setup):
+    """The server binds its --host and --port only once its model is loaded: the pre-flight binds them first, in the
+    container over SSH. A wildcard --host is stopped by a listener on any one address (the connect to 127.0.0.1 it
+    did before found 127.0.0.2's listener free), and an address the container lacks is named, not called free."""
+    import socket
+
+    from bot.lab.nodes import free_port
+
+    node, inventory, transport, store = setup
+    port = free_port()
+    flags = (*SEED, "--mem-fraction-static", "0.88", "--mamba-ssm-dtype", "bfloat16", "--port", str(port))
+    with socket.socket() as holder:  # another server, listening on one loopback address
+        holder.bind(("127.0.0.2", port))
+        holder.listen()
+        _, wildcard = await run_launch(node, inventory, transport, store, (*flags, "--host", "0.0.0.0"))
+        _, other = await run_launch(node, inventory, transport, store, (*flags, "--host", "127.0.0.3"))
+    checks = {c.name: c for c in wildcard.checks}
+    assert (checks["port free"].result, checks["port free"].detail) == ("fail", f"0.0.0.0:{port} is already in use")
+    assert wildcard.blocked
+    assert {c.name: c for c in other.checks}["port free"].detail == f"127.0.0.3:{port} is free"
+    # TEST-NET-1 (RFC 5737), never a local address: only bound, so no packet goes out
+    _, missing = await run_launch(node, inventory, transport, store, (*flags, "--host", "192.0.2.1"))
+    check = {c.name: c for c in missing.checks}["port free"]
+    assert check.result == "fail" and check.detail == (
+        f"the server could not listen on 192.0.2.1:{port} in the container ([Errno 99] Cannot assign requested "
+        "address): --host must be an address the container has, or 0.0.0.0 for all")
+    _, free = await run_launch(node, inventory, transport, store, flags)
+    assert {c.name: c for c in free.checks}["port free"].detail == f"127.0.0.1:{port} is free"
+
+
 def test_transformers_older_than_the_checkpoint_is_a_warning():
     from bot.budget import PlannedBudget
     from bot.launch import _transformers_check
