@@ -25,7 +25,7 @@ from bot.core.argv import LOG_TAIL_MAX_LINES, LogExcerpt, hub_cache, hub_repo_di
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.gpu import SmiSnapshot
 from bot.core.model import CheckpointIndex, ModelSpec, read_index
-from bot.errors import GpuopsError, UsageError
+from bot.errors import GpuopsError, TargetError, UsageError
 from bot.signals import Interrupted, cleaning_up, interruptible
 
 if TYPE_CHECKING:
@@ -158,14 +158,11 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """The attempts recorded in Redis, newest first (same as /sglang history)."""
-    from bot.core.inventory import resolve_targets
     from bot.views import blocks_to_text, history_message
 
     async def work(services: Any) -> int:
         if args.container:
-            target = resolve_targets(args.container, services.inventory)[0]
-            if target.vmid is None:
-                raise UsageError(f"`{args.container}` is a node; history is kept per container")
+            target = _one_container(args.container, services.inventory, before="history is kept per container: ")
             found = await services.attempts.recent(target.node, target.vmid, args.count)
             where = target.label
         else:
@@ -188,7 +185,7 @@ def cmd_incident(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from bot.core.incident import RECORD_VERBS
-    from bot.core.inventory import Target, resolve_targets
+    from bot.core.inventory import Target
     from bot.incidents import record_from_terminal, with_finished
     from bot.views import blocks_to_text, incident_summary, thread_history_messages
 
@@ -205,9 +202,8 @@ def cmd_incident(args: argparse.Namespace) -> int:
 
     async def work(services: Any) -> int:
         if args.container:
-            target = resolve_targets(args.container, services.inventory)[0]
-            if target.vmid is None:
-                raise UsageError(f"`{args.container}` is a node; incident threads follow a container")
+            target = _one_container(args.container, services.inventory,
+                                    before="incident threads follow a container: ")
             containers = [(target.node, target.vmid, target.label)]
         else:
             containers = [(c.node, c.vmid, Target("container", c.node, c.vmid, name).label)
@@ -469,15 +465,18 @@ def _print_budget(args: argparse.Namespace, budget: Any, title: str, totals_gib:
     return VERDICT_EXIT["fails"] if refused_flags else VERDICT_EXIT[budget.verdict.value]
 
 
-def _one_container(spec: str, inventory: Inventory, not_one: str) -> Target:
-    """The one container ``spec`` names in the inventory (``not_one``: the usage error when it names none or
-    several)."""
-    from bot.core.inventory import resolve_targets
+OR_ATTEMPT = ", or an attempt id (`gpuops history` lists them)"
 
-    found = resolve_targets(spec, inventory)
-    if len(found) != 1 or found[0].kind != "container":
-        raise UsageError(not_one)
-    return found[0]
+
+def _one_container(spec: str, inventory: Inventory, before: str = "", also: str = "") -> Target:
+    """The one container ``spec`` names in the inventory; else a usage error listing the containers it could name,
+    with ``before`` and ``also`` (what else the command takes) around it."""
+    from bot.core.inventory import resolve_container
+
+    try:
+        return resolve_container(spec, inventory)
+    except TargetError as exc:
+        raise UsageError(f"{before}{exc.user_message}{also}") from None
 
 
 def _container_budget(args: argparse.Namespace) -> int:
@@ -493,7 +492,7 @@ def _container_budget(args: argparse.Namespace) -> int:
     from bot.launch import HISTORY_FOR_WEIGHTS
 
     async def work(services: Any) -> int:
-        target = _one_container(args.container, services.inventory, f"`{args.container}` is not one container")
+        target = _one_container(args.container, services.inventory)
         history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
         planned = await plan_budget(services.transport, services.inventory, target, args.model,
                                     tuple(_flag_args(args)), history)
@@ -636,12 +635,11 @@ def _launch_request(args: argparse.Namespace, inventory: Inventory, user: str, c
         if profile is None:
             known = ", ".join(sorted(inventory.profiles)) or "none are configured"
             raise UsageError(f"no launch profile `{args.profile}` (profiles: {known})")
-        target = _one_container(profile.container, inventory, f"profile {args.profile}: `{profile.container}` is not "
-                                "one container")
+        target = _one_container(profile.container, inventory, before=f"profile {args.profile}: ")
         return LaunchRequest(target, profile.model_path, tuple(profile.flags), user, channel, force)
     if not args.container or not args.model:
         raise UsageError("give --container and --model (then -- and the SGLang flags), or --profile")
-    target = _one_container(args.container, inventory, f"`{args.container}` is not one container")
+    target = _one_container(args.container, inventory)
     return LaunchRequest(target, args.model, tuple(_flag_args(args)), user, channel, force)
 
 
@@ -813,7 +811,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
     async def work(services: Any) -> int:
         target = None if is_attempt_id(args.what) else _one_container(
-            args.what, services.inventory, f"{args.what} names no one container or attempt")
+            args.what, services.inventory, also=OR_ATTEMPT)
         attempt = await attempt_to_stop(services.attempts, args.what, target, "gpuops history")
         print(stop_question(attempt))
         print("\n".join(f"  - {line}" for line in stop_plan_lines(attempt, services.launch.stop_timeout_s)))
@@ -868,7 +866,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
     if args.what == "-" or "/" in args.what or Path(args.what).exists() or args.launch or \
             args.stalled_minutes is not None or args.kernel_log or args.vmid is not None:
         return _triage_file(args)
-    from bot.errors import ConfigError, TargetError
+    from bot.errors import ConfigError
 
     try:
         return _triage_attempt(args)
@@ -884,7 +882,7 @@ def _triage_attempt(args: argparse.Namespace) -> int:
 
     async def work(services: Any) -> int:
         target = None if is_attempt_id(args.what) else _one_container(
-            args.what, services.inventory, f"no log file {args.what} here, and it names no one container or attempt")
+            args.what, services.inventory, before=f"no log file {args.what} here; ", also=OR_ATTEMPT)
         attempt = await find_attempt(services.attempts, args.what, target)
         report = await triage_attempt(services.transport, services.inventory, attempt,
                                       lambda: services.attempts.recent(attempt.node, attempt.vmid, 20),
@@ -917,7 +915,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
     async def work(services: Any) -> int:
         target = None if is_attempt_id(args.what) else _one_container(
-            args.what, services.inventory, f"{args.what} names no one container or attempt")
+            args.what, services.inventory, also=OR_ATTEMPT)
         attempt = await find_attempt(services.attempts, args.what, target)
         log = await read_attempt_log(services.transport, attempt, lines)
         print("\n".join(blocks_to_text(m.blocks) for m in attempt_log_messages(log, time.time())))

@@ -18,7 +18,6 @@ from bot.budget import flag_refusals, plan_budget
 from bot.chart import budget_png
 from bot.core.attempts import Attempt, is_attempt_id
 from bot.core.commands import (
-    SGLANG_USAGE,
     SglangBudgetRequest,
     SglangHelpRequest,
     SglangHistoryRequest,
@@ -29,9 +28,9 @@ from bot.core.commands import (
     parse_sglang_command,
 )
 from bot.core.flags import redacted
-from bot.core.inventory import Target, resolve_targets
+from bot.core.inventory import Target, resolve_container
 from bot.core.startup_log import Progress, observed_of
-from bot.errors import GpuopsError, TargetError, UsageError
+from bot.errors import GpuopsError, TargetError
 from bot.incidents import container_changed, triage_answered
 from bot.launch import (
     HISTORY_FOR_WEIGHTS,
@@ -60,12 +59,9 @@ def container_target(services: Services, spec: str, attempts_too: bool = False) 
     or_attempt = " or an attempt id like `a20261203-140241-38e9` (`/sglang history` lists them)" if attempts_too \
         else ""
     try:
-        targets = resolve_targets(spec, services.inventory)
+        return resolve_container(spec, services.inventory)
     except TargetError as exc:
         raise TargetError(exc.user_message + or_attempt) from None
-    if len(targets) != 1 or targets[0].kind != "container":
-        raise UsageError(f"`{spec}` is not one container{or_attempt}. {SGLANG_USAGE}")
-    return targets[0]
 
 
 def register(app: AsyncApp, services: Services) -> None:

@@ -211,5 +211,25 @@ def resolve_targets(spec: str, inventory: Inventory, local: bool = False) -> lis
         name = next((n for n, c in inventory.containers.items() if c.node == node and c.vmid == vmid), None)
         return [Target("container", node, vmid, name)]
     known = ", ".join(sorted([*inventory.nodes, *inventory.containers, *(["local"] if local else [])])) or "(none)"
-    shown = spec if len(spec) <= 40 else spec[:40] + "…"
-    raise TargetError(f"unknown target `{shown}`. Known: {known}, or `all`, or `<node>:<vmid>`")
+    raise TargetError(f"unknown target `{_shown(spec)}`. Known: {known}, or `all`, or `<node>:<vmid>`")
+
+
+def resolve_container(spec: str, inventory: Inventory) -> Target:
+    """The one container ``spec`` names: its inventory name or ``<node>:<vmid>``. Anything else (a node, ``all``, an
+    unknown name) is a TargetError that lists the containers, for the commands that act in one container."""
+    try:
+        found = resolve_targets(spec, inventory)
+    except TargetError:
+        found = []
+    if len(found) == 1 and found[0].kind == "container":
+        return found[0]
+    names = ", ".join(sorted(inventory.containers)) or "none named in the inventory"
+    ways = f"containers: {names}; or `<node>:<vmid>` on {', '.join(sorted(inventory.nodes)) or 'a node'}"
+    if found:
+        raise TargetError(f"`{_shown(spec)}` is not one container ({ways})")
+    raise TargetError(f"unknown container `{_shown(spec)}` ({ways})")
+
+
+def _shown(spec: str) -> str:
+    spec = spec.strip()
+    return spec if len(spec) <= 40 else spec[:40] + "…"

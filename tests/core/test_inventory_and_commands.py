@@ -39,6 +39,20 @@ def test_unknown_or_malformed_targets_are_refused(spec):
     assert len(err.value.user_message) < 300
 
 
+def test_a_command_in_one_container_lists_the_containers_when_it_names_none():
+    from bot.core.inventory import resolve_container
+
+    assert resolve_container("pve5:129", inventory()) == Target("container", "pve5", 129, "sglang-a6000")
+    assert resolve_container(" sglang-a6000 ", inventory()) == Target("container", "pve5", 129, "sglang-a6000")
+    ways = "(containers: sglang-a6000; or `<node>:<vmid>` on pve5, pve6)"
+    for spec, said in (("sglang-a600", f"unknown container `sglang-a600` {ways}"),
+                       ("pve5", f"`pve5` is not one container {ways}"), ("all", f"`all` is not one container {ways}"),
+                       ("a" * 500, f"unknown container `{'a' * 40}…` {ways}")):
+        with pytest.raises(TargetError) as err:
+            resolve_container(spec, inventory())
+        assert err.value.user_message == said  # never `all`, which a command in one container cannot take
+
+
 def test_container_settings_are_the_listed_ones_or_the_defaults():
     listed = inventory().container_settings("pve5", 129)
     assert (listed.python, listed.log_dir, listed.port) == ("/opt/sglang/bin/python", "/srv/logs", 30010)

@@ -214,7 +214,8 @@ async def test_a_port_conflict_names_the_process_holding_the_port_by_pid(lab):
 
 async def test_an_unknown_name_or_attempt_is_answered_with_what_triage_takes(lab):
     _, ack, _ = await lab.slash("/sglang", "triage sglang-a600")
-    assert "unknown target `sglang-a600`" in ack and "or an attempt id like" in ack
+    assert "unknown container `sglang-a600` (containers: sglang-a6000; or `<node>:<vmid>` on pve5, pve6, pve7)" \
+        in ack and "or an attempt id like" in ack
     _, ack, _ = await lab.slash("/sglang", "triage a20201231-235959-beef")
     assert ack == "reading the attempt's own log…"
     responded = await lab.standin.wait_for(lambda c: any(x.method == "response_url" for x in c), 20)
@@ -324,7 +325,7 @@ async def test_gpuops_triage_in_a_terminal_gives_the_slack_answer_for_an_attempt
     assert stale.returncode == 3 and "stale log" in stale.stdout and "was not written by attempt" in stale.stdout
 
     typo = await asyncio.to_thread(gpuops, "triage", "sglang-a600", "--inventory", inventory, env=env)
-    assert typo.returncode == 2 and "no log file sglang-a600 here" in typo.stderr and "unknown target" in typo.stderr
+    assert typo.returncode == 2 and "no log file sglang-a600 here" in typo.stderr and "unknown container" in typo.stderr
     assert "Traceback" not in typo.stderr
 
 
