@@ -8,6 +8,7 @@
     │  ├─ ConnectError          TCP/SSH connection or authentication failed
     │  ├─ HostKeyError          host key unknown or changed: refused
     │  ├─ CommandFailed         non-zero exit (argv, exit_status, stderr_tail)
+    │  │  └─ ContainerDown      `pct exec` refused: the container is stopped or missing
     │  └─ RemoteTimeout         no answer within the deadline
     ├─ ParseError               output not in the expected shape; keeps the raw text
     └─ StoreError               Redis unavailable or refused
@@ -77,6 +78,20 @@ class RemoteTimeout(RemoteError):
     def __init__(self, node: str, seconds: float, what: str = "command") -> None:
         super().__init__(f"{node}: no answer to {what} within {seconds:g}s", node)
         self.seconds = seconds
+
+
+class ContainerDown(CommandFailed):
+    """``pct exec`` refused because the container is not running or the node has none by that id: ``user_message``
+    says so in words that mean it, where a bare CommandFailed quotes pct's exit."""
+
+    def __init__(self, node: str, argv: tuple[str, ...], exit_status: int | None, stderr: str, meaning: str) -> None:
+        super().__init__(node, argv, exit_status, stderr)
+        self.user_message = meaning
+        self.args = (meaning,)
+
+    @property
+    def last_word(self) -> str:
+        return self.user_message
 
 
 class ParseError(GpuopsError):

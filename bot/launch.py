@@ -75,7 +75,7 @@ from bot.core.report import Launch, LaunchRef, age_text, launch_key, launch_of
 from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance, observed_of
 from bot.core.status import Thresholds
-from bot.errors import CommandFailed, GpuopsError, RemoteError, StoreError, UsageError
+from bot.errors import CommandFailed, ContainerDown, GpuopsError, RemoteError, StoreError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
 from bot.signals import cleaning_up
@@ -237,7 +237,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         host = await host_task
     except (RemoteError, SmiFailed, GpuopsError):
         host = None
-    checks.append(await _port_check(port_task, bind_at, port))
+    if (port_check := await _port_check(port_task, bind_at, port)) is not None:
+        checks.append(port_check)
 
     try:
         faults: NodeFaults | None = await faults_task
@@ -329,11 +330,14 @@ async def _env_check(env_task: asyncio.Future[CommandResult], env: tuple[str, ..
     return Check("environment known", "ok", f"{sglang} here knows {', '.join(sglang_variables(env))}")
 
 
-async def _port_check(port_task: asyncio.Future[CommandResult], host: str, port: int) -> Check:
+async def _port_check(port_task: asyncio.Future[CommandResult], host: str, port: int) -> Check | None:
     """Whether the server could bind its address and port now: SGLang binds them only once its model is loaded, so
-    a port in use, or an address the container lacks, would fail the launch at its end."""
+    a port in use, or an address the container lacks, would fail the launch at its end. None when the container is
+    down (the container check says so)."""
     try:
         out = await port_task
+    except ContainerDown:
+        return None
     except RemoteError as exc:
         return Check("port free", "warn", f"could not check port {port}: {exc.user_message}")
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

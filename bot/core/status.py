@@ -288,20 +288,28 @@ def _match_host_gpu(gpu: Gpu, host: SmiSnapshot) -> Gpu | None:
     return None
 
 
-def container_not_read(target: Target, pct_said: str) -> TargetStatus:
-    """A container whose GPUs could not be read because ``pct exec`` refused: in Proxmox's own words (``CT 129 not
-    running``, ``Configuration file 'nodes/pve5/lxc/999.conf' does not exist``), said as what they mean and given
-    their own state: the node answered, so neither is unreachable. Anything else is passed on as said."""
-    node, vmid = target.node, target.vmid
-    said = pct_said.strip() or "pct exec failed"
+def pct_refusal(node: str, vmid: int, pct_said: str) -> tuple[TargetState, str] | None:
+    """What ``pct exec`` dying with Proxmox's own words means (``CT 129 not running``, ``Configuration file
+    'nodes/pve5/lxc/999.conf' does not exist``): the container's state and the words for it; None for anything else,
+    or another container's words."""
+    said = pct_said.strip()
     if f"CT {vmid} not running" in said:
-        return TargetStatus(target, TargetState.STOPPED, problem=(
-            f"container {vmid} on {node} is not running, so nothing in it holds a GPU (`pct start {vmid}` on {node} "
-            f"starts it; pct: {said})"))
+        return TargetState.STOPPED, (f"container {vmid} on {node} is not running, so nothing in it holds a GPU "
+                                     f"(`pct start {vmid}` on {node} starts it; pct: {said})")
     if re.search(rf"Configuration file '\S*/lxc/{vmid}\.conf' does not exist", said):
-        return TargetStatus(target, TargetState.NO_CONTAINER, problem=(
-            f"{node} has no container {vmid} (pct: {said}); `pct list` on {node} lists its containers"))
-    return unreachable(target, f"container {vmid}: {said}")
+        return TargetState.NO_CONTAINER, f"{node} has no container {vmid} (pct: {said}); `pct list` on {node} lists " \
+                                         "its containers"
+    return None
+
+
+def container_not_read(target: Target, pct_said: str) -> TargetStatus:
+    """A container whose GPUs could not be read because ``pct exec`` refused: stopped or missing in Proxmox's words
+    (:func:`pct_refusal`), each a state of its own since the node answered; anything else is passed on as said."""
+    assert target.vmid is not None
+    refused = pct_refusal(target.node, target.vmid, pct_said)
+    if refused is not None:
+        return TargetStatus(target, refused[0], problem=refused[1])
+    return unreachable(target, f"container {target.vmid}: {pct_said.strip() or 'pct exec failed'}")
 
 
 def unreachable(target: Target, reason: str, elapsed_s: float | None = None) -> TargetStatus:
@@ -338,5 +346,5 @@ __all__ = [
     "GpuRow", "ProcessView", "TargetState", "TargetStatus", "Thresholds", "assess_container", "assess_node",
     "NVIDIA_SERVICES", "ORPHANED_FLAG", "attribute", "attribute_from_proc", "container_not_read",
     "gpu_device_holders", "groups_from_status", "is_clean", "memory_evidence",
-    "names_from_stat", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
+    "names_from_stat", "pct_refusal", "process_on_gpu", "unreachable", "unreadable", "vmids_from_cgroups",
 ]

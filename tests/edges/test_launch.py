@@ -134,6 +134,31 @@ async def test_the_port_check_binds_as_the_server_will_and_names_what_stops_it(s
     assert {c.name: c for c in free.checks}["port free"].detail == f"127.0.0.1:{port} is free"
 
 
+async def test_a_stopped_container_is_named_as_stopped_by_the_preflight_and_by_any_command_in_it(setup):
+    """`pct exec` in a stopped container dies with Proxmox's "CT 129 not running": the pre-flight says what that
+    means, where it quoted pct's exit 255 twice (the container check and the port check)."""
+    from bot.core.argv import pct_exec
+    from bot.errors import ContainerDown
+
+    node, inventory, transport, store = setup
+    state = node.read_state()
+    state["containers"]["129"]["status"] = "stopped"
+    node.write_state(state)
+    _, pre = await run_launch(node, inventory, transport, store, (*SEED, "--mem-fraction-static", "0.88"))
+    stopped = ("container 129 on pve5 is not running, so nothing in it holds a GPU (`pct start 129` on pve5 starts "
+               "it; pct: CT 129 not running)")
+    checks = {c.name: c for c in pre.checks}
+    assert pre.blocked and (checks["container answers"].result, checks["container answers"].detail) == (
+        "fail", stopped)
+    assert "port free" not in checks
+    with pytest.raises(ContainerDown) as down:  # any command there: a log read, a stop's lookup
+        await transport.run("pve5", pct_exec(129, ("cat", "/etc/hostname")))
+    assert down.value.user_message == down.value.last_word == stopped and down.value.exit_status == 255
+    with pytest.raises(ContainerDown) as missing:
+        await transport.run("pve5", pct_exec(999, ("true",)))
+    assert missing.value.user_message.startswith("pve5 has no container 999 (pct: Configuration file")
+
+
 def test_transformers_older_than_the_checkpoint_is_a_warning():
     from bot.budget import PlannedBudget
     from bot.launch import _transformers_check
