@@ -604,6 +604,14 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                     attempt.log_path, offset)), ok_exit=(0, 1))
                 alive = (await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
                                              ok_exit=(0, 1))).exit_status == 0
+            except ContainerDown as exc:
+                # a container that stopped, or went, runs no server any more: the launch ended with it (followed on,
+                # it stayed `launching` with its container's launch lock held, the follower failing on every tick)
+                if given_up is not None:  # its end is the sampler's to record, as for any server left running
+                    return stored or attempt
+                return await _finish(store, attempt, progress, AttemptStatus.FAILED,
+                                     f"the server ended with its container during {progress.label}: {exc.user_message}",
+                                     notify)
             except (RemoteError, StoreError) as exc:
                 # a dropped connection, a busy node, Redis restarting: read again next round, a few times, rather
                 # than leave the card stale until the scheduler's next tick; nothing is judged from a failed read
