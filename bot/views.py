@@ -273,14 +273,14 @@ def budget_messages(budget: Budget, title: str, refused_flags: Sequence[str] | N
     blocks += monospace_sections(table)
     verdict_lines = []
     if budget.error_text:
-        verdict_lines.append(f":x: {_error_lead(budget)}: `{escape_mrkdwn(budget.error_text)}`")
+        verdict_lines.append(f":x: {_error_lead(budget)}: {code_span(budget.error_text)}")
     verdict_lines += [f":x: SGLang's parser would refuse the launch: {escape_mrkdwn(r)}" for r in refused_flags or ()]
     verdict_lines += [f":warning: {escape_mrkdwn(r)}" for r in budget.reasons]
     for part in _split_text("\n".join(verdict_lines)):
         blocks.append(SectionBlock(text=MarkdownTextObject(text=part)))
     if budget.remedies:
         remedy_text = "*Remedies, cheapest first:*\n" + "\n".join(
-            f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
+            f"{i}. {code_span(r.change)} — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
         blocks += [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text(remedy_text)]
     if budget.not_modelled:
         near = "".join(f"\n:warning: {note}" for note in _near_misses(budget, refused_flags))
@@ -304,6 +304,12 @@ STATUS_ICON = {
 BACKTICK_LOOKALIKE = "\u02cb"  # modifier letter grave accent
 
 
+def code_span(text: str) -> str:
+    """``text`` as inline code; a backtick inside would end the span early (a log line, or gpuops' own words that
+    quote a command), so it is shown as its look-alike."""
+    return "`" + escape_mrkdwn(text.replace("`", BACKTICK_LOOKALIKE)) + "`"
+
+
 def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced: bool,
                      command: str | None = None) -> list[Block]:
     """``command``: the server's command line as it would run (``launch.launch_command``)."""
@@ -312,7 +318,7 @@ def preflight_blocks(title: str, checks: Sequence[Check], refused: bool, forced:
             ":white_check_mark: *Pre-flight passed*")
     lines = [f"{head} — {escape_mrkdwn(title)}"]
     if command:  # as code; a backtick inside would end it, so it is shown as its look-alike
-        lines.append("`" + escape_mrkdwn(command.replace("`", BACKTICK_LOOKALIKE)) + "`")
+        lines.append(code_span(command))
     lines += [f"{CHECK_ICON[c.result]} *{escape_mrkdwn(c.name)}*: {escape_mrkdwn(c.detail)}" for c in checks]
     return [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text("\n".join(lines))]
 
@@ -342,7 +348,7 @@ def preflight_message(title: str, checks: Sequence[Check], budget: Budget | None
     blocks = preflight_blocks(title, checks, refused, forced, command)
     if budget is not None and budget.remedies and refused:
         text = "*Remedies, cheapest first:*\n" + "\n".join(
-            f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
+            f"{i}. {code_span(r.change)} — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(text)]
     blocks += remedy_buttons(choices)
     word = "refused" if refused and not forced else "passed" if not refused else "failed (forced)"
@@ -382,7 +388,7 @@ def progress_message(attempt: Attempt, progress: Progress) -> SlackMessage:
         lines.append(f":warning: not the weights the pre-flight sized ({other}): the predicted figures do not "
                      "apply; check that the config.json under --model-path describes the checkpoint loaded")
     if attempt.error_line:
-        lines.append(f":x: first error: `{escape_mrkdwn(attempt.error_line[:400])}`")
+        lines.append(f":x: first error: {code_span(attempt.error_line[:400])}")
         if attempt.observed.get(SERVER_ENDED):
             lines.append(server_ended_line(attempt))
         if attempt.left_running:
@@ -457,7 +463,7 @@ def server_unanswering_message(attempt: Attempt, error: str, now: float) -> Slac
     since = time.strftime("%H:%M UTC", time.gmtime(now))
     lines = [f":warning: *Server `{attempt.id}`* on {escape_mrkdwn(attempt.target_label)} *is not answering* "
              f"(its process, PID {attempt.pid}, still runs; two health probes in a row failed, the last at {since})",
-             f"Last probe: `{escape_mrkdwn(error[:300])}`",
+             f"Last probe: {code_span(error[:300])}",
              f"`/sglang log {attempt.id}` shows its last lines and when it last wrote; `/sglang triage {attempt.id}` "
              f"reads it whole (a hang is placed where it stopped); `/sglang stop {attempt.id}` stops it by its process "
              "group, after a confirmation."]
@@ -688,9 +694,9 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     if report.finding is not None:
         steps = [f"*Next experiment:* {escape_mrkdwn(report.finding.next_step)}"]
         if report.planned is not None and report.planned.budget.remedies:
-            steps += [f"{i}. `{escape_mrkdwn(r.change)}` — {escape_mrkdwn(r.effect)}"
+            steps += [f"{i}. {code_span(r.change)} — {escape_mrkdwn(r.effect)}"
                       for i, r in enumerate(report.planned.budget.remedies, 1)]
-        steps += [f"{i}. `{escape_mrkdwn(e.change)}` — {escape_mrkdwn(e.why)}"
+        steps += [f"{i}. {code_span(e.change)} — {escape_mrkdwn(e.why)}"
                   for i, e in enumerate(report.experiments, 1)]
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(steps))]
     blocks += remedy_buttons(choices)
@@ -715,7 +721,7 @@ def attempt_log_messages(log: AttemptLog, now: float) -> list[SlackMessage]:
     numbered = [f"{n:>6}  {'… ' if i == 0 and tail.cut else ''}{text}"
                 for i, (n, text) in enumerate(zip(range(tail.first_line, tail.total_lines + 1), tail.lines,
                                                   strict=True))]
-    footer = f"`{escape_mrkdwn(a.log_path or '')}`"
+    footer = code_span(a.log_path or "")
     if a.status.value in ("failed", "orphaned"):
         footer += f" · `/sglang triage {a.id}` reads it whole for the first cause"
     pages = paged([SectionBlock(text=MarkdownTextObject(text=head)), *monospace_sections(numbered),

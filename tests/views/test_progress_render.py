@@ -72,6 +72,16 @@ def test_the_preflight_shows_its_command_line_as_one_code_span():
     assert line == "`python3 -m sglang.launch_server --model-path /m --chat-template 'a\u02cbb' --port 30000`"
 
 
+def test_a_first_error_that_quotes_a_command_stays_one_code_span():
+    from dataclasses import replace
+
+    said = ("the server ended with its container during loading weights: container 129 on pve5 is not running, so "
+            "nothing in it holds a GPU (`pct start 129` on pve5 starts it; pct: CT 129 not running)")
+    failed = replace(_attempt({}).moved(AttemptStatus.FAILED, 60.0, said[:300]), error_line=said)
+    (line,) = [x for x in _text(progress_message(failed, Progress())).splitlines() if "first error" in x]
+    assert line == f":x: first error: `{said.replace('`', chr(0x2CB))}`" and line.count("`") == 2
+
+
 def test_a_launch_given_up_on_says_until_when_its_log_is_read_and_once_up_how_late_it_came():
     from dataclasses import replace
 
