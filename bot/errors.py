@@ -84,10 +84,12 @@ class ContainerDown(CommandFailed):
     """``pct exec`` refused because the container is not running or the node has none by that id: ``user_message``
     says so in words that mean it, where a bare CommandFailed quotes pct's exit."""
 
-    def __init__(self, node: str, argv: tuple[str, ...], exit_status: int | None, stderr: str, meaning: str) -> None:
+    def __init__(self, node: str, argv: tuple[str, ...], exit_status: int | None, stderr: str, meaning: str,
+                 stopped: bool) -> None:
         super().__init__(node, argv, exit_status, stderr)
         self.user_message = meaning
         self.args = (meaning,)
+        self.stopped = stopped  # not running; else the node has no such container
 
     @property
     def last_word(self) -> str:

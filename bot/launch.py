@@ -75,7 +75,7 @@ from bot.core.report import Launch, LaunchRef, age_text, launch_key, launch_of
 from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance, observed_of
 from bot.core.status import Thresholds
-from bot.errors import CommandFailed, ContainerDown, GpuopsError, RemoteError, StoreError, UsageError
+from bot.errors import ContainerDown, GpuopsError, RemoteError, StoreError, UsageError
 from bot.faults import read_faults, read_kernel_events
 from bot.launch_settings import LaunchSettings
 from bot.signals import cleaning_up
@@ -1024,10 +1024,9 @@ async def _alive(transport: Transport, inventory: Inventory, attempt: Attempt) -
     try:
         out = await transport.run(attempt.node, remote.pct_exec(attempt.vmid, remote.launched_process(
             attempt.pid, attempt.log_path)), ok_exit=(0, 1, 2))
-    except CommandFailed as exc:
-        if f"CT {attempt.vmid} not running" in exc.stderr_tail:  # pct's own words for a stopped container
-            return False, f"its container {attempt.vmid} is not running"
-        return None, ""
+    except ContainerDown as exc:  # a container that is not running, or gone, runs no server
+        return False, (f"its container {attempt.vmid} is not running" if exc.stopped else
+                       f"its container {attempt.vmid} is gone from {attempt.node}")
     except RemoteError:
         return None, ""
     if out.exit_status == remote.LAUNCHED_PID_REUSED:

@@ -17,7 +17,7 @@ import asyncssh
 
 from bot.core.argv import Argv, to_command, with_timeout
 from bot.core.inventory import Inventory, Node
-from bot.core.status import pct_refusal
+from bot.core.status import TargetState, pct_refusal
 from bot.errors import CommandFailed, ConnectError, ContainerDown, HostKeyError, RemoteTimeout
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,8 @@ class SshTransport:
             last = (result.stderr.strip().splitlines() or [""])[-1]  # pct dies with its reason as its last word
             if argv[:2] == ("pct", "exec") and argv[2].isdigit() and \
                     (refused := pct_refusal(node, int(argv[2]), last)) is not None:
-                raise ContainerDown(node, argv, result.exit_status, result.stderr, refused[1])
+                raise ContainerDown(node, argv, result.exit_status, result.stderr, refused[1],
+                                    stopped=refused[0] is TargetState.STOPPED)
             raise CommandFailed(node, argv, result.exit_status, result.stderr, result.stdout)
         return result
 

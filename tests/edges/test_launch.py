@@ -154,9 +154,11 @@ async def test_a_stopped_container_is_named_as_stopped_by_the_preflight_and_by_a
     with pytest.raises(ContainerDown) as down:  # any command there: a log read, a stop's lookup
         await transport.run("pve5", pct_exec(129, ("cat", "/etc/hostname")))
     assert down.value.user_message == down.value.last_word == stopped and down.value.exit_status == 255
+    assert down.value.stopped
     with pytest.raises(ContainerDown) as missing:
         await transport.run("pve5", pct_exec(999, ("true",)))
     assert missing.value.user_message.startswith("pve5 has no container 999 (pct: Configuration file")
+    assert not missing.value.stopped
 
 
 def test_transformers_older_than_the_checkpoint_is_a_warning():

@@ -389,17 +389,23 @@ async def test_a_not_answering_server_whose_announcement_slack_refused_is_announ
     assert [c.answer.get("ok") for c in said] == [False, True]
 
 
-async def test_a_ready_server_whose_container_stopped_is_announced_as_gone(replicas):
+@pytest.mark.parametrize("gone, said", [("stopped", "its container 129 is not running while serving"),
+                                         ("destroyed", "its container 129 is gone from pve5 while serving")])
+async def test_a_ready_server_whose_container_stopped_is_announced_as_gone(replicas, gone, said):
+    """`pct exec` answers "CT 129 not running" for a stopped container, and "Configuration file ... does not exist"
+    for one destroyed: either way no server runs there (before, a destroyed one was left for later, never decided)."""
     lab, one, two, clock = replicas
     attempt = await ready_server(lab)
     state = lab.nodes["pve5"].read_state()
-    state["containers"]["129"]["status"] = "stopped"  # `pct exec` now answers "CT 129 not running"
+    if gone == "stopped":
+        state["containers"]["129"]["status"] = "stopped"
+    else:
+        state["containers"].pop("129")
     lab.nodes["pve5"].write_state(state)
     clock.now = at("2026-12-03 09:10")
     assert sorted((await one.tick()).exited + (await two.tick()).exited) == [attempt.id]
     stored = await lab.services.attempts.get(attempt.id)
-    assert stored.status.value == "failed" and "its container 129 is not running while serving" in \
-        stored.transitions[-1].note
+    assert stored.status.value == "failed" and said in stored.transitions[-1].note
     post = [c for c in lab.standin.of("chat.postMessage") if "exited while serving" in str(c.params.get("text"))][-1]
     assert "Its log could not be read now" in blocks_to_text(post.blocks)
 
