@@ -605,8 +605,8 @@ async def follow(transport: Transport, inventory: Inventory, store: AttemptStore
                 alive = (await transport.run(attempt.node, remote.pct_exec(vmid, remote.process_alive(attempt.pid)),
                                              ok_exit=(0, 1))).exit_status == 0
             except ContainerDown as exc:
-                # a container that stopped, or went, runs no server any more: the launch ended with it (followed on,
-                # it stayed `launching` with its container's launch lock held, the follower failing on every tick)
+                # a container that stopped, or went, runs no server any more: the launch ended with it, and its
+                # container's launch lock is given back
                 if given_up is not None:  # its end is the sampler's to record, as for any server left running
                     return stored or attempt
                 return await _finish(store, attempt, progress, AttemptStatus.FAILED,

@@ -553,8 +553,8 @@ def bind_host(argv: Sequence[str]) -> str:
 def server_host(argv: Sequence[str]) -> str:
     """The address a server launched with ``argv`` answers on inside its container: the ``--host`` it binds, or
     127.0.0.1 for SGLang's default and for the wildcard addresses (which take loopback connections too)."""
-    host = flag_value(argv, "--host")
-    return "127.0.0.1" if host is None or host in WILDCARD_HOSTS else host.strip("[]")
+    host = bind_host(argv)
+    return "127.0.0.1" if host in WILDCARD_HOSTS else host
 
 
 def _same_path(path: str) -> str:
@@ -675,7 +675,7 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown", "env"}
-__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS",
+__all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "bind_host",
            "check_model_flag", "command_env", "command_flags", "field", "flag_spans", "flag_value",
            "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "server_host", "with_flag",
            "without_flags"]
