@@ -834,8 +834,11 @@ def health_messages(report: HealthReport) -> list[SlackMessage]:
     blocks += monospace_sections(table)
     parts = []
     if report.unreachable:
-        parts.append("*Not read now* (unreachable, stopped, or nvidia-smi failing there):\n"
+        parts.append("*Not read now* (unreachable, or nvidia-smi failing there):\n"
                      + "\n".join(f":red_circle: {escape_mrkdwn(u)}" for u in report.unreachable))
+    if report.stopped:
+        parts.append("*Stopped now* (the node says so; nothing in them holds a GPU):\n"
+                     + "\n".join(f"{STATE_ICON['stopped']} {escape_mrkdwn(u)}" for u in report.stopped))
     if report.findings:
         parts.append("*Findings:*\n" + "\n".join(f":warning: {escape_mrkdwn(f)}" for f in report.findings))
     else:
@@ -849,7 +852,7 @@ def health_messages(report: HealthReport) -> list[SlackMessage]:
     for part in parts:
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(part)]
     text = (f"GPU health: {len(report.gpus)} GPUs, {len(report.findings)} findings, "
-            f"{len(report.unreachable)} not read")
+            f"{len(report.unreachable)} not read" + (f", {len(report.stopped)} stopped" if report.stopped else ""))
     pages = paged(blocks)
     return [SlackMessage(text + (f" (part {n}/{len(pages)})" if len(pages) > 1 else ""), page)
             for n, page in enumerate(pages, 1)]

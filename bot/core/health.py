@@ -38,9 +38,12 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class Unreachable:
+    """A target that gave no GPU rows, and why; ``state`` is its :class:`TargetState` value (a stopped container is
+    not read but not at fault either). Samples stored before the state was kept read as unreachable."""
     at: float
     target: str
     problem: str
+    state: str = TargetState.UNREACHABLE.value
 
 
 def samples_from(statuses: tuple[TargetStatus, ...], at: float) -> tuple[list[GpuSample], list[Unreachable]]:
@@ -49,7 +52,7 @@ def samples_from(statuses: tuple[TargetStatus, ...], at: float) -> tuple[list[Gp
     for status in statuses:
         label = status.target.label
         if status.state is not TargetState.OK and not status.rows:
-            down.append(Unreachable(at, label, status.problem or status.state.value))
+            down.append(Unreachable(at, label, status.problem or status.state.value, status.state.value))
             continue
         snap = status.snapshot
         for row in status.rows:
@@ -105,11 +108,12 @@ class HealthReport:
     window_h: float
     gpus: tuple[GpuDay, ...]
     findings: tuple[str, ...]
-    unreachable: tuple[str, ...]
+    unreachable: tuple[str, ...]  # "<target>: <why>", each not read now for a fault (no answer, nvidia-smi failing)
     versions: dict[str, str]  # target -> "driver X / CUDA Y"
     changes: tuple[str, ...]  # since the previous report
     hardware: tuple[str, ...] = ()  # per node: ECC and Xid coverage (what was read, what is not exposed)
     fault_counts: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # for the next report
+    stopped: tuple[str, ...] = ()  # "<target>: <why>", containers the node says are not running: not read, not faults
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -173,8 +177,10 @@ def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, 
         drift = "; ".join(f"{t}: {v}" for t, v in sorted(versions.items()))
         findings.append(f"driver/CUDA differ across nodes: {drift}")
     latest_down = {u.target: u for u in down if u.at >= start}
-    unreachable = tuple(u.problem if u.problem.startswith(f"{t}:") else f"{t}: {u.problem}"
-                        for t, u in sorted(latest_down.items()))
+    said = {t: u.problem if u.problem.startswith(f"{t}:") else f"{t}: {u.problem}" for t, u in latest_down.items()}
+    stopped_now = sorted(t for t, u in latest_down.items() if u.state == TargetState.STOPPED.value)
+    unreachable = tuple(said[t] for t in sorted(latest_down) if t not in stopped_now)
+    stopped = tuple(said[t] for t in stopped_now)
     changes: list[str] = []
     if previous:
         before = {(g["target"], g["gpu"]): g for g in previous.get("gpus", [])}
@@ -191,14 +197,23 @@ def build_report(samples: list[GpuSample], down: list[Unreachable], now: float, 
             old_version = previous.get("versions", {}).get(target)
             if old_version and old_version != version:
                 changes.append(f"{target}: {old_version} -> {version}")
-        for gone in sorted(set(previous.get("unreachable", ())) - set(unreachable)):
-            changes.append(f"reachable again: {gone.split(':')[0]}")
+        not_read_now = set(latest_down)
+        for target in sorted({_target_of(u) for u in previous.get("unreachable", ())} - not_read_now):
+            changes.append(f"reachable again: {target}")
+        for target in sorted({_target_of(u) for u in previous.get("stopped", ())} - not_read_now):
+            changes.append(f"running again: {target}")
     hardware = summarise_faults(faults, (previous or {}).get("fault_counts"), window_h)
     findings += hardware.findings
     findings += containers
     findings += [f"SGLang: {s}" for s in servers]
     return HealthReport(now, window_h, tuple(days), tuple(findings), unreachable, versions, tuple(changes),
-                        hardware.coverage, hardware.counts)
+                        hardware.coverage, hardware.counts, stopped)
+
+
+def _target_of(not_read: str) -> str:
+    """The target of a report's "<target>: <why>" line; a container's label has a colon of its own
+    ("pve5:129 (sglang-a6000): ..."), the reason follows the first colon and space."""
+    return not_read.split(": ", 1)[0]
 
 
 # --------------------------------------------------------------------------- schedules

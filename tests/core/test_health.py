@@ -97,5 +97,27 @@ def test_samples_from_a_status_sum_each_containers_memory_and_keep_unread_target
     assert [(s.target, s.gpu, s.memory_used_mib, s.holders) for s in samples] == [
         ("pve5", 0, 32005, {"CT 129": 32000, "host": 5}), ("pve5", 1, 9000, {"CT 131": 9000})]
     assert {s.driver for s in samples} == {"580.126.09"} and {s.at for s in samples} == {at}
-    assert [(u.target, u.problem) for u in gone] == [("pve7", "connection refused"), ("pve6", error.meaning)]
+    assert [(u.target, u.problem, u.state) for u in gone] == [("pve7", "connection refused", "unreachable"),
+                                                              ("pve6", error.meaning, "smi-error")]
     assert mismatch.state is TargetState.SMI_ERROR
+
+
+def test_a_stopped_container_is_named_apart_from_faults_and_a_container_back_is_named_itself():
+    """A container the node says is stopped was not read, but nothing is wrong there: it is listed as stopped, not
+    with the targets that did not answer. A target back since the last report is named whole, a container's label
+    with its own colon ("pve5:130 (bench)") included, where the report once named only its node."""
+    now = ts("2026-12-04 08:30")
+    down = [Unreachable(now, "pve5:129 (sglang-a6000)", "container 129 on pve5 is not running, so nothing in it holds "
+                        "a GPU (`pct start 129` on pve5 starts it; pct: CT 129 not running)", "stopped"),
+            Unreachable(now, "pve7", "no answer within 12s")]
+    previous = {"gpus": [], "unreachable": ["pve5:130 (bench): no answer within 12s", "pve7: connection refused"],
+                "stopped": ["pve5:131: container 131 on pve5 is not running"]}
+    report = build_report([], down, now, previous)
+    assert report.unreachable == ("pve7: no answer within 12s",)
+    assert report.stopped == ("pve5:129 (sglang-a6000): container 129 on pve5 is not running, so nothing in it holds a "
+                              "GPU (`pct start 129` on pve5 starts it; pct: CT 129 not running)",)
+    # pve7 is still down, with other words: not "reachable again"
+    assert report.changes == ("reachable again: pve5:130 (bench)", "running again: pve5:131")
+    # a sample stored before the state was kept is read as unreachable, as it was
+    old = build_report([], [Unreachable(now, "pve6", "connection refused")], now, None)
+    assert (old.unreachable, old.stopped) == (("pve6: connection refused",), ())

@@ -494,3 +494,28 @@ async def test_a_server_a_failed_launch_left_running_that_exits_is_recorded_once
         "text"]
     clock.now = at("2026-12-03 06:50")  # the next slot: already recorded, nothing more
     assert (await one.tick()).ended == [] and (await two.tick()).ended == []
+
+
+async def test_a_stopped_container_is_posted_as_stopped_not_as_a_fault_and_its_return_is_named(lab):
+    """A schedule over one container, which someone stopped: the post lists it as stopped (the node's words, a white
+    circle), apart from what did not answer, and the next day's post, with it running again, says so by its name."""
+    schedules = {"morning": ScheduledPost(channel="C0OPS", at="08:30", timezone="UTC", targets="sglang-a6000")}
+    lab.services.inventory = lab.services.inventory.model_copy(update={"schedules": schedules})
+    clock = Clock(at("2026-12-03 08:31"))
+    scheduler = Scheduler(lab.services, lab.app.client, clock, sample_interval_s=1800)
+    state = lab.nodes["pve5"].read_state()
+    state["containers"]["129"]["status"] = "stopped"
+    lab.nodes["pve5"].write_state(state)
+    assert (await scheduler.tick()).posted == ["morning:2026-12-03"]
+    post = health_posts(lab)[-1]
+    text = blocks_to_text(post.blocks)
+    assert ("*Stopped now* (the node says so; nothing in them holds a GPU):\n[-] pve5:129 (sglang-a6000): container "
+            "129 on pve5 is not running") in text, text
+    assert "Not read now" not in text and "[X]" not in text
+    assert post.params["text"] == "GPU health: 0 GPUs, 0 findings, 0 not read, 1 stopped"
+    state["containers"]["129"]["status"] = "running"
+    lab.nodes["pve5"].write_state(state)
+    clock.now = at("2026-12-04 08:31")
+    assert (await scheduler.tick()).posted == ["morning:2026-12-04"]
+    text = blocks_to_text(health_posts(lab)[-1].blocks)
+    assert "running again: pve5:129 (sglang-a6000)" in text and "Stopped now" not in text, text
