@@ -7,21 +7,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot.core import argv as remote
 from bot.core.attempts import Attempt, earlier_load
-from bot.core.budget import Budget, BudgetInput, GpuPlan, compute_budget, parse_version
+from bot.core.budget import (
+    Budget,
+    BudgetInput,
+    GpuPlan,
+    compute_budget,
+    frees_gpus_first,
+    parse_version,
+    stop_launches_first,
+)
 from bot.core.flags import LaunchFlags, check_model_flag, parse_sglang_flags
 from bot.core.gpu import Gpu
 from bot.core.installed_flags import InstalledFlags, flag_problems, parse_installed_flags
 from bot.core.inventory import Inventory, Target
 from bot.core.model import CheckpointIndex, ModelConfigError, read_config, read_index
-from bot.errors import CommandFailed, RemoteError, UsageError
-from bot.status import Transport, read_gpus
+from bot.core.report import memory_holders
+from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
+from bot.status import Transport, launch_ref, read_gpus, read_node, running_launches
 from bot.store import AttemptStore
+
+log = logging.getLogger(__name__)
 
 PACKAGES = ("sglang", "transformers", "torch", "flashinfer-python")
 
@@ -115,6 +127,25 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
                          model.transformers_version, plan.free_mib)
 
 
+async def naming_holders(transport: Transport, inventory: Inventory, store: AttemptStore, target: Target,
+                         planned: PlannedBudget, orphaned_mib: int) -> PlannedBudget:
+    """The budget whose remedy to free the GPUs names the recorded launches holding them, to stop as the attempts
+    they are (as the launch pre-flight does): read on the node only when the budget says to free them. Unread (the
+    node or the history), the remedy stays as it was."""
+    if not frees_gpus_first(planned.budget):
+        return planned
+    node = inventory.node(target.node)
+    try:
+        host, running = await asyncio.gather(read_node(transport, target.node, node.proc_root),
+                                             running_launches(store))
+    except GpuopsError as exc:
+        log.info("the budget's GPU holders not named: %s", exc.user_message)
+        return planned
+    launches = {key: launch_ref(a) for key, a in running.items()}
+    holders = memory_holders(host, planned.gpu_uuids, target.node, launches, orphaned_mib)
+    return replace(planned, budget=stop_launches_first(planned.budget, holders.launches, holders.others))
+
+
 def _gpu_plan(seen: Sequence[Gpu], flags: LaunchFlags,
               target: Target) -> tuple[GpuPlan, Sequence[Gpu], list[int]]:
     """The GPUs the launch will use (the first it needs of those the container sees) as the budget plans them, and
@@ -185,4 +216,4 @@ async def flag_refusals(transport: Transport, store: AttemptStore, inventory: In
     return tuple(p.describe(f"SGLang {version}") for p in flag_problems(installed, argv))
 
 
-__all__ = ["CommandFailed", "PlannedBudget", "flag_refusals", "plan_budget", "read_installed_flags"]
+__all__ = ["CommandFailed", "PlannedBudget", "flag_refusals", "naming_holders", "plan_budget", "read_installed_flags"]

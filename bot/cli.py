@@ -488,7 +488,7 @@ def _container_budget(args: argparse.Namespace) -> int:
     if given:
         raise UsageError(f"with --container the GPUs, their free memory and the SGLang version are read there: "
                          f"drop {', '.join(given)}")
-    from bot.budget import flag_refusals, plan_budget
+    from bot.budget import flag_refusals, naming_holders, plan_budget
     from bot.launch import HISTORY_FOR_WEIGHTS
 
     async def work(services: Any) -> int:
@@ -496,6 +496,8 @@ def _container_budget(args: argparse.Namespace) -> int:
         history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
         planned = await plan_budget(services.transport, services.inventory, target, args.model,
                                     tuple(_flag_args(args)), history)
+        planned = await naming_holders(services.transport, services.inventory, services.attempts, target, planned,
+                                       services.limits.orphaned_memory_mib)
         refused = await flag_refusals(services.transport, services.attempts, services.inventory, target, planned,
                                       _flag_args(args))
         return _print_budget(args, planned.budget, planned.title, list(planned.gpu_totals_gib), refused)

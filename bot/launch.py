@@ -71,7 +71,7 @@ from bot.core.installed_flags import (
 )
 from bot.core.inventory import Container, Inventory, Target
 from bot.core.label_evidence import killed_by_the_oom_killer, transformers_older
-from bot.core.report import Launch, LaunchRef, age_text, launch_key, launch_of
+from bot.core.report import Launch, LaunchRef, age_text, launch_key, memory_holders
 from bot.core.shm import shm_health
 from bot.core.startup_log import Progress, Stage, advance, observed_of
 from bot.core.status import Thresholds
@@ -426,33 +426,15 @@ def _transformers_check(planned: PlannedBudget) -> Check:
 
 def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, limits: Thresholds,
                 launches: Mapping[Launch, LaunchRef], node: str) -> tuple[Check, PlannedBudget]:
-    """Who holds memory on the launch GPUs, by PID and container, and the recorded launch a holder belongs to (a
-    server another attempt left running is stopped as that attempt, not freed by PID): the check, and the budget
-    whose remedy to free the GPUs says so."""
+    """Who holds memory on the launch GPUs (:func:`memory_holders`): the check, and the budget whose remedy to free the
+    GPUs names the recorded launches to stop first."""
     if host is None:
         return Check(GPUS_CLEAN_CHECK, "warn", "the node's process list could not be read"), planned
-    holders = []
-    held_by: dict[str, LaunchRef] = {}  # the recorded launches among the holders, by attempt
-    others = False  # memory held by processes no recorded launch owns, or by none listed
-    wanted = set(planned.gpu_uuids)
-    for gpu in (g for g in host.gpus if not wanted or g.uuid in wanted):
-        procs = host.processes_of(gpu)
-        for p in procs:
-            owner = f"CT {p.vmid}" if p.vmid else "the host"
-            launch = launch_of(p, node, launches)
-            of = f" <- {launch.label}" if launch is not None else ""
-            holders.append(f"GPU {gpu.index}: PID {p.pid} ({owner}) {p.name} {p.used_mib} MiB{of}")
-            if launch is None:
-                others = True
-            else:
-                held_by[launch.attempt] = launch
-        if not procs and (gpu.memory_used_mib or 0) >= limits.orphaned_memory_mib:
-            holders.append(f"GPU {gpu.index}: {gpu.memory_used_mib} MiB held, no process listed (orphaned)")
-            others = True
-    budget = stop_launches_first(planned.budget, [(a, ref.label) for a, ref in held_by.items()], others)
-    planned = replace(planned, budget=budget)
-    if holders:
-        return Check(GPUS_CLEAN_CHECK, "fail", "; ".join(holders[:6]) + (" …" if len(holders) > 6 else "")), planned
+    holders = memory_holders(host, planned.gpu_uuids, node, launches, limits.orphaned_memory_mib)
+    planned = replace(planned, budget=stop_launches_first(planned.budget, holders.launches, holders.others))
+    if holders.lines:
+        shown = holders.lines[:6]
+        return Check(GPUS_CLEAN_CHECK, "fail", "; ".join(shown) + (" …" if len(holders.lines) > 6 else "")), planned
     return Check(GPUS_CLEAN_CHECK, "ok", "no compute process and no held memory on the node's GPUs"), planned
 
 

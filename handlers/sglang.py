@@ -14,7 +14,7 @@ from slack_bolt.async_app import AsyncApp
 from bot import views
 from bot.app import Services
 from bot.attempt_log import read_attempt_log
-from bot.budget import flag_refusals, plan_budget
+from bot.budget import flag_refusals, naming_holders, plan_budget
 from bot.chart import budget_png
 from bot.core.attempts import Attempt, is_attempt_id
 from bot.core.commands import (
@@ -124,6 +124,8 @@ async def budget(services: Services, client: Any, respond: Any, target: Target, 
     history = await services.attempts.recent(target.node, target.vmid, count=HISTORY_FOR_WEIGHTS)
     planned = await plan_budget(services.transport, services.inventory, target, request.model_path, request.flags,
                                 history)
+    planned = await naming_holders(services.transport, services.inventory, services.attempts, target, planned,
+                                   services.limits.orphaned_memory_mib)
     refused = await flag_refusals(services.transport, services.attempts, services.inventory, target, planned,
                                   request.flags)
     posted = await post_messages(client, channel, views.budget_messages(planned.budget, planned.title, refused),

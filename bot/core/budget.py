@@ -255,6 +255,7 @@ class Remedy:
     cost_rank: int  # lower is cheaper: keeps capability, then trades capacity, then hardware
     # the changes to the launch's own flags, made in order; none for anything else (free the GPUs ...)
     edits: tuple[FlagEdit, ...] = ()
+    frees_gpus: bool = False  # the remedy is to free memory others hold on the GPUs (:func:`stop_launches_first`)
 
     @classmethod
     def of(cls, edit: FlagEdit, base: LaunchFlags, effect: str, cost_rank: int) -> Remedy:
@@ -1524,6 +1525,11 @@ def _conv_dtype_remedies(inp: BudgetInput, model: ModelSpec, failed: Budget, con
 FREE_FIRST = "free the GPUs first (/gpu free lists by PID what holds them)"
 
 
+def frees_gpus_first(budget: Budget) -> bool:
+    """Whether the budget's remedies start with freeing memory held on the GPUs before the launch."""
+    return any(r.frees_gpus for r in budget.remedies)
+
+
 def stop_launches_first(budget: Budget, launches: Sequence[tuple[str, str]], others: bool) -> Budget:
     """The budget with its free-first remedy naming the recorded launches that hold the GPUs: ``launches`` as
     (attempt id, how /gpu status labels it). A launch is stopped as the attempt it is (``/sglang stop <attempt>``
@@ -1534,8 +1540,7 @@ def stop_launches_first(budget: Budget, launches: Sequence[tuple[str, str]], oth
     named = " and ".join(label for _, label in launches)
     how = f"/sglang stop {launches[0][0]}" if len(launches) == 1 else "/sglang stop <attempt> for each"
     change = f"stop {named} first: {how}" + ("; then /gpu free lists by PID what else holds them" if others else "")
-    return replace(budget, remedies=tuple(replace(r, change=change) if r.change == FREE_FIRST else r
-                                          for r in budget.remedies))
+    return replace(budget, remedies=tuple(replace(r, change=change) if r.frees_gpus else r for r in budget.remedies))
 
 
 def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy], bool]:
@@ -1553,8 +1558,8 @@ def _free_first_remedies(inp: BudgetInput, failed: Budget) -> tuple[list[Remedy]
     outcome = (f"even on clean GPUs this launch fails (`{still.split('. ')[0][:120]}`), so the changes below "
                "are computed for clean GPUs") if still else f"on clean GPUs: {_effect(clean, failed)}"
     where = "per GPU" if len(set(gpus.free_mib)) == 1 else "of the fullest GPU"
-    free = Remedy(FREE_FIRST, None,
-                  f"{held_gib:.1f} GiB {where} is in use before the launch; {outcome}", 0)
+    free = Remedy(FREE_FIRST, None, f"{held_gib:.1f} GiB {where} is in use before the launch; {outcome}", 0,
+                  frees_gpus=True)
     if not still:
         return [free], False
     return [free] + [replace(r, effect=f"after freeing the GPUs: {r.effect}")

@@ -5,11 +5,11 @@ Slack (Block Kit) and the terminal render the same :class:`TargetView`, so both 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bot.core.gpu import Gpu, GpuProcess, ProcessListing
+from bot.core.gpu import Gpu, GpuProcess, ProcessListing, SmiSnapshot
 from bot.core.status import ORPHANED_FLAG, GpuRow, ProcessView, TargetState, TargetStatus
 
 BAR_WIDTH = 10
@@ -115,6 +115,39 @@ def launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, LaunchRe
     """The recorded launch whose process group ``process`` (a GPU process on ``node``) is in, if any."""
     key = launch_key(node, process.vmid, process.group)
     return None if key is None else launches.get(key)
+
+
+@dataclass(frozen=True)
+class MemoryHolders:
+    """What holds memory on some GPUs of a node, as a launch's pre-flight and its budget name it."""
+    lines: tuple[str, ...]  # "GPU 0: PID 4242 (CT 129) python3 38095 MiB <- a2026... (ready, port 30000)"
+    launches: tuple[tuple[str, str], ...]  # the recorded launches among the holders: (attempt id, label)
+    others: bool  # memory held by a process no recorded launch owns, or by none listed (orphaned)
+
+
+def memory_holders(host: SmiSnapshot, uuids: Collection[str], node: str, launches: Mapping[Launch, LaunchRef],
+                orphaned_mib: int) -> MemoryHolders:
+    """Who holds memory on the GPUs of ``host`` (the node's reading) whose UUID is in ``uuids`` (all of them when
+    empty): each process by PID and container, with the recorded launch whose process group it is in (a server
+    another attempt left running is stopped as that attempt, not freed by PID), and memory held with none listed."""
+    lines: list[str] = []
+    held_by: dict[str, str] = {}
+    others = False
+    for gpu in (g for g in host.gpus if not uuids or g.uuid in uuids):
+        procs = host.processes_of(gpu)
+        for p in procs:
+            owner = f"CT {p.vmid}" if p.vmid else "the host"
+            launch = launch_of(p, node, launches)
+            lines.append(f"GPU {gpu.index}: PID {p.pid} ({owner}) {p.name} {p.used_mib} MiB"
+                         + (f" <- {launch.label}" if launch is not None else ""))
+            if launch is None:
+                others = True
+            else:
+                held_by[launch.attempt] = launch.label
+        if not procs and (gpu.memory_used_mib or 0) >= orphaned_mib:
+            lines.append(f"GPU {gpu.index}: {gpu.memory_used_mib} MiB held, no process listed (orphaned)")
+            others = True
+    return MemoryHolders(tuple(lines), tuple(held_by.items()), others)
 
 
 def _process_title(status: TargetStatus, count: int) -> str:

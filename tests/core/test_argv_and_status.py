@@ -251,6 +251,26 @@ def test_status_data_carries_the_tables_readings_flags_and_launches():
     assert (pve7["state"], pve7["problem"], pve7["gpus"]) == ("unreachable", "connection refused", [])
 
 
+def test_memory_holders_name_each_process_its_launch_and_memory_no_process_holds_on_the_gpus_asked_about():
+    from bot.core.report import LaunchRef, memory_holders
+
+    procs = (GpuProcess(4242, "python3", 40000, gpu_uuid="GPU-0", vmid=129, group=61),
+             GpuProcess(4243, "python3", 40000, gpu_uuid="GPU-1", vmid=129, group=61),
+             GpuProcess(777, "Xorg", 5, gpu_uuid="GPU-2"))
+    host = node_snapshot([gpu(0, used=40001), gpu(1, used=40001), gpu(2, used=6), gpu(3, used=30000)], procs,
+                         ProcessListing.LISTED)
+    launches = {("pve5", 129, 61): LaunchRef("a20261203-101500-1a2b", "ready", 30000)}
+    two = memory_holders(host, {"GPU-0", "GPU-1"}, "pve5", launches, 256)
+    assert two.lines == ("GPU 0: PID 4242 (CT 129) python3 40000 MiB <- a20261203-101500-1a2b (ready, port 30000)",
+                         "GPU 1: PID 4243 (CT 129) python3 40000 MiB <- a20261203-101500-1a2b (ready, port 30000)")
+    assert two.launches == (("a20261203-101500-1a2b", "a20261203-101500-1a2b (ready, port 30000)"),)
+    assert not two.others  # nothing else holds these two
+    every = memory_holders(host, (), "pve6", launches, 256)  # all GPUs; the same group on another node is no launch
+    assert every.launches == () and every.others
+    assert every.lines[2:] == ("GPU 2: PID 777 (the host) Xorg 5 MiB",
+                               "GPU 3: 30000 MiB held, no process listed (orphaned)")
+
+
 def gpu(index=0, used=1, total=49140, **kw):
     return Gpu(index=index, name="NVIDIA RTX A6000", memory_used_mib=used, memory_total_mib=total,
                uuid=f"GPU-{index}", **kw)

@@ -1049,6 +1049,7 @@ def test_held_gpus_that_would_fit_clean_name_freeing_as_the_remedy():
     assert b.verdict is VerdictKind.FAILS
     free = b.remedies[0]
     assert free.change.startswith("free the GPUs first") and "on clean GPUs: " in free.effect
+    assert free.frees_gpus and not any(r.frees_gpus for r in b.remedies[1:])
     assert "(fails)" not in free.effect and "after freeing" not in " ".join(r.effect for r in b.remedies)
 
 

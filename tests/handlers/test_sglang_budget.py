@@ -195,3 +195,26 @@ async def test_budget_names_a_flag_the_containers_sglang_would_refuse(lab, tmp_p
     assert out.returncode == 4, out.stderr
     assert json.loads(out.stdout)["flags_refused"] == [
         "SGLang 0.5.9 has no `--context-lenght` (did you mean `--context-length`?)"]
+
+
+async def test_a_budget_on_gpus_a_launch_holds_names_that_launch_to_stop_in_slack_and_in_a_terminal(lab, tmp_path):
+    """The GPUs are held by the server a launch brought up: the budget's first remedy is to stop that launch as the
+    attempt it is, as the launch pre-flight says, where it said to `/gpu free` them (which leaves a launch's
+    processes to its stop)."""
+    import asyncio
+    import json
+
+    from tests.edges.test_cli import gpuops
+    from tests.handlers.test_launch_flow import post_with, wait_text
+    from tests.handlers.test_scheduler import ready_server
+
+    attempt = await ready_server(lab)
+    model = container_path(lab.nodes["pve5"], 129, "models", "Qwen3.6-27B")
+    await lab.slash("/sglang", f"budget sglang-a6000 {model} {SEED_FLAGS} --mem-fraction-static 0.85")
+    text = blocks_to_text(post_with(await wait_text(lab, "Remedies", method="chat.postMessage"), "Remedies").blocks)
+    stop = f"stop {attempt.id} (ready, port 30000) first: /sglang stop {attempt.id}"
+    assert f"1. `{stop}` — " in text and "/gpu free" not in text, text
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": lab.services.settings.redis_url, "HOME": str(tmp_path)}
+    out = await asyncio.to_thread(gpuops, "budget", "--container", "sglang-a6000", "--model", model, "--inventory",
+                                  str(lab.workdir / "inventory.yml"), "--json", "--", *SEED_FLAGS.split(), env=env)
+    assert json.loads(out.stdout)["remedies"][0]["change"] == stop, out.stderr
