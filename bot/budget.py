@@ -86,6 +86,7 @@ async def plan_budget(transport: Transport, inventory: Inventory, target: Target
 
     model_dir = await cached_model_dir(transport, target, hf_cache, model_path)
     try:
+        remote.checked_path(model_dir)  # said of the path given, before a file name is put after it
         config_path = remote.checked_path(model_dir.rstrip("/") + "/config.json")
         index_path = remote.checked_path(model_dir.rstrip("/") + "/model.safetensors.index.json")
         sizes_argv = remote.safetensors_sizes(model_dir)

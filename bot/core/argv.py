@@ -279,10 +279,23 @@ def df_dev_shm() -> Argv:
     return ("df", "-Pk", "/dev/shm")
 
 
+PATH_MAX = 4096
+
+
 def checked_path(path: str) -> str:
-    """An absolute path without NUL, newlines or '..' (it is still passed as one argv element)."""
-    if not path.startswith("/") or "\0" in path or "\n" in path or "/../" in path + "/" or len(path) > 4096:
-        raise ValueError(f"not an absolute path: {path[:80]!r}")
+    """An absolute path without NUL, newlines or '..' (it is still passed as one argv element); a ValueError says
+    which of these it is not, with the path shown (its end kept: the file name)."""
+    shown = path if len(path) <= 80 else f"{path[:40]}…{path[-39:]}"
+    shown = shown.replace("\0", "\\0").replace("\n", "\\n").replace("`", "'")
+    if len(path) > PATH_MAX:
+        raise ValueError(f"`{shown}` is {len(path)} characters long, more than {PATH_MAX}")
+    if "\0" in path or "\n" in path:
+        raise ValueError(f"`{shown}` has a line break or NUL in it")
+    if not path.startswith("/"):
+        raise ValueError(f"`{shown}` is not an absolute path (one that starts with /)")
+    if "/../" in path + "/":
+        raise ValueError(f"`{shown}` has a `..` in it: give the path without it (a path is used as written, "
+                         "not resolved)")
     return path
 
 

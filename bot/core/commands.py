@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.core.argv import LOG_TAIL_MAX_LINES, is_hub_id
+from bot.core.argv import LOG_TAIL_MAX_LINES, checked_path, is_hub_id
 from bot.errors import UsageError
 
 DEFAULT_LOG_LINES = 40  # lines of an attempt's log `/sglang log` shows unless asked for another count
@@ -197,6 +197,11 @@ def _model_args(verb: str, args: list[str]) -> tuple[str, str, tuple[str, ...]]:
     if not args[1].startswith("/") and not is_hub_id(args[1]):
         raise UsageError(f"the model must be an absolute path inside the container or a Hugging Face id "
                          f"(org/name) cached there, got `{args[1][:60]}`. {SGLANG_USAGE}")
+    if args[1].startswith("/"):
+        try:
+            checked_path(args[1])
+        except ValueError as exc:
+            raise UsageError(f"the model path {exc}") from None
     return args[0], args[1], tuple(args[2:])
 
 

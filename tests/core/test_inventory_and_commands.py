@@ -158,3 +158,32 @@ def test_a_node_the_inventory_does_not_have_is_a_target_error():
     with pytest.raises(TargetError) as err:
         inventory.node("pve-gone")
     assert err.value.user_message == "node `pve-gone` is not in this inventory"
+
+
+@pytest.mark.parametrize("path, said", [
+    ("/models/Qwen3.6-27B/../Qwen3.6-27B", "the model path `/models/Qwen3.6-27B/../Qwen3.6-27B` has a `..` in it"),
+    ("/models/..", "the model path `/models/..` has a `..` in it"),
+    ("/" + "m" * 4100, f"the model path `/{'m' * 39}…{'m' * 39}` is 4101 characters long, more than 4096"),
+])
+def test_a_model_path_a_command_cannot_use_is_refused_saying_why(path, said):
+    """Said of the path as typed, where the budget said "not an absolute path" of its config.json, cut mid-name."""
+    from bot.core.commands import parse_sglang_command
+
+    for verb in ("budget", "launch"):
+        with pytest.raises(UsageError) as err:
+            parse_sglang_command(f"{verb} sglang-a6000 {path} --tp 2")
+        assert err.value.user_message.startswith(said), err.value.user_message
+
+
+def test_a_checked_path_says_which_rule_it_breaks_and_keeps_the_paths_end_in_view():
+    from bot.core.argv import checked_path
+
+    assert checked_path("/models/Qwen3.6-27B/config.json") == "/models/Qwen3.6-27B/config.json"
+    with pytest.raises(ValueError, match=r"^`models/x` is not an absolute path \(one that starts with /\)$"):
+        checked_path("models/x")
+    with pytest.raises(ValueError, match=r"^`/m/x\\nrm` has a line break or NUL in it$"):
+        checked_path("/m/x\nrm")
+    long = "/" + "d" * 60 + "/Qwen3.6-27B/../config.json"
+    with pytest.raises(ValueError) as err:
+        checked_path(long)
+    assert str(err.value).startswith(f"`{long[:40]}…{long[-39:]}` has a `..` in it")
