@@ -82,7 +82,7 @@ def command_words(text: str, usage: str) -> list[str]:
 
 def parse_gpu_command(text: str) -> GpuRequest:
     words = command_words(text, GPU_USAGE)
-    if not words or words[0] in ("help", "-h", "--help"):
+    if not words or words[0].lower() in ("help", "-h", "--help"):
         return GpuHelpRequest()
     verb, args = words[0].lower(), words[1:]
     if verb == "status":
@@ -207,7 +207,7 @@ def _model_args(verb: str, args: list[str]) -> tuple[str, str, tuple[str, ...]]:
 
 def parse_sglang_command(text: str, profiles: Mapping[str, Any] | None = None) -> SglangRequest:
     words = command_words(text, SGLANG_USAGE)
-    if not words or words[0] in ("help", "-h", "--help"):
+    if not words or words[0].lower() in ("help", "-h", "--help"):
         return SglangHelpRequest()
     verb, args = words[0].lower(), words[1:]
     if verb == "budget":

@@ -195,7 +195,7 @@ def resolve_targets(spec: str, inventory: Inventory, local: bool = False) -> lis
     ``all`` means every node (the host view shows every container's GPU use), plus the
     bot's own GPUs when ``local`` is enabled.
     """
-    spec = spec.strip()
+    spec = _as_named(spec.strip(), inventory, local)
     if spec in ("", "all"):
         return [Target("node", n) for n in inventory.nodes] + ([LOCAL] if local else [])
     if spec == "local" and local:
@@ -212,6 +212,18 @@ def resolve_targets(spec: str, inventory: Inventory, local: bool = False) -> lis
         return [Target("container", node, vmid, name)]
     known = ", ".join(sorted([*inventory.nodes, *inventory.containers, *(["local"] if local else [])])) or "(none)"
     raise TargetError(f"unknown target `{_shown(spec)}`. Known: {known}, or `all`, or `<node>:<vmid>`")
+
+
+def _as_named(spec: str, inventory: Inventory, local: bool) -> str:
+    """``spec`` spelled as the inventory spells the one node or container it names in another case ("PVE5",
+    "Sglang-a6000" typed on a phone, "PVE5:129"): names are matched exactly first, and a case-blind match is taken
+    only when it is the one name it could be."""
+    node, colon, vmid = spec.partition(":")
+    names = [*inventory.nodes, *inventory.containers, "all", *(["local"] if local else [])]
+    if node in names:
+        return spec
+    same = [n for n in names if n.lower() == node.lower()]
+    return same[0] + colon + vmid if len(same) == 1 else spec
 
 
 def resolve_container(spec: str, inventory: Inventory) -> Target:

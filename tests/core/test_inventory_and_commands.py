@@ -26,6 +26,11 @@ def inventory():
     ("sglang-a6000", [Target("container", "pve5", 129, "sglang-a6000")]),
     ("pve5:129", [Target("container", "pve5", 129, "sglang-a6000")]),
     ("pve6:4242", [Target("container", "pve6", 4242, None)]),
+    # another case, as a phone's keyboard types it: the one name it can be, spelled as the inventory spells it
+    ("PVE6", [Target("node", "pve6")]),
+    ("Sglang-A6000", [Target("container", "pve5", 129, "sglang-a6000")]),
+    ("Pve5:129", [Target("container", "pve5", 129, "sglang-a6000")]),
+    ("ALL", [Target("node", "pve5"), Target("node", "pve6")]),
 ])
 def test_resolve_targets(spec, expected):
     assert resolve_targets(spec, inventory()) == expected
@@ -37,6 +42,22 @@ def test_unknown_or_malformed_targets_are_refused(spec):
         resolve_targets(spec, inventory())
     assert "Known: pve5, pve6, sglang-a6000" in err.value.user_message
     assert len(err.value.user_message) < 300
+
+
+def test_a_case_blind_match_is_taken_only_when_it_is_the_one_name_it_could_be():
+    both = parse_inventory({**INVENTORY, "nodes": {**INVENTORY["nodes"], "PVE6": {"host": "10.0.0.9",
+                                                                                 "known_hosts": "kh", "key": "k"}}},
+                           "inventory.yml")
+    assert resolve_targets("PVE6", both) == [Target("node", "PVE6")] and resolve_targets("pve6", both) == [
+        Target("node", "pve6")]
+    with pytest.raises(TargetError, match="unknown target `Pve6`"):
+        resolve_targets("Pve6", both)
+
+
+def test_help_is_help_in_any_case():
+    from bot.core.commands import SglangHelpRequest, parse_sglang_command
+
+    assert parse_gpu_command("Help") == GpuHelpRequest() and parse_sglang_command("HELP") == SglangHelpRequest()
 
 
 def test_a_command_in_one_container_lists_the_containers_when_it_names_none():
