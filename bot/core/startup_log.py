@@ -77,6 +77,9 @@ _ERROR = re.compile(
 # the line a traceback ends in, unindented after its frames: `torch.OutOfMemoryError: ...`, `AssertionError`
 # (a class name, so not a level another process logs meanwhile: `INFO:     127.0.0.1 - "GET /health"`)
 _RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*[a-z]\w*(?::\s|:?$)")
+# an exception with no message of its own (a failed `assert`): the code line its traceback printed above it says what
+_BARE_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\s*:?\s*$")
+_CARETS = re.compile(r"^\s*[\^~]+\s*$")  # Python 3.11+ marks the failing expression under the code line
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Progress:
     error_line: str | None = None  # the first line that says something went wrong
     error_line_no: int | None = None
     lines_read: int = 0
+    code_line: str = ""  # the last indented line read (a traceback's code line), for an exception that says nothing
 
     @property
     def failed(self) -> bool:
@@ -149,11 +153,17 @@ def advance(progress: Progress, lines: list[str]) -> Progress:
         number = p.lines_read + 1
         p = replace(p, lines_read=number)
         benign = "WARNING" in line or BENIGN_NOTICE in line
-        if p.error_line is None and _ERROR.search(line) and not benign:
-            p = replace(p, error_line=scrub_secrets(line.strip())[:500], error_line_no=number)
-        elif p.error_line is not None and _TRACEBACK_HEADER in p.error_line and _RAISED.match(line):
-            # the header says only that something raised; the exception it ends in says what
-            p = replace(p, error_line=scrub_secrets(line.strip())[:500], error_line_no=number)
+        if (p.error_line is None and _ERROR.search(line) and not benign) or (
+                # the header says only that something raised; the exception it ends in says what
+                p.error_line is not None and _TRACEBACK_HEADER in p.error_line and _RAISED.match(line)):
+            said = line.strip()
+            if _BARE_RAISED.match(said) and p.code_line:
+                said = f"{said.rstrip(':')}: (raised by: {p.code_line})"
+            p = replace(p, error_line=scrub_secrets(said)[:500], error_line_no=number)
+        if not _CARETS.match(line):
+            code = line.strip()[:300] if line[:1].isspace() and not line.lstrip().startswith('File "') else ""
+            if code != p.code_line:
+                p = replace(p, code_line=code)
         if _READY.search(line):
             p = replace(p, stage=Stage.READY)
             continue

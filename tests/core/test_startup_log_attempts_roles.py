@@ -307,6 +307,25 @@ def test_a_tracebacks_first_error_is_the_exception_it_raised_not_its_header(case
     assert streamed.error_line == progress.error_line
 
 
+def test_an_exception_with_no_message_is_shown_with_the_code_line_that_raised_it():
+    """A failed `assert` raises an AssertionError that says nothing (real: torch.compile's, sglang-1923): the first
+    error shows the code line its traceback printed above it, where it was a bare `AssertionError:`. An exception
+    with words of its own is shown as said."""
+    lines = FAILURES["sglang-1923"]["log_excerpt"].splitlines()
+    progress = advance(Progress(), lines)
+    assert progress.error_line == "AssertionError: (raised by: assert isinstance(index, (int, torch.SymInt)))"
+    assert lines[progress.error_line_no - 1] == "AssertionError:"
+    at = progress.error_line_no - 1
+    assert advance(advance(Progress(), lines[:at]), lines[at:]).error_line == progress.error_line  # streamed
+    # Python 3.11 marks the expression under the code line; a frame line above is no code line
+    marked = ["Traceback (most recent call last):", '  File "x.py", line 3, in f', "    assert n % d == 0",
+              "           ^^^^^^^^^^", "AssertionError"]
+    assert advance(Progress(), marked).error_line == "AssertionError: (raised by: assert n % d == 0)"
+    assert advance(Progress(), marked[:2] + ["AssertionError"]).error_line == "AssertionError"
+    assert advance(Progress(), marked[:3] + ["ValueError: 48 is not divisible by 8"]).error_line == \
+        "ValueError: 48 is not divisible by 8"
+
+
 def test_a_traceback_cut_before_its_exception_keeps_its_header_as_the_first_error():
     # real: a capture whose traceback the excerpt cuts in its frames (sglang-2384); and the frames' own
     # code lines (indented) are never taken for the exception
