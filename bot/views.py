@@ -36,7 +36,7 @@ from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
 from bot.core.gpu import GpuProcess
 from bot.core.health import HealthReport
-from bot.core.incident import RECORD_TEXT_MAX, Event, Hypothesis, Incident, Recorded, person, timeline
+from bot.core.incident import RECORD_TEXT_MAX, Event, Hypothesis, Incident, Observation, Recorded, person, timeline
 from bot.core.installed_flags import near_miss_notes
 from bot.core.inventory import Inventory
 from bot.core.report import TargetView, age_text, target_view
@@ -737,6 +737,22 @@ SUMMARY_SHORT_TEXT = 160  # a hypothesis's words when all of them at length woul
 SUMMARY_OBSERVATIONS = 5  # the latest notes and readings the summary shows
 
 
+def _repeats_together(observations: Sequence[Observation]) -> list[tuple[Observation, int]]:
+    """Observations in order, each run of the same words (the same GPU reading taken by status after status, triage
+    after triage) as its last one and how many it was: the summary's few lines are not spent on one reading."""
+    runs: list[tuple[Observation, int]] = []
+    for o in observations:
+        if runs and (runs[-1][0].kind, runs[-1][0].text) == (o.kind, o.text):
+            runs[-1] = (o, runs[-1][1] + 1)
+        else:
+            runs.append((o, 1))
+    return runs
+
+
+def _hhmm(at: float) -> str:
+    return time.strftime("%H:%M UTC", time.gmtime(at))
+
+
 def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMessage:
     """The thread's one summary, edited in place. So that it stays one message Slack takes, a long incident gives way
     in this order: each hypothesis in its first words; the attempts between the first and the latest (`@gpuops
@@ -750,14 +766,15 @@ def incident_summary(incident: Incident, attempts: Sequence[Attempt]) -> SlackMe
         until = a.observed.get(WATCHED_UNTIL)
         if a.given_up_at is not None and isinstance(until, int | float):  # see bot.core.incident.with_attempts
             triage += (" · given up on with its server left running: a result for the hypotheses once it comes up, "
-                       f"ends, or {time.strftime('%H:%M UTC', time.gmtime(until))} passes")
+                       f"ends, or {_hhmm(until)} passes")
         tried.append(f"{STATUS_ICON[a.status.value]} `{a.id}` {a.status.value} — changed: "
                      f"{escape_mrkdwn(a.changes_text)[:200]} — {escape_keeping_mentions(result[:200])}{triage}")
-    observed = [o for o in incident.observations if o.kind in ("note", "status")]
+    observed = _repeats_together([o for o in incident.observations if o.kind in ("note", "status")])
     notes = observed[-SUMMARY_OBSERVATIONS:]
     earlier = len(observed) - len(notes)
     tail = ["*Observations*", *([f"… {earlier} earlier (`@gpuops history` lists them)"] if earlier else []),
-            *(f"• {escape_keeping_mentions(o.text[:300])}" for o in notes)] if notes else []
+            *(f"• {escape_keeping_mentions(o.text[:300])}" + (f" (×{n}, the last at {_hhmm(o.at)})" if n > 1 else "")
+              for o, n in notes)] if notes else []
     hypotheses = {h.id: _hypothesis_line(h) for h in incident.hypotheses}
     room = MESSAGE_TEXT_LIMIT - 400  # 400: two elision lines, the section joins
 

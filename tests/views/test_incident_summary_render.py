@@ -191,3 +191,29 @@ def test_the_history_of_a_thread_with_nothing_in_it_says_how_to_begin():
     assert "nothing recorded yet — `@gpuops hypothesis <text>`" in text
     (linked,) = thread_history_messages(Incident("C", "1.0", "pve5", 129), [])
     assert "No attempts recorded yet on pve5:129" in blocks_to_text(linked.blocks)
+
+
+def test_the_same_reading_taken_again_and_again_is_one_line_of_the_summary_with_its_count():
+    """A status asked for five times in a row reads the GPUs the same each time: the summary shows it once, with how
+    many times and when last, so a note before it is not pushed out of the five lines the summary keeps; the
+    history keeps every one."""
+    from bot.core.incident import Observation, gpu_reading
+    from bot.core.inventory import Target
+    from bot.core.status import assess_node
+    from bot.views import thread_history_messages
+    from tests.core.test_argv_and_status import gpu, node_snapshot
+
+    clean = [assess_node(Target("node", "pve5"), node_snapshot([gpu(0), gpu(1)]))]
+    incident = Incident("C", "1.0", "pve5", 129)
+    incident = incident.observe(Observation(1000.0, "note", "<@U0ALICE>: pkill -9 -f python3 run by hand at 10:00"))
+    for n in range(5):
+        incident = incident.observe(gpu_reading(2000.0 + 60 * n, clean))
+    incident = incident.observe(Observation(2400.0, "note", "<@U0BOB>: driver reloaded"))
+    incident = incident.observe(gpu_reading(2500.0, clean))
+    summary = blocks_to_text(incident_summary(incident, []).blocks)
+    reading = incident.observations[1].text
+    assert summary.count(reading) == 2, summary  # five in a row, then one after the note
+    assert f"• {reading} (×5, the last at 00:37 UTC)" in summary
+    assert "pkill -9 -f python3 run by hand" in summary and "earlier" not in summary
+    history = "\n".join(blocks_to_text(m.blocks) for m in thread_history_messages(incident, []))
+    assert history.count(reading) == 6
