@@ -40,6 +40,9 @@ LAB_DATA = Path(__file__).resolve().parent / "data"
 PROMPT = "gpuops> "
 SAID = ("chat.postMessage", "chat.update", "response_url")  # what the app says in Slack, as the console shows it
 CHANNEL = "C0LAB"  # the channel the console's commands are typed in (the stand-in's requests' default)
+# the lab's settings that differ from a deployment's, for speed on loopback: the app's, and its terminal's
+LAB_TIMINGS: dict[str, Any] = {"status_deadline_s": 4.0, "ssh_connect_timeout_s": 3.0, "progress_poll_s": 0.3,
+               "progress_update_s": 0.5, "stop_timeout_s": 5.0}
 
 
 async def _cancel_others(timeout_s: float = 10.0) -> None:
@@ -92,11 +95,7 @@ class Lab:
             inventory=inventory_path,
             redis_url=redis_url,
             data_dir=self.workdir / "data",
-            status_deadline_s=4.0,
-            ssh_connect_timeout_s=3.0,
-            progress_poll_s=0.3,
-            progress_update_s=0.5,
-            stop_timeout_s=5.0,
+            **LAB_TIMINGS,
         )
         self.services = build_services(settings, parse_inventory(inventory_data, str(inventory_path)))
         app = build_app(self.services)
@@ -124,7 +123,9 @@ class Lab:
         assert self.services is not None
         redis = self.services.settings.redis_url or (
             self.services.embedded_redis.url if self.services.embedded_redis is not None else "")
-        env = {**os.environ, "GPUOPS_INVENTORY": str(self.workdir / "inventory.yml"), "REDIS_URL": redis}
+        env = {**os.environ, "GPUOPS_INVENTORY": str(self.workdir / "inventory.yml"), "REDIS_URL": redis,
+               # the lab's own timings, as the bot beside it has them (a stop's grace: 5 s, not 20)
+               **{f"GPUOPS_{name.upper()}": str(value) for name, value in LAB_TIMINGS.items()}}
         # no input: a question (`gpuops stop`, `gpuops free`) is answered no at once, instead of taking the
         # console's next line unseen (its prompt is shown only when the command ends); --yes answers it
         done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", *args], capture_output=True,

@@ -285,6 +285,8 @@ async def test_the_labs_terminal_answers_a_stop_no_at_once_and_stops_with_yes(la
         for fd in (typed, kept, console):
             os.close(fd)
     assert status == 3 and text.endswith("Type y to stop it: \nNothing was done."), text
+    # the lab's terminal has the lab's settings, as the bot beside it does: the same grace before SIGKILL
+    assert f"SIGKILL after {lab.services.settings.stop_timeout_s:g}s" in text, text
     assert lab.nodes["pve5"].launched_pids() == [attempt.pid]
     status, text = await lab.terminal(["stop", "--yes", attempt.id])
     assert status == 0 and f"Stopped attempt `{attempt.id}`" in text, text
