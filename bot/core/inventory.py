@@ -211,7 +211,10 @@ def resolve_targets(spec: str, inventory: Inventory, local: bool = False) -> lis
         name = next((n for n, c in inventory.containers.items() if c.node == node and c.vmid == vmid), None)
         return [Target("container", node, vmid, name)]
     known = ", ".join(sorted([*inventory.nodes, *inventory.containers, *(["local"] if local else [])])) or "(none)"
-    raise TargetError(f"unknown target `{_shown(spec)}`. Known: {known}, or `all`, or `<node>:<vmid>`")
+    low = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_.-]*):(\d{1,9})", spec)
+    why = (" (a container's VMID is 100 or more in Proxmox)" if low and low.group(1) in inventory.nodes
+           and int(low.group(2)) < 100 else "")
+    raise TargetError(f"unknown target `{_shown(spec)}`{why}. Known: {known}, or `all`, or `<node>:<vmid>`")
 
 
 def _as_named(spec: str, inventory: Inventory, local: bool) -> str:

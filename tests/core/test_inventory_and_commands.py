@@ -42,6 +42,8 @@ def test_unknown_or_malformed_targets_are_refused(spec):
         resolve_targets(spec, inventory())
     assert "Known: pve5, pve6, sglang-a6000" in err.value.user_message
     assert len(err.value.user_message) < 300
+    # a VMID below Proxmox's first (100) on a node the inventory has: said why
+    assert ("VMID is 100 or more" in err.value.user_message) == (spec == "pve5:12")
 
 
 def test_a_case_blind_match_is_taken_only_when_it_is_the_one_name_it_could_be():
