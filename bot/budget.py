@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,13 +24,13 @@ from bot.core.budget import (
     stop_launches_first,
 )
 from bot.core.flags import LaunchFlags, check_model_flag, parse_sglang_flags
-from bot.core.gpu import Gpu
+from bot.core.gpu import Gpu, SmiSnapshot
 from bot.core.installed_flags import InstalledFlags, flag_problems, parse_installed_flags
 from bot.core.inventory import Inventory, Target
 from bot.core.model import CheckpointIndex, ModelConfigError, read_config, read_index
-from bot.core.report import memory_holders
+from bot.core.report import Launch, LaunchRef, memory_holders
 from bot.errors import CommandFailed, GpuopsError, RemoteError, UsageError
-from bot.status import Transport, launch_ref, read_gpus, read_node, running_launches
+from bot.status import Transport, launch_refs, read_gpus, read_node
 from bot.store import AttemptStore
 
 log = logging.getLogger(__name__)
@@ -137,13 +137,19 @@ async def naming_holders(transport: Transport, inventory: Inventory, store: Atte
         return planned
     node = inventory.node(target.node)
     try:
-        host, running = await asyncio.gather(read_node(transport, target.node, node.proc_root),
-                                             running_launches(store))
+        host, launches = await asyncio.gather(read_node(transport, target.node, node.proc_root),
+                                              launch_refs(store))
     except GpuopsError as exc:
         log.info("the budget's GPU holders not named: %s", exc.user_message)
         return planned
-    launches = {key: launch_ref(a) for key, a in running.items()}
-    holders = memory_holders(host, planned.gpu_uuids, target.node, launches, orphaned_mib)
+    return holders_named(planned, host, launches, target.node, orphaned_mib)
+
+
+def holders_named(planned: PlannedBudget, host: SmiSnapshot, launches: Mapping[Launch, LaunchRef], node: str,
+                  orphaned_mib: int) -> PlannedBudget:
+    """The budget whose remedy to free the GPUs names the recorded launches holding them on ``host`` (the node's
+    reading) as what to stop first, and `/gpu free` only for the other holders."""
+    holders = memory_holders(host, planned.gpu_uuids, node, launches, orphaned_mib)
     return replace(planned, budget=stop_launches_first(planned.budget, holders.launches, holders.others))
 
 
@@ -217,4 +223,5 @@ async def flag_refusals(transport: Transport, store: AttemptStore, inventory: In
     return tuple(p.describe(f"SGLang {version}") for p in flag_problems(installed, argv))
 
 
-__all__ = ["CommandFailed", "PlannedBudget", "flag_refusals", "naming_holders", "plan_budget", "read_installed_flags"]
+__all__ = ["CommandFailed", "PlannedBudget", "flag_refusals", "holders_named", "naming_holders", "plan_budget",
+           "read_installed_flags"]

@@ -83,7 +83,7 @@ from bot.ssh import CommandResult
 from bot.status import (
     SmiFailed,
     Transport,
-    launch_ref,
+    launch_refs,
     read_dev_shm,
     read_device_holders,
     read_device_nodes,
@@ -203,7 +203,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     budget_task = asyncio.ensure_future(plan_budget(transport, inventory, target, request.model_path, request.flags,
                                                     history))
     host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
-    launches_task = asyncio.ensure_future(running_launches(store))
+    launches_task = asyncio.ensure_future(launch_refs(store))
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     ct_config_task = asyncio.ensure_future(read_pct_config(transport, target.node, target.vmid))
     nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
@@ -386,11 +386,11 @@ def _sglang_check(planned: PlannedBudget, python: str) -> Check:
     return Check("SGLang supports the model", "ok", f"SGLang {sglang}" + (f" ({extra})" if extra else ""))
 
 
-async def _launches_if_read(task: asyncio.Future[dict[Launch, Attempt]]) -> Mapping[Launch, LaunchRef]:
+async def _launches_if_read(task: asyncio.Future[dict[Launch, LaunchRef]]) -> Mapping[Launch, LaunchRef]:
     """The recorded launches still running, as /gpu status names them; an empty map when the history cannot be read
     (holders are then named by PID alone)."""
     try:
-        return {key: launch_ref(a) for key, a in (await task).items()}
+        return await task
     except GpuopsError as exc:
         log.warning("GPU holders not matched to launches: %s", exc.user_message)
         return {}

@@ -275,6 +275,11 @@ async def running_launches(attempts: AttemptStore) -> dict[Launch, Attempt]:
     return {key: a for a in await attempts.holding_servers() if (key := launch_key(a.node, a.vmid, a.pid)) is not None}
 
 
+async def launch_refs(attempts: AttemptStore) -> dict[Launch, LaunchRef]:
+    """The recorded launches still running, as /gpu status names their processes (:func:`running_launches`)."""
+    return {key: launch_ref(a) for key, a in (await running_launches(attempts)).items()}
+
+
 def launch_ref(attempt: Attempt) -> LaunchRef:
     status = LEFT_RUNNING if attempt.left_running else attempt.status.value
     return LaunchRef(attempt.id, status, attempt.port)

@@ -11,11 +11,11 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bot.budget import PlannedBudget, plan_budget
+from bot.budget import PlannedBudget, holders_named, plan_budget
 from bot.core import argv as remote
 from bot.core.attempts import SERVER_ENDED, Attempt, AttemptStatus, is_attempt_id, relaunch_flags, user_flags
 from bot.core.diagnosis import (
@@ -38,6 +38,7 @@ from bot.core.label_evidence import (
     driver_evidence,
     killed_by_the_oom_killer,
     occupied_evidence,
+    occupied_next_step,
     oom_holders_evidence,
     ordinal_evidence,
     parse_port_holders,
@@ -46,8 +47,10 @@ from bot.core.label_evidence import (
     transformers_evidence,
 )
 from bot.core.model import holds_recurrent_state
+from bot.core.report import Launch, LaunchRef, launch_of, memory_holders
 from bot.core.shm import parse_df, shm_evidence
 from bot.core.stacks import parse_stack_dumps, stack_lines
+from bot.core.status import DEFAULT_THRESHOLDS
 from bot.errors import GpuopsError, RemoteError, UsageError
 from bot.faults import read_kernel_events, read_memory_errors
 from bot.launch import container_of
@@ -135,11 +138,13 @@ async def record_triage(attempts: AttemptStore, store: Store, report: TriageRepo
 
 async def triage_attempt(transport: Transport, inventory: Inventory, attempt: Attempt,
                          others: Callable[[], Awaitable[Sequence[Attempt]]] | None = None,
-                         hang_after_s: float | None = None) -> TriageReport:
+                         hang_after_s: float | None = None,
+                         launches: Callable[[], Awaitable[Mapping[Launch, LaunchRef]]] | None = None) -> TriageReport:
     """The attempt's own log diagnosed, with the evidence a person checks next and the next experiments.
     ``others``: reads the container's other attempts, to name a launch that holds a port this one needed (only a
     port finding reads them); ``hang_after_s``: the silence the launch's follower calls a hang (its stall timeout):
-    a log silent for less is still starting, or was stopped on request, not hung."""
+    a log silent for less is still starting, or was stopped on request, not hung; ``launches``: reads the recorded
+    launches still running (:func:`bot.status.launch_refs`), to name a GPU's holder as the launch to stop."""
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
     python = container.python
@@ -147,7 +152,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     stacks = asyncio.ensure_future(read_stacks(transport, inventory, attempt))
     try:
         read = await _read_in_container(transport, attempt, python)
-        gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt)
+        held_by = await _launches_now(launches)
+        gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt, held_by)
     except BaseException:
         stacks.cancel()
         raise
@@ -167,6 +173,8 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     finding = killed_by_the_oom_killer(diagnose_excerpt(excerpt, stalled_minutes=stalled, context=context), kills,
                                        attempt.vmid)
     planned, experiments = await _next_experiments(transport, inventory, target, attempt, finding, relaunch)
+    if planned is not None and snapshot is not None:
+        planned = holders_named(planned, snapshot, held_by, attempt.node, DEFAULT_THRESHOLDS.orphaned_memory_mib)
     peer_access = None
     if finding.label in PEER_ACCESS_LABELS:
         try:
@@ -175,8 +183,12 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
             launch_gpus = None
         peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]
     if finding.label == OCCUPIED:
-        finding = replace(finding, next_step=finding.next_step.replace("<container>", f"{attempt.node}:{attempt.vmid}"))
-    label_evidence = await _label_evidence(transport, attempt, python, finding, excerpt.text, read, snapshot, others)
+        holders = None if snapshot is None else memory_holders(snapshot, (), attempt.node, held_by,
+                                                                DEFAULT_THRESHOLDS.orphaned_memory_mib)
+        finding = replace(finding, next_step=occupied_next_step(finding.next_step, attempt.node, attempt.vmid,
+                                                                holders))
+    label_evidence = await _label_evidence(transport, attempt, python, finding, excerpt.text, read, snapshot, others,
+                                           held_by)
     return TriageReport(attempt, finding, None, excerpt.text.count("\n"), gpus, read.versions, read.disk, xid, planned,
                         experiments, peer_access, label_evidence, kill_lines, snapshot, relaunch, await stacks)
 
@@ -268,14 +280,15 @@ async def _next_experiments(transport: Transport, inventory: Inventory, target: 
 
 async def _label_evidence(transport: Transport, attempt: Attempt, python: str, finding: Finding, text: str,
                           read: _ContainerReads, snapshot: SmiSnapshot | None,
-                          others: Callable[[], Awaitable[Sequence[Attempt]]] | None) -> tuple[str, ...]:
+                          others: Callable[[], Awaitable[Sequence[Attempt]]] | None,
+                          held_by: Mapping[Launch, LaunchRef]) -> tuple[str, ...]:
     """What the finding's label calls for: who holds the port, who holds the GPUs, which transformers wrote the
     config, which driver the node runs."""
     if finding.label == "port_in_use":
         launches = {a.pid: a.id for a in (await others() if others else ()) if a.pid and a.id != attempt.id}
         return await _port_holders(transport, attempt, python, finding, text, launches)
     if finding.label == OCCUPIED:
-        return occupied_evidence(attempt.node, attempt.vmid, snapshot)
+        return occupied_evidence(attempt.node, attempt.vmid, snapshot, held_by)
     if finding.label == BUSY:
         return busy_evidence(snapshot)
     if finding.label == "cuda_driver_too_old":
@@ -285,7 +298,7 @@ async def _label_evidence(transport: Transport, attempt: Attempt, python: str, f
         return ordinal_evidence(attempt.node, attempt.vmid, snapshot, user_flags(attempt.argv),
                                 await read_pct_config(transport, attempt.node, attempt.vmid))
     if finding.oom is not None and finding.oom.holders:
-        return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else ())
+        return oom_holders_evidence(finding.oom, attempt.node, snapshot.processes if snapshot else (), held_by)
     if finding.label == "nccl_error":
         return (shm_evidence(await read_dev_shm(transport, attempt.node, attempt.vmid), text.splitlines()),)
     if finding.label == HARDWARE:
@@ -365,10 +378,24 @@ def _disk(df: str) -> str:
     return f"free disk on {row.mounted_on}: {row.free_kib / 2**20:.1f} GiB of {row.size_kib / 2**20:.1f} GiB"
 
 
-async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt
+async def _launches_now(launches: Callable[[], Awaitable[Mapping[Launch, LaunchRef]]] | None
+                        ) -> Mapping[Launch, LaunchRef]:
+    """The recorded launches still running; none when not asked for or unreadable (holders then go by PID alone)."""
+    if launches is None:
+        return {}
+    try:
+        return await launches()
+    except GpuopsError as exc:
+        log.warning("GPU holders not matched to launches: %s", exc.user_message)
+        return {}
+
+
+async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt,
+                         held_by: Mapping[Launch, LaunchRef]
                          ) -> tuple[str, tuple[str, ...], SmiSnapshot | None, list[OomKill]]:
-    """The node's GPUs now (who holds them: as a line, and the reading itself when there is one), and from its
-    kernel log the Xid events and the OOM killer's kills since the attempt started."""
+    """The node's GPUs now (who holds them, each with the recorded launch it belongs to: as a line, and the reading
+    itself when there is one), and from its kernel log the Xid events and the OOM killer's kills since the attempt
+    started."""
     node = inventory.node(attempt.node)
     host, kernel = await asyncio.gather(
         read_node(transport, attempt.node, node.proc_root),
@@ -384,6 +411,7 @@ async def _node_evidence(transport: Transport, inventory: Inventory, attempt: At
     else:
         snapshot = host
         held = [f"GPU {g.index}: PID {p.pid} ({p.owner}) {p.used_mib} MiB"
+                + (f" <- {ref.label}" if (ref := launch_of(p, attempt.node, held_by)) else "")
                 for g in host.gpus for p in host.processes_of(g)]
         memory = "; ".join(f"GPU {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB" for g in host.gpus)
         gpus = f"GPUs now: {memory}" + (f"; held by {', '.join(held)}" if held else "; no process holds GPU memory")

@@ -17,6 +17,7 @@ from bot.core.diagnosis import ECHO, HOST_OOM_KILL, NOT_A_CAUSE, Finding, TorchO
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import GpuProcess, SmiSnapshot
 from bot.core.gpu_faults import OomKill, nvidia_nodes_passed, server_kill
+from bot.core.report import Launch, LaunchRef, MemoryHolders, launch_of
 from bot.core.status import DEFAULT_THRESHOLDS
 from bot.errors import UsageError
 
@@ -114,34 +115,65 @@ def transformers_older(installed: str | None, written_by: str | None) -> bool | 
     return have < want
 
 
-def oom_holders_evidence(oom: TorchOom, node: str, processes: Iterable[GpuProcess]) -> tuple[str, ...]:
+def oom_holders_evidence(oom: TorchOom, node: str, processes: Iterable[GpuProcess],
+                         launches: Mapping[Launch, LaunchRef] | None = None) -> tuple[str, ...]:
     """Each process torch named in its out-of-memory report (by host PID: NVML reports those, in a container
     too) against the node's GPU processes now: one still holding memory was not the launch's, and its memory
-    is what the budget did not count."""
+    is what the budget did not count. One of a recorded launch (``launches``, as /gpu status names them) is
+    stopped as that attempt; `/gpu free` is named for the others."""
     now = {p.pid: p for p in processes if p.pid is not None}
     lines = []
-    holding = False
+    refs: list[LaunchRef] = []
+    others = False
     for pid, size in oom.holders[:6]:
         current = now.get(pid)
         if current is None:
             lines.append(f"PID {pid} held {size} when the launch ran out; it holds no GPU memory now (exited, or "
                          "it was the launch itself)")
             continue
-        holding = True
+        ref = launch_of(current, node, launches or {})
         owner = f"CT {current.vmid}" if current.vmid else "the host"
         used = f"{current.used_mib} MiB" if current.used_mib is not None else "memory"
         lines.append(f"PID {pid} ({owner}: {current.name or 'no name'}) held {size} when the launch ran out and "
-                     f"still holds {used}")
-    if holding:
+                     f"still holds {used}" + (f" <- {ref.label}" if ref else ""))
+        if ref is None:
+            others = True
+        elif ref not in refs:
+            refs.append(ref)
+    if refs:
+        lines.append(f"memory the launch's budget did not count: {_stops([ref.attempt for ref in refs])}")
+    if others:
         lines.append(f"memory the launch's budget did not count: `/gpu free {node}` lists those PIDs and stops only "
                      "the ones you confirm")
     return tuple(lines)
 
 
-def occupied_evidence(node: str, vmid: int, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
-    """Who holds the node's GPUs now, for SGLang's balance refusal: processes `/gpu free` can stop by PID, and
-    memory no listed process holds, which it cannot (a killed process's memory not yet returned, or a process
-    nvidia-smi does not list)."""
+def _stops(attempts: Sequence[str], held: str = "it") -> str:
+    """How the recorded launches holding a GPU are stopped: each as the attempt it is (its whole process group,
+    and its record), which `/gpu free` leaves to it."""
+    return " and ".join(f"`/sglang stop {attempt}`" for attempt in attempts) + \
+        (f" stop the launches holding {held}" if len(attempts) > 1 else f" stops the launch holding {held}")
+
+
+def occupied_next_step(next_step: str, node: str, vmid: int, holders: MemoryHolders | None) -> str:
+    """The next step of SGLang's balance refusal, for this container, from who holds the node's GPUs now: the
+    recorded launches holding them are stopped as those attempts (`/gpu free` leaves a launch to its stop), and only
+    the other holders, or holders not known, are left to `/gpu free`."""
+    step = next_step.replace("<container>", f"{node}:{vmid}")
+    if holders is None or not holders.launches:
+        return step
+    stops = _stops([attempt for attempt, _ in holders.launches], "the GPUs")
+    if holders.others:
+        return f"{stops}; for the other holders: {step}"
+    return f"{stops}; then relaunch unchanged"
+
+
+def occupied_evidence(node: str, vmid: int, snapshot: SmiSnapshot | None,
+                      launches: Mapping[Launch, LaunchRef] | None = None) -> tuple[str, ...]:
+    """Who holds the node's GPUs now, for SGLang's balance refusal: a recorded launch's server (``launches``, as
+    /gpu status names them), stopped as that attempt; other processes `/gpu free` can stop by PID; and memory no
+    listed process holds, which it cannot (a killed process's memory not yet returned, or a process nvidia-smi does
+    not list)."""
     free_cmds = f"`/gpu free {node}:{vmid}` (this container) or `/gpu free {node}` (every container on the node)"
     if snapshot is None:
         return (f"the node's GPUs could not be read now; {free_cmds} lists what holds them by PID",)
@@ -152,9 +184,14 @@ def occupied_evidence(node: str, vmid: int, snapshot: SmiSnapshot | None) -> tup
             continue
         held = snapshot.processes_of(gpu)
         if held:
-            who = ", ".join(f"PID {p.pid} ({p.owner}) {p.used_mib} MiB" for p in held[:3])
-            lines.append(f"GPU {gpu.index}: {used} MiB in use, held by {who}: {free_cmds} stops them by PID after a "
-                         "confirmation")
+            owned = [(p, launch_of(p, node, launches or {})) for p in held]
+            who = ", ".join(f"PID {p.pid} ({p.owner}) {p.used_mib} MiB" + (f" <- {ref.label}" if ref else "")
+                            for p, ref in owned[:3])
+            refs = list(dict.fromkeys(ref for _, ref in owned if ref is not None))
+            how = [_stops([ref.attempt for ref in refs])] if refs else []
+            if any(ref is None for _, ref in owned):
+                how.append(f"{free_cmds} stops {'the others' if refs else 'them'} by PID after a confirmation")
+            lines.append(f"GPU {gpu.index}: {used} MiB in use, held by {who}: {'; '.join(how)}")
         else:
             lines.append(f"GPU {gpu.index}: {used} MiB in use that no listed process holds (orphaned: a killed "
                          "process's memory not yet returned, kept by a process nvidia-smi does not list, such as a "

@@ -1,6 +1,7 @@
 """Evidence a label calls for: the port a launch could not bind and its holder; transformers versions."""
 
 import json
+from dataclasses import replace
 
 from bot.core.diagnosis import diagnose
 from bot.core.label_evidence import (
@@ -246,3 +247,56 @@ def test_a_multi_gpu_launch_is_warned_of_a_dev_shm_with_less_free_than_nvidias_g
     assert shm_health(not_mounted, 4)[1].endswith("(not its own mount: it is on /dev)")
     # one GPU: NCCL has no peer; df not read: nothing to say
     assert shm_health(docker_default, 1) is None and shm_health(None, 2) is None
+
+
+def test_a_holder_that_is_a_recorded_launchs_server_is_named_as_that_launch_to_stop():
+    """The memory SGLang's balance check or torch's OOM report found held is a server an earlier attempt brought up
+    (its process group is that launch's): the evidence names the attempt and its `/sglang stop`, which `/gpu free`
+    leaves a launch's processes to; `/gpu free` is named only for the other holders."""
+    from bot.core.diagnosis import diagnose
+    from bot.core.gpu import Gpu, GpuProcess, SmiSnapshot
+    from bot.core.label_evidence import occupied_evidence, oom_holders_evidence
+    from bot.core.report import LaunchRef
+
+    ready = LaunchRef("a20261203-101500-1a2b", "ready", 30000)
+    launches = {("pve5", 129, 4242): ready}
+    gpus = (Gpu(0, "NVIDIA RTX A6000", 30001, 49140, uuid="GPU-0"), Gpu(1, "NVIDIA RTX A6000", 31001, 49140,
+                                                                      uuid="GPU-1"))
+    server = GpuProcess(4242, "python3", 30000, gpu_uuid="GPU-0", vmid=129, group=4242)
+    other = GpuProcess(5100, "python3", 1000, gpu_uuid="GPU-1", vmid=129, group=5100)
+    snapshot = SmiSnapshot("query", gpus, processes=(server, replace(server, gpu_uuid="GPU-1"), other))
+    first, second = occupied_evidence("pve5", 129, snapshot, launches)
+    assert first == ("GPU 0: 30001 MiB in use, held by PID 4242 (CT 129) 30000 MiB <- a20261203-101500-1a2b (ready, "
+                     "port 30000): `/sglang stop a20261203-101500-1a2b` stops the launch holding it")
+    assert second.endswith(": `/sglang stop a20261203-101500-1a2b` stops the launch holding it; `/gpu free pve5:129` "
+                           "(this container) or `/gpu free pve5` (every container on the node) stops the others by "
+                           "PID after a confirmation")
+    # the same group number on another node is no launch of this one
+    assert "<-" not in occupied_evidence("pve6", 129, snapshot, launches)[0]
+
+    small = (FIXTURES / "other-logs" / "torch-oom-reports.txt").read_text().splitlines()[2]
+    oom = diagnose(small).oom
+    held = (GpuProcess(238746, "python3 -m sglang.launch_server", 1106, gpu_index=0, vmid=129, group=238746),)
+    lines = oom_holders_evidence(oom, "pve5", held, {("pve5", 129, 238746): ready})
+    assert lines[1].endswith("still holds 1106 MiB <- a20261203-101500-1a2b (ready, port 30000)")
+    assert lines[-1] == ("memory the launch's budget did not count: `/sglang stop a20261203-101500-1a2b` stops the "
+                         "launch holding it")
+    assert not any("/gpu free" in x for x in lines)
+
+
+def test_the_next_step_of_a_balance_refusal_stops_the_launches_holding_the_gpus_and_frees_only_the_rest():
+    from bot.core.diagnosis import OCCUPIED_NEXT
+    from bot.core.label_evidence import occupied_next_step
+    from bot.core.report import MemoryHolders
+
+    generic = OCCUPIED_NEXT.replace("<container>", "pve5:129")
+    assert occupied_next_step(OCCUPIED_NEXT, "pve5", 129, None) == generic
+    assert occupied_next_step(OCCUPIED_NEXT, "pve5", 129, MemoryHolders((), (), True)) == generic
+    only = MemoryHolders(("x",), (("a1", "a1 (ready, port 30000)"),), False)
+    assert occupied_next_step(OCCUPIED_NEXT, "pve5", 129, only) == ("`/sglang stop a1` stops the launch holding the "
+                                                                    "GPUs; then relaunch unchanged")
+    both = MemoryHolders(("x", "y"), (("a1", "a1 (ready, port 30000)"), ("a2", "a2 (failed, left running, port "
+                                                                                 "30001)")), True)
+    assert occupied_next_step(OCCUPIED_NEXT, "pve5", 129, both) == (
+        "`/sglang stop a1` and `/sglang stop a2` stop the launches holding the GPUs; for the other holders: "
+        + generic)

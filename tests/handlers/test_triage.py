@@ -648,3 +648,21 @@ async def test_a_launch_still_starting_or_stopped_early_is_not_triaged_as_a_hang
     assert "a hang while loading weights" not in stopped
     assert "py-spy" not in stopped  # its server has ended: nothing to read
     assert (await lab.services.attempts.get(attempt.id)).observed["triage"] == "stopped_on_request"
+
+
+async def test_gpus_an_earlier_launchs_server_holds_are_named_as_that_launch_to_stop(lab):
+    """The seed story's trap: an earlier attempt's server still holds the GPUs when the next launch (forced past
+    its pre-flight) is refused by SGLang's memory check. The triage names that attempt as what holds them and its
+    `/sglang stop`, where it named a PID and `/gpu free` (which leaves a launch's processes to its stop)."""
+    from tests.handlers.test_scheduler import ready_server
+
+    serving = await ready_server(lab)
+    attempt = await failed_launch(lab, "gpu_memory_occupied")
+    report, text = await triaged(lab, attempt)
+    assert "*gpu_memory_occupied*" in text, text
+    held = f"PID {serving.pid} (CT 129) "
+    assert f"<- {serving.id} (ready, port 30000): `/sglang stop {serving.id}` stops the launch holding it" in text
+    assert text.count(held) >= 2 and "/gpu free" not in text, text  # the GPUs-now line names it too
+    assert f"{held}" in text and f"MiB <- {serving.id} (ready, port 30000)" in text
+    assert (f"*Next experiment:* `/sglang stop {serving.id}` stops the launch holding the GPUs; then relaunch "
+            "unchanged") in text
