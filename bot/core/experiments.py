@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.attempts import CT_MEMORY_CHANGE
+from bot.core.budget import Budget, VerdictKind
 from bot.core.diagnosis import (
     ARGUMENT_ERROR,
     CONTEXT_OVER_MODEL,
@@ -147,6 +148,22 @@ BUDGET_FLAGS = frozenset({"--mem-fraction-static", "--mamba-ssm-dtype", "--max-r
                           "--context-length", "--kv-cache-dtype", "--max-total-tokens", "--chunked-prefill-size",
                           "--cuda-graph-max-bs", "--disable-cuda-graph", "--tp-size", "--tp", "--ep-size", "--dp",
                           "--enable-dp-attention"})
+
+
+# startup memory failures: a budget that says the same launch fits on the GPUs now contradicts the log
+STARTUP_MEMORY_LABELS = frozenset({"kv_pool_oom", "cuda_graph_oom", "weight_load_oom"})
+
+
+def unsized_note(label: str, budget: Budget | None) -> str | None:
+    """Why a startup memory failure comes with no computed remedy: the budget of the same launch on the GPUs as
+    they are now says it starts. The memory it ran out of was held when it ran and is not now (a leftover since
+    stopped), or the budget misjudges this launch; the same launch again tells which. None otherwise."""
+    if label not in STARTUP_MEMORY_LABELS or budget is None or budget.remedies or \
+            budget.verdict is VerdictKind.FAILS:
+        return None
+    return (f"the budget of this launch on the GPUs as they are now says it starts ({budget.summary}), so it computes "
+            "no change: either memory was held when it ran that is free now, or the budget misjudges this launch; "
+            "launching it again unchanged tells which (its pre-flight shows whether the GPUs are clean)")
 
 
 def label_experiments(label: str, argv: Sequence[str], evidence: str = "") -> tuple[Experiment, ...]:

@@ -666,3 +666,15 @@ async def test_gpus_an_earlier_launchs_server_holds_are_named_as_that_launch_to_
     assert f"{held}" in text and f"MiB <- {serving.id} (ready, port 30000)" in text
     assert (f"*Next experiment:* `/sglang stop {serving.id}` stops the launch holding the GPUs; then relaunch "
             "unchanged") in text
+
+
+async def test_a_kv_pool_failure_whose_budget_says_the_launch_starts_is_told_so_with_what_tells_them_apart(lab):
+    """The log says the KV pool did not fit, but the same launch's budget on the clean GPUs says it starts (the
+    lab's replayed log is an AWQ load, so its measured weights are not used): the triage says why it computes no
+    change and that a launch unchanged tells the two readings apart, where it said only the label's advice."""
+    attempt = await failed_launch(lab, "kv_pool_oom", "--mem-fraction-static 0.88 --context-length 32768 "
+                                                      "--mamba-ssm-dtype bfloat16")
+    report, text = await triaged(lab, attempt)
+    assert "*kv_pool_oom*" in text and not buttons(report)
+    assert ("The budget of this launch on the GPUs as they are now says it starts (" in text
+            and "launching it again unchanged tells which" in text), text
