@@ -28,7 +28,7 @@ from bot.core.diagnosis import (
     LaunchContext,
     diagnose_excerpt,
 )
-from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments
+from bot.core.experiments import BUDGETED_LABELS, Experiment, finding_experiments, unsized_experiment
 from bot.core.flags import parse_sglang_flags
 from bot.core.gpu import SmiSnapshot
 from bot.core.gpu_faults import OomKill, ecc_evidence, gpus_by_bus, oom_kill_findings, xid_findings
@@ -267,15 +267,17 @@ async def _read_in_container(transport: Transport, attempt: Attempt, python: str
 async def _next_experiments(transport: Transport, inventory: Inventory, target: Target, attempt: Attempt,
                             finding: Finding, relaunch: tuple[str, ...]) -> tuple[PlannedBudget | None,
                                                                                   tuple[Experiment, ...]]:
-    """The budget engine's remedies for a finding it sizes (from the failed attempt's own measured weights), else
-    the label's own flag experiment on ``relaunch``."""
+    """The budget engine's remedies for a finding it sizes (from the failed attempt's own measured weights), or the
+    same launch again when that budget says it starts; else the label's own flag experiment on ``relaunch``."""
     if finding.label not in BUDGETED_LABELS:
         return None, finding_experiments(finding, relaunch)
     try:
-        return await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
-                                 (attempt,)), ()
+        planned = await plan_budget(transport, inventory, target, attempt.model_path, user_flags(attempt.argv),
+                                    (attempt,))
     except GpuopsError:
         return None, ()
+    again = unsized_experiment(finding.label, planned.budget, relaunch)
+    return planned, (again,) if again else ()
 
 
 async def _label_evidence(transport: Transport, attempt: Attempt, python: str, finding: Finding, text: str,

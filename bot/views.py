@@ -34,7 +34,6 @@ from bot.core.attempts import SERVER_ENDED, WATCHED_UNTIL, Attempt, AttemptStatu
 from bot.core.budget import Budget, planned_format_conflict
 from bot.core.commands import DEFAULT_LOG_LINES
 from bot.core.diagnosis import HOST_OOM_KILL, Finding
-from bot.core.experiments import unsized_note
 from bot.core.gpu import GpuProcess
 from bot.core.health import HealthReport
 from bot.core.incident import RECORD_TEXT_MAX, Event, Hypothesis, Incident, Observation, Recorded, person, timeline
@@ -697,9 +696,6 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
         if report.planned is not None and report.planned.budget.remedies:
             steps += [f"{i}. {code_span(r.change)} — {escape_mrkdwn(r.effect)}"
                       for i, r in enumerate(report.planned.budget.remedies, 1)]
-        budget = report.planned.budget if report.planned is not None else None
-        if (unsized := unsized_note(report.finding.label, budget)) is not None:
-            steps.append(escape_mrkdwn(unsized[0].upper() + unsized[1:]))
         steps += [f"{i}. {code_span(e.change)} — {escape_mrkdwn(e.why)}"
                   for i, e in enumerate(report.experiments, 1)]
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(steps))]

@@ -154,16 +154,17 @@ BUDGET_FLAGS = frozenset({"--mem-fraction-static", "--mamba-ssm-dtype", "--max-r
 STARTUP_MEMORY_LABELS = frozenset({"kv_pool_oom", "cuda_graph_oom", "weight_load_oom"})
 
 
-def unsized_note(label: str, budget: Budget | None) -> str | None:
-    """Why a startup memory failure comes with no computed remedy: the budget of the same launch on the GPUs as
-    they are now says it starts. The memory it ran out of was held when it ran and is not now (a leftover since
-    stopped), or the budget misjudges this launch; the same launch again tells which. None otherwise."""
+def unsized_experiment(label: str, budget: Budget | None, argv: Sequence[str]) -> Experiment | None:
+    """For a startup memory failure whose budget (of the same launch on the GPUs as they are now) says it starts, so
+    computes no change: the same launch again, which tells the two readings apart. Either memory was held when it
+    ran that is free now (a leftover since stopped), or the budget misjudges this launch. None otherwise."""
     if label not in STARTUP_MEMORY_LABELS or budget is None or budget.remedies or \
             budget.verdict is VerdictKind.FAILS:
         return None
-    return (f"the budget of this launch on the GPUs as they are now says it starts ({budget.summary}), so it computes "
-            "no change: either memory was held when it ran that is free now, or the budget misjudges this launch; "
-            "launching it again unchanged tells which (its pre-flight shows whether the GPUs are clean)")
+    return Experiment("the same flags", tuple(argv), (
+        f"the budget of this launch on the GPUs as they are now says it starts ({budget.summary}), so it computes no "
+        "change: either memory was held when it ran that is free now, or the budget misjudges this launch; the same "
+        "launch again tells which (its pre-flight shows whether the GPUs are clean)"))
 
 
 def label_experiments(label: str, argv: Sequence[str], evidence: str = "") -> tuple[Experiment, ...]:

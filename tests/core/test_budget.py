@@ -2050,20 +2050,22 @@ def test_ngram_verifies_its_window_and_runs_at_most_48_requests():
     assert given.max_running_requests == 16
 
 
-def test_a_startup_memory_failure_whose_budget_says_the_launch_starts_says_why_no_change_is_computed():
+def test_a_startup_memory_failure_whose_budget_says_the_launch_starts_is_offered_the_same_launch_again():
     """The log says the KV pool did not fit; the same launch's budget on the GPUs as they are now says it starts:
-    the triage says so and what tells the two readings apart, instead of listing no next step at all."""
-    from bot.core.experiments import unsized_note
+    the triage's experiment is that launch again, which tells memory held then from a budget that misjudges it,
+    instead of no next step at all."""
+    from bot.core.experiments import unsized_experiment
 
-    fits = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), parse_sglang_flags(
-        [*SEED, "--mem-fraction-static", "0.88", "--context-length", "32768", "--mamba-ssm-dtype", "bfloat16"]),
-        GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139)), parse_version("0.5.9")))
+    argv = (*SEED, "--mem-fraction-static", "0.88", "--context-length", "32768", "--mamba-ssm-dtype", "bfloat16")
+    fits = compute_budget(BudgetInput(spec("Qwen__Qwen3.6-27B"), parse_sglang_flags(argv),
+                                      GpuPlan("NVIDIA RTX A6000", 49140, 2, free_mib=(49139, 49139)),
+                                      parse_version("0.5.9")))
     assert not fits.remedies and fits.verdict is not VerdictKind.FAILS
-    note = unsized_note("kv_pool_oom", fits)
-    assert note is not None and note.startswith(f"the budget of this launch on the GPUs as they are now says it "
-                                                f"starts ({fits.summary}), so it computes no change")
-    assert "launching it again unchanged tells which" in note
+    again = unsized_experiment("kv_pool_oom", fits, argv)
+    assert again is not None and (again.change, again.argv) == ("the same flags", argv)
+    assert again.why.startswith(f"the budget of this launch on the GPUs as they are now says it starts "
+                                f"({fits.summary}), so it computes no change")
     fails = seed("0.5.9", "0.85", 65536)
-    assert fails.remedies and unsized_note("kv_pool_oom", fails) is None  # its remedies are the next step
-    assert unsized_note("runtime_oom", fits) is None  # serving ran out: a budget that starts says nothing against it
-    assert unsized_note("kv_pool_oom", None) is None
+    assert fails.remedies and unsized_experiment("kv_pool_oom", fails, argv) is None  # its remedies come first
+    assert unsized_experiment("runtime_oom", fits, argv) is None  # serving ran out: a budget that starts says nothing
+    assert unsized_experiment("kv_pool_oom", None, argv) is None

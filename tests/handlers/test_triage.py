@@ -668,13 +668,18 @@ async def test_gpus_an_earlier_launchs_server_holds_are_named_as_that_launch_to_
             "unchanged") in text
 
 
-async def test_a_kv_pool_failure_whose_budget_says_the_launch_starts_is_told_so_with_what_tells_them_apart(lab):
+async def test_a_kv_pool_failure_whose_budget_says_the_launch_starts_is_offered_the_same_launch_again(lab):
     """The log says the KV pool did not fit, but the same launch's budget on the clean GPUs says it starts (the
     lab's replayed log is an AWQ load, so its measured weights are not used): the triage says why it computes no
-    change and that a launch unchanged tells the two readings apart, where it said only the label's advice."""
-    attempt = await failed_launch(lab, "kv_pool_oom", "--mem-fraction-static 0.88 --context-length 32768 "
-                                                      "--mamba-ssm-dtype bfloat16")
+    change, and its button launches the same flags again, which tells the two readings apart; before, it gave only
+    the label's advice and no button."""
+    flags = "--mem-fraction-static 0.88 --context-length 32768 --mamba-ssm-dtype bfloat16"
+    attempt = await failed_launch(lab, "kv_pool_oom", flags)
     report, text = await triaged(lab, attempt)
-    assert "*kv_pool_oom*" in text and not buttons(report)
-    assert ("The budget of this launch on the GPUs as they are now says it starts (" in text
-            and "launching it again unchanged tells which" in text), text
+    assert "*kv_pool_oom*" in text
+    assert "1. `the same flags` — the budget of this launch on the GPUs as they are now says it starts (" in text, text
+    assert [b["text"]["text"] for b in buttons(report)] == ["launch with the same flags"]
+    again = await relaunched_by(lab, report, "launch with the same flags")
+    from bot.core.attempts import user_flags
+
+    assert again.id != attempt.id and user_flags(again.argv) == user_flags(attempt.argv)
