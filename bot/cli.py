@@ -879,7 +879,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 def _triage_attempt(args: argparse.Namespace) -> int:
     from bot.core.attempts import is_attempt_id
-    from bot.status import launch_refs
+    from bot.status import launch_refs_if_read
     from bot.triage import find_attempt, record_triage, triage_attempt
     from bot.views import blocks_to_text, triage_message
 
@@ -889,7 +889,7 @@ def _triage_attempt(args: argparse.Namespace) -> int:
         attempt = await find_attempt(services.attempts, args.what, target)
         report = await triage_attempt(services.transport, services.inventory, attempt,
                                       lambda: services.attempts.recent(attempt.node, attempt.vmid, 20),
-                                      services.launch.stall_timeout_s, lambda: launch_refs(services.attempts))
+                                      services.launch.stall_timeout_s, lambda: launch_refs_if_read(services.attempts))
         await record_triage(services.attempts, services.store, report, _cli_user(), "")
         if args.json:
             print(json.dumps(_triage_report_json(report), indent=2))

@@ -83,7 +83,7 @@ from bot.ssh import CommandResult
 from bot.status import (
     SmiFailed,
     Transport,
-    launch_refs,
+    launch_refs_if_read,
     read_dev_shm,
     read_device_holders,
     read_device_nodes,
@@ -203,7 +203,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     budget_task = asyncio.ensure_future(plan_budget(transport, inventory, target, request.model_path, request.flags,
                                                     history))
     host_task = asyncio.ensure_future(read_node(transport, target.node, node.proc_root))
-    launches_task = asyncio.ensure_future(launch_refs(store))
+    launches_task = asyncio.ensure_future(launch_refs_if_read(store))
     faults_task = asyncio.ensure_future(read_faults(transport, target.node, time.time()))
     ct_config_task = asyncio.ensure_future(read_pct_config(transport, target.node, target.vmid))
     nodes_task = asyncio.ensure_future(_device_nodes(transport, target.node, target.vmid, ct_config_task))
@@ -246,7 +246,7 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
         log.warning("reading ECC/Xid on %s failed", target.node, exc_info=True)
         faults = None
     if planned is not None:
-        clean, planned = _gpus_clean(planned, host, limits, await _launches_if_read(launches_task), target.node)
+        clean, planned = _gpus_clean(planned, host, limits, await launches_task, target.node)
         checks.append(clean)
         if faults is not None:
             checks.append(Check("GPU hardware", *launch_gpu_health(faults, planned.gpu_uuids)))
@@ -384,16 +384,6 @@ def _sglang_check(planned: PlannedBudget, python: str) -> Check:
         return Check("SGLang supports the model", "warn", support[0])
     extra = ", ".join(f"{k} {v}" for k, v in versions.items() if k != "sglang" and v)
     return Check("SGLang supports the model", "ok", f"SGLang {sglang}" + (f" ({extra})" if extra else ""))
-
-
-async def _launches_if_read(task: asyncio.Future[dict[Launch, LaunchRef]]) -> Mapping[Launch, LaunchRef]:
-    """The recorded launches still running, as /gpu status names them; an empty map when the history cannot be read
-    (holders are then named by PID alone)."""
-    try:
-        return await task
-    except GpuopsError as exc:
-        log.warning("GPU holders not matched to launches: %s", exc.user_message)
-        return {}
 
 
 async def _drop_unread(*tasks: asyncio.Future[Any] | None) -> None:

@@ -280,6 +280,16 @@ async def launch_refs(attempts: AttemptStore) -> dict[Launch, LaunchRef]:
     return {key: launch_ref(a) for key, a in (await running_launches(attempts)).items()}
 
 
+async def launch_refs_if_read(attempts: AttemptStore) -> dict[Launch, LaunchRef]:
+    """:func:`launch_refs`, or none when the history cannot be read: a GPU's holders are then named by PID alone
+    (the pre-flight's and the triage's reading of the GPUs must not fail for it)."""
+    try:
+        return await launch_refs(attempts)
+    except GpuopsError as exc:
+        log.warning("GPU holders not matched to launches: %s", exc.user_message)
+        return {}
+
+
 def launch_ref(attempt: Attempt) -> LaunchRef:
     status = LEFT_RUNNING if attempt.left_running else attempt.status.value
     return LaunchRef(attempt.id, status, attempt.port)

@@ -144,7 +144,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     ``others``: reads the container's other attempts, to name a launch that holds a port this one needed (only a
     port finding reads them); ``hang_after_s``: the silence the launch's follower calls a hang (its stall timeout):
     a log silent for less is still starting, or was stopped on request, not hung; ``launches``: reads the recorded
-    launches still running (:func:`bot.status.launch_refs`), to name a GPU's holder as the launch to stop."""
+    launches still running (:func:`bot.status.launch_refs_if_read`), to name a GPU's holder as the launch to stop."""
     target = Target("container", attempt.node, attempt.vmid, attempt.container)
     container = container_of(inventory, target)
     python = container.python
@@ -152,7 +152,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     stacks = asyncio.ensure_future(read_stacks(transport, inventory, attempt))
     try:
         read = await _read_in_container(transport, attempt, python)
-        held_by = await _launches_now(launches)
+        held_by = await launches() if launches is not None else {}
         gpus, xid, snapshot, kills = await _node_evidence(transport, inventory, attempt, held_by)
     except BaseException:
         stacks.cancel()
@@ -378,18 +378,6 @@ def _disk(df: str) -> str:
     if row is None:
         return "free disk: unknown"
     return f"free disk on {row.mounted_on}: {row.free_kib / 2**20:.1f} GiB of {row.size_kib / 2**20:.1f} GiB"
-
-
-async def _launches_now(launches: Callable[[], Awaitable[Mapping[Launch, LaunchRef]]] | None
-                        ) -> Mapping[Launch, LaunchRef]:
-    """The recorded launches still running; none when not asked for or unreadable (holders then go by PID alone)."""
-    if launches is None:
-        return {}
-    try:
-        return await launches()
-    except GpuopsError as exc:
-        log.warning("GPU holders not matched to launches: %s", exc.user_message)
-        return {}
 
 
 async def _node_evidence(transport: Transport, inventory: Inventory, attempt: Attempt,

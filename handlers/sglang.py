@@ -47,7 +47,7 @@ from bot.launch import (
     start,
 )
 from bot.slack import UNREACHABLE_ERRORS, post_messages, slack_error, upload_png
-from bot.status import launch_refs
+from bot.status import launch_refs_if_read
 from bot.triage import TriageReport, find_attempt, read_stacks, record_triage, triage_attempt
 from handlers.common import authorize
 
@@ -345,7 +345,7 @@ async def triaged(services: Services, spec: str | None, target: Target | None, u
     attempt = await find_attempt(attempts, spec, target, channel)
     report = await triage_attempt(services.transport, services.inventory, attempt,
                                   lambda: attempts.recent(attempt.node, attempt.vmid, 20),
-                                  services.launch.stall_timeout_s, lambda: launch_refs(attempts))
+                                  services.launch.stall_timeout_s, lambda: launch_refs_if_read(attempts))
     choices: list[tuple[str, str]] = []
     request = LaunchRequest(Target("container", attempt.node, attempt.vmid, attempt.container), attempt.model_path,
                             report.relaunch, user, channel)

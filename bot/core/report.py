@@ -119,7 +119,7 @@ def launch_of(process: GpuProcess, node: str, launches: Mapping[Launch, LaunchRe
 
 @dataclass(frozen=True)
 class MemoryHolders:
-    """What holds memory on some GPUs of a node, as a launch's pre-flight and its budget name it."""
+    """What holds memory on some GPUs of a node, as the launch pre-flight, the budget and the triage name it."""
     lines: tuple[str, ...]  # "GPU 0: PID 4242 (CT 129) python3 38095 MiB <- a2026... (ready, port 30000)"
     launches: tuple[tuple[str, str], ...]  # the recorded launches among the holders: (attempt id, label)
     others: bool  # memory held by a process no recorded launch owns, or by none listed (orphaned)

@@ -41,8 +41,10 @@ PROMPT = "gpuops> "
 SAID = ("chat.postMessage", "chat.update", "response_url")  # what the app says in Slack, as the console shows it
 CHANNEL = "C0LAB"  # the channel the console's commands are typed in (the stand-in's requests' default)
 # the lab's settings that differ from a deployment's, for speed on loopback: the app's, and its terminal's
-LAB_TIMINGS: dict[str, Any] = {"status_deadline_s": 4.0, "ssh_connect_timeout_s": 3.0, "progress_poll_s": 0.3,
-               "progress_update_s": 0.5, "stop_timeout_s": 5.0}
+LAB_TIMINGS: dict[str, Any] = {
+    "status_deadline_s": 4.0, "ssh_connect_timeout_s": 3.0, "progress_poll_s": 0.3, "progress_update_s": 0.5,
+    "stop_timeout_s": 5.0,
+}
 
 
 async def _cancel_others(timeout_s: float = 10.0) -> None:
