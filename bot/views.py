@@ -279,9 +279,7 @@ def budget_messages(budget: Budget, title: str, refused_flags: Sequence[str] | N
     for part in _split_text("\n".join(verdict_lines)):
         blocks.append(SectionBlock(text=MarkdownTextObject(text=part)))
     if budget.remedies:
-        remedy_text = "*Remedies, cheapest first:*\n" + "\n".join(
-            f"{i}. {code_span(r.change)} — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
-        blocks += [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text(remedy_text)]
+        blocks += _remedy_sections(budget)
     if budget.not_modelled:
         near = "".join(f"\n:warning: {note}" for note in _near_misses(budget, refused_flags))
         blocks.append(ContextBlock(elements=[MarkdownTextObject(
@@ -302,6 +300,17 @@ STATUS_ICON = {
 
 
 BACKTICK_LOOKALIKE = "\u02cb"  # modifier letter grave accent
+
+
+def numbered_changes(changes: Iterable[tuple[str, str]]) -> list[str]:
+    """Remedies or experiments as a numbered list: each change as code, then what it does."""
+    return [f"{i}. {code_span(change)} — {escape_mrkdwn(why)}" for i, (change, why) in enumerate(changes, 1)]
+
+
+def _remedy_sections(budget: Budget) -> list[Block]:
+    """A budget's remedies, cheapest first, as sections within Slack's limit (the budget's answer, a refusal)."""
+    text = "*Remedies, cheapest first:*\n" + "\n".join(numbered_changes((r.change, r.effect) for r in budget.remedies))
+    return [SectionBlock(text=MarkdownTextObject(text=part)) for part in _split_text(text)]
 
 
 def code_span(text: str) -> str:
@@ -347,9 +356,7 @@ def preflight_message(title: str, checks: Sequence[Check], budget: Budget | None
                       choices: Sequence[tuple[str, str]] = (), command: str | None = None) -> SlackMessage:
     blocks = preflight_blocks(title, checks, refused, forced, command)
     if budget is not None and budget.remedies and refused:
-        text = "*Remedies, cheapest first:*\n" + "\n".join(
-            f"{i}. {code_span(r.change)} — {escape_mrkdwn(r.effect)}" for i, r in enumerate(budget.remedies, 1))
-        blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text(text)]
+        blocks += _remedy_sections(budget)
     blocks += remedy_buttons(choices)
     word = "refused" if refused and not forced else "passed" if not refused else "failed (forced)"
     return SlackMessage(f"Pre-flight {word}: {title}", [b.to_dict() for b in blocks])
@@ -694,10 +701,8 @@ def triage_message(report: TriageReport, choices: Sequence[tuple[str, str]] = ()
     if report.finding is not None:
         steps = [f"*Next experiment:* {escape_mrkdwn(report.finding.next_step)}"]
         if report.planned is not None and report.planned.budget.remedies:
-            steps += [f"{i}. {code_span(r.change)} — {escape_mrkdwn(r.effect)}"
-                      for i, r in enumerate(report.planned.budget.remedies, 1)]
-        steps += [f"{i}. {code_span(e.change)} — {escape_mrkdwn(e.why)}"
-                  for i, e in enumerate(report.experiments, 1)]
+            steps += numbered_changes((r.change, r.effect) for r in report.planned.budget.remedies)
+        steps += numbered_changes((e.change, e.why) for e in report.experiments)
         blocks += [SectionBlock(text=MarkdownTextObject(text=p)) for p in _split_text("\n".join(steps))]
     blocks += remedy_buttons(choices)
     label = report.finding.label if report.finding else "stale log"
