@@ -23,7 +23,7 @@ from bot.core.budget import (
     parse_version,
     stop_launches_first,
 )
-from bot.core.flags import LaunchFlags, check_model_flag, parse_sglang_flags
+from bot.core.flags import LaunchFlags, check_model_flag, indices_text, parse_sglang_flags
 from bot.core.gpu import Gpu, SmiSnapshot
 from bot.core.installed_flags import InstalledFlags, flag_problems, parse_installed_flags
 from bot.core.inventory import Inventory, Target
@@ -44,7 +44,7 @@ class PlannedBudget:
     title: str
     gpu_totals_gib: tuple[float, ...]
     versions: dict[str, str | None]
-    gpu_uuids: tuple[str, ...] = ()  # the GPUs the launch will use (the first tp the container sees)
+    gpu_uuids: tuple[str, ...] = ()  # the GPUs the launch will use (LaunchFlags.gpu_indices)
     model_transformers: str | None = None  # transformers_version recorded in config.json
     free_mib: tuple[int, ...] = ()  # free MiB of the launch GPUs when the budget was planned
 
@@ -155,12 +155,18 @@ def holders_named(planned: PlannedBudget, host: SmiSnapshot, launches: Mapping[L
 
 def _gpu_plan(seen: Sequence[Gpu], flags: LaunchFlags,
               target: Target) -> tuple[GpuPlan, Sequence[Gpu], list[int]]:
-    """The GPUs the launch will use (the first it needs of those the container sees) as the budget plans them, and
-    the total MiB of each that reports one."""
-    if flags.gpus_needed > len(seen):
-        raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp "
-                         f"{flags.dp}); container {target.label} sees {len(seen)}")
-    used = seen[:flags.gpus_needed]
+    """The GPUs the launch will use (those its ranks' indices name, :attr:`LaunchFlags.gpu_indices`, in the order
+    the container sees them) as the budget plans them, and the total MiB of each that reports one."""
+    indices = flags.gpu_indices
+    if flags.gpus_spanned > len(seen):
+        raise UsageError(f"the launch needs {flags.gpus_described()}; container {target.label} sees {len(seen)}"
+                         + (f" (GPU {indices_text(range(len(seen)))})" if flags.gpus_placed and seen else ""))
+    if len(set(indices)) < len(indices):
+        doubled = next(i for i in indices if indices.count(i) > 1)
+        raise UsageError(f"the launch's ranks would share GPU {doubled}: SGLang steps --gpu-id-step within a "
+                         f"pipeline stage only, so with --pp-size {flags.pp} and --gpu-id-step {flags.gpu_id_step} "
+                         "the stages overlap; use --gpu-id-step 1")
+    used = [seen[i] for i in indices]
     totals = [g.memory_total_mib for g in used if g.memory_total_mib]
     free = tuple(g.memory_free_mib for g in used if g.memory_free_mib is not None)
     name = (used[0].name or "GPU") if used else "GPU"

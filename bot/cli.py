@@ -417,10 +417,11 @@ def cmd_budget(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown GPU {args.gpu!r}: give --total-mib (or --free-mib)")
     flags = parse_sglang_flags(_flag_args(args))
     if args.gpus is None:
-        args.gpus = flags.gpus_needed  # the GPUs the flags use (tp x pp x dp); more only when given
-    if flags.gpus_needed > args.gpus:
-        raise UsageError(f"the launch needs {flags.gpus_needed} GPUs (tp {flags.tp} x pp {flags.pp} x dp {flags.dp}), "
-                         f"--gpus is {args.gpus}")
+        args.gpus = flags.gpus_spanned  # the GPUs the flags use (tp x pp x dp from --base-gpu-id); more when given
+    if flags.gpus_spanned > args.gpus:
+        raise UsageError(f"the launch needs {flags.gpus_described()}, --gpus is {args.gpus}")
+    if flags.gpus_placed and len(free) > max(flags.gpu_indices):  # every GPU's free memory: the launch's are picked
+        free = tuple(free[i] for i in flags.gpu_indices)
     gpus = GpuPlan(args.gpu, total, args.gpus, free)
     try:
         model = read_config(config, name=Path(args.model).name if is_hub_id(args.model) else config_path.parent.name)
@@ -1084,7 +1085,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--gpus", type=int, help="how many GPUs the launch may use (default: those its flags use, "
                         "tp x pp x dp; more lets the remedies use them); `--gpu \"2x RTX A6000\"` says it too")
     budget.add_argument("--total-mib", type=int, help="GPU memory, when the GPU name is not known")
-    budget.add_argument("--free-mib", help="free MiB per GPU as nvidia-smi shows them, comma-separated")
+    budget.add_argument("--free-mib", help="free MiB per GPU as nvidia-smi shows them, comma-separated (every GPU's, "
+                        "in its order, to have a --base-gpu-id launch's picked by index)")
     budget.add_argument("--sglang", help="SGLang version, e.g. 0.5.9 (default: current)")
     budget.add_argument("--weights-gib", type=float,
                         help="weights per GPU an earlier load of this checkpoint logged, same tp/pp/quantization "

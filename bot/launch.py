@@ -215,7 +215,8 @@ async def preflight(transport: Transport, inventory: Inventory, store: AttemptSt
     shm_task = asyncio.ensure_future(read_dev_shm(transport, target.node, target.vmid)) \
         if flags.gpus_needed > 1 else None
     # custom all-reduce (on by default at tp > 1) needs peer access between the launch GPUs
-    p2p_task = asyncio.ensure_future(read_peer_access(transport, target.node, target.vmid, flags.tp)) \
+    p2p_task = asyncio.ensure_future(read_peer_access(transport, target.node, target.vmid,
+                                                      flags.gpu_indices[:flags.tp])) \
         if flags.tp > 1 and "--disable-custom-all-reduce" not in request.flags else None
     # SGLang ignores a variable it does not know: its own names, read from the installed package's source
     env_task = asyncio.ensure_future(transport.run(target.node, remote.pct_exec(
@@ -425,7 +426,7 @@ def _gpus_clean(planned: PlannedBudget, host: SmiSnapshot | None, limits: Thresh
     if holders.lines:
         shown = holders.lines[:6]
         return Check(GPUS_CLEAN_CHECK, "fail", "; ".join(shown) + (" …" if len(holders.lines) > 6 else "")), planned
-    return Check(GPUS_CLEAN_CHECK, "ok", "no compute process and no held memory on the node's GPUs"), planned
+    return Check(GPUS_CLEAN_CHECK, "ok", "no compute process and no held memory on the launch's GPUs"), planned
 
 
 # --------------------------------------------------------------------------- launch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -77,15 +78,16 @@ async def _smi(transport: Transport, node: str, argv: remote.Argv) -> str:
         raise
 
 
-async def read_peer_access(transport: Transport, node: str, vmid: int, gpus: int | None) -> tuple[str, str]:
-    """("ok" | "warn", detail): `nvidia-smi topo -p2p r` inside a container, judged for its first
-    ``gpus`` GPUs (None: every GPU the matrix lists). Unreadable is a warning, not a failure."""
+async def read_peer_access(transport: Transport, node: str, vmid: int,
+                           gpus: Sequence[int] | None) -> tuple[str, str]:
+    """("ok" | "warn", detail): `nvidia-smi topo -p2p r` inside a container, judged for the GPUs of those indices
+    (None: every GPU the matrix lists). Unreadable is a warning, not a failure."""
     try:
         out = await transport.run(node, remote.pct_exec(vmid, remote.nvidia_smi_p2p_read()))
     except RemoteError as exc:
         return "warn", f"could not read the P2P matrix: {exc.user_message}"
     matrix = parse_p2p_matrix(out.stdout)
-    return peer_access_check(matrix, len({a for a, _ in matrix}) if gpus is None else gpus)
+    return peer_access_check(matrix, sorted({a for a, _ in matrix}) if gpus is None else gpus)
 
 
 async def read_device_nodes(transport: Transport, node: str, vmid: int,

@@ -178,7 +178,7 @@ async def triage_attempt(transport: Transport, inventory: Inventory, attempt: At
     peer_access = None
     if finding.label in PEER_ACCESS_LABELS:
         try:
-            launch_gpus: int | None = parse_sglang_flags(user_flags(attempt.argv)).gpus_needed
+            launch_gpus: tuple[int, ...] | None = parse_sglang_flags(user_flags(attempt.argv)).gpu_indices
         except GpuopsError:  # flags this SGLang parser does not know: every GPU the container sees
             launch_gpus = None
         peer_access = (await read_peer_access(transport, attempt.node, attempt.vmid, launch_gpus))[1]

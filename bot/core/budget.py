@@ -1687,7 +1687,7 @@ def _wider_tp_remedies(t: _Trials, found: list[Remedy]) -> list[Remedy]:
     flags = t.flags
     edit = FlagEdit("--tp-size", str(flags.tp * 2))
     wider = flags.edited(edit)
-    if t.inp.gpus.count >= wider.gpus_needed:
+    if t.inp.gpus.count >= wider.gpus_spanned:
         b = t.run(edit)
         if t.good(b):
             return [Remedy.of(edit, flags, f"uses {wider.gpus_needed} GPUs: {t.effect(b)}", 6)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -42,6 +42,13 @@ def _positive(text: str) -> int:
     value = _whole(text)
     if value < 1:
         raise ValueError("must be a positive integer")
+    return value
+
+
+def _index(text: str) -> int:
+    value = _whole(text)
+    if value < 0:
+        raise ValueError("must be a GPU index, 0 or more")
     return value
 
 
@@ -90,6 +97,8 @@ MODELLED: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--tp-size": ("tp", _positive),
     "--pp-size": ("pp", _positive),
     "--dp-size": ("dp", _positive),
+    "--base-gpu-id": ("base_gpu_id", _index),
+    "--gpu-id-step": ("gpu_id_step", _positive),
     "--mem-fraction-static": ("mem_fraction_static", _fraction),
     "--context-length": ("context_length", _positive),
     "--max-running-requests": ("max_running_requests", _positive),
@@ -177,11 +186,21 @@ def sglang_spec_params(algorithm: str, architecture: str) -> SpecParams:
     return SpecParams(3, 1, 4, chosen_by_sglang=True)
 
 
+def indices_text(indices: Iterable[int]) -> str:
+    """GPU indices as a person reads them: ``1``, ``0..3`` for a run, else ``0, 2``."""
+    ordered = sorted(set(indices))
+    if len(ordered) > 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}..{ordered[-1]}"
+    return ", ".join(str(i) for i in ordered)
+
+
 @dataclass(frozen=True)
 class LaunchFlags:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    base_gpu_id: int = 0  # the first GPU index the launch's ranks use, as the container numbers its GPUs
+    gpu_id_step: int = 1
     mem_fraction_static: float | None = None  # None: SGLang's automatic default for the version and GPU
     context_length: int | None = None
     max_running_requests: int | None = None
@@ -224,6 +243,36 @@ class LaunchFlags:
     def gpus_needed(self) -> int:
         """GPUs one launch occupies: tp x pp, times dp unless DP attention runs inside the TP group."""
         return self.tp * self.pp * (1 if self.enable_dp_attention else self.dp)
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """The GPU index of each rank, as SGLang places them on one node: rank (pp, tp) of data-parallel replica d
+        on ``base + d*tp*pp*step + pp*tp + tp*step`` (its engine puts the ranks of one replica, its data-parallel
+        controller moves each next replica's base by tp*pp*step; the pipeline stage's offset is not stepped)."""
+        replicas = 1 if self.enable_dp_attention else self.dp
+        step = self.gpu_id_step
+        return tuple(self.base_gpu_id + d * self.tp * self.pp * step + p * self.tp + t * step
+                     for d in range(replicas) for p in range(self.pp) for t in range(self.tp))
+
+    @property
+    def gpus_spanned(self) -> int:
+        """GPUs the container must see for this launch: up to its highest index."""
+        return max(self.gpu_indices) + 1
+
+    @property
+    def gpus_placed(self) -> bool:
+        """Whether --base-gpu-id or --gpu-id-step moves the launch off the first GPUs the container sees."""
+        return self.base_gpu_id != 0 or self.gpu_id_step != 1
+
+    def gpus_described(self) -> str:
+        """Which GPUs the launch needs, in the words of the flags that decide it."""
+        shape = f"tp {self.tp} x pp {self.pp} x dp {self.dp}"
+        if not self.gpus_placed:
+            return f"{self.gpus_needed} GPUs ({shape})"
+        placed = ", ".join(f"{flag} {value}" for flag, value, default in (
+            ("--base-gpu-id", self.base_gpu_id, 0), ("--gpu-id-step", self.gpu_id_step, 1)) if value != default)
+        indices = set(self.gpu_indices)
+        return f"GPU{'s' if len(indices) > 1 else ''} {indices_text(indices)} ({shape}, {placed})"
 
     @property
     def weight_layout(self) -> str:
@@ -676,6 +725,7 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown", "env"}
 __all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "bind_host",
+           "indices_text",
            "check_model_flag", "command_env", "command_flags", "field", "flag_spans", "flag_value",
            "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "server_host", "with_flag",
            "without_flags"]

@@ -12,9 +12,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from bot.core.attempts import flag_pairs
 from bot.core.diagnosis import ECHO, HOST_OOM_KILL, NOT_A_CAUSE, Finding, TorchOom
-from bot.core.flags import parse_sglang_flags
+from bot.core.flags import LaunchFlags, indices_text, parse_sglang_flags
 from bot.core.gpu import GpuProcess, SmiSnapshot
 from bot.core.gpu_faults import OomKill, nvidia_nodes_passed, server_kill
 from bot.core.report import Launch, LaunchRef, MemoryHolders, launch_of
@@ -232,12 +231,6 @@ def driver_evidence(node: str, snapshot: SmiSnapshot | None) -> tuple[str, ...]:
             "build (torch, Triton, FlashInfer) for no newer a CUDA",)
 
 
-def base_gpu_id(flags: Sequence[str]) -> int:
-    """--base-gpu-id as the launch gave it (SGLang's default 0; a value that is not a number counts as 0)."""
-    value = flag_pairs(tuple(flags)).get("--base-gpu-id", "0")
-    return int(value) if value.isdigit() else 0
-
-
 def ordinal_evidence(node: str, vmid: int | None, snapshot: SmiSnapshot | None,
                      flags: Sequence[str], pct_config: str | None = None) -> tuple[str, ...]:
     """For a rank that asked for a GPU index its process cannot see: the indices the launch's flags use against the
@@ -246,14 +239,12 @@ def ordinal_evidence(node: str, vmid: int | None, snapshot: SmiSnapshot | None,
     cause."""
     lines = []
     try:
-        needed: int | None = parse_sglang_flags(flags).gpus_needed
+        parsed: LaunchFlags | None = parse_sglang_flags(flags)
     except UsageError:  # a flag value the parser refuses: say only where to look
-        needed = None
-    if needed is not None:
-        base_gpu = base_gpu_id(flags)
-        last = base_gpu + needed - 1
-        lines.append(f"the launch uses {needed} GPU(s) (tp x pp x dp), indices {base_gpu}..{last}: the process must "
-                     f"see at least {last + 1}")
+        parsed = None
+    if parsed is not None:
+        lines.append(f"the launch uses {parsed.gpus_needed} GPU(s) (tp x pp x dp), indices "
+                     f"{indices_text(parsed.gpu_indices)}: the process must see at least {parsed.gpus_spanned}")
     if snapshot is not None:
         lines.append(f"{node} has {len(snapshot.gpus)} GPU(s) (nvidia-smi on the node)")
     where = f"`pct config {vmid}` on {node}" if vmid is not None else "the container's configuration"

@@ -9,6 +9,7 @@ between these two devices" (corpus: sglang-4814), and the fix is `--disable-cust
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # the legend nvidia-smi prints under the matrix
 P2P_STATUS = {
@@ -45,17 +46,20 @@ def parse_p2p_matrix(text: str) -> dict[tuple[int, int], str]:
     return cells
 
 
-def peer_access_check(matrix: dict[tuple[int, int], str], gpus: int) -> tuple[str, str]:
-    """("ok" | "warn", detail) for the first ``gpus`` GPUs a launch uses, read both ways."""
+def peer_access_check(matrix: dict[tuple[int, int], str], gpus: Sequence[int]) -> tuple[str, str]:
+    """("ok" | "warn", detail) for the GPUs a launch uses (their indices), read both ways."""
     if not matrix:
         return "warn", "nvidia-smi printed no P2P matrix: peer access between the launch GPUs is unknown"
-    missing = [(a, b) for a in range(gpus) for b in range(gpus) if a != b and (a, b) not in matrix]
+    used = sorted(set(gpus))
+    missing = [(a, b) for a in used for b in used if a != b and (a, b) not in matrix]
     if missing:
         return "warn", f"the P2P matrix does not list GPU{missing[0][0]}->GPU{missing[0][1]}"
-    bad = [(a, b, matrix[(a, b)]) for a in range(gpus) for b in range(a + 1, gpus)
+    bad = [(a, b, matrix[(a, b)]) for i, a in enumerate(used) for b in used[i + 1:]
            if matrix[(a, b)] != "OK" or matrix[(b, a)] != "OK"]
     if not bad:
-        return "ok", f"peer access OK between GPU0-GPU{gpus - 1}"
+        together = len(used) > 1 and used == list(range(used[0], used[-1] + 1))
+        named = f"GPU{used[0]}-GPU{used[-1]}" if together else ", ".join(f"GPU{i}" for i in used)
+        return "ok", f"peer access OK between {named}"
     a, b, status = bad[0]
     status = status if status != "OK" else matrix[(b, a)]
     named = P2P_STATUS.get(status, status)

@@ -252,12 +252,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--tp-size", "--tp", type=int, default=1, dest="tp")
     parser.add_argument("--api-key")
+    parser.add_argument("--base-gpu-id", type=int, default=0)
+    parser.add_argument("--gpu-id-step", type=int, default=1)
     args, extra = parser.parse_known_args(argv)
     extra = [*extra, "--tp-size", str(args.tp)]
     state_dir = Path(os.environ["FAKE_PVE_STATE"])
     vmid = os.environ.get("FAKE_CT", "0")
     state = json.loads((state_dir / "node.json").read_text())
-    gpus = state["containers"].get(vmid, {}).get("gpus", [0])[: args.tp]
+    passed = state["containers"].get(vmid, {}).get("gpus", [0])  # the node's GPUs, as the container numbers them
+    placed = [args.base_gpu_id + rank * args.gpu_id_step for rank in range(args.tp)]  # SGLang's placement of tp ranks
+    if max(placed) >= len(passed):  # torch's words (real, from an issue's log) when a rank's index is not there
+        print("torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+              "GPU device may be out of range, do you have enough GPUs?", flush=True)
+        return 1
+    gpus = [passed[i] for i in placed]
     outcome, delay, pause = next_outcome(os.environ.get("GPUOPS_LAB_SCENARIO"))
     if outcome == "nccl_shm_error" and os.environ.get("NCCL_SHM_DISABLE") == "1":
         outcome = "auto"  # NCCL goes on without the transport that failed

@@ -1341,6 +1341,34 @@ def test_pipeline_budget_is_bound_by_the_rank_with_fewest_kv_tokens():
     assert parse_sglang_flags(["--tp", "2", "--dp", "2", "--enable-dp-attention"]).gpus_needed == 2
 
 
+def test_base_gpu_id_and_gpu_id_step_place_the_ranks_as_sglang_does():
+    """SGLang's engine puts rank (pp, tp) on base + pp*tp_size + tp*step, and its data-parallel controller moves each
+    next replica's base by tp*pp*step (hand-worked here for each shape)."""
+    def placed(*argv: str) -> tuple[int, ...]:
+        return parse_sglang_flags(list(argv)).gpu_indices
+
+    assert placed("--tp", "2") == (0, 1)
+    assert placed("--tp", "1", "--base-gpu-id", "1") == (1,)
+    assert placed("--tp", "2", "--base-gpu-id=2") == (2, 3)
+    assert placed("--tp", "2", "--gpu-id-step", "2") == (0, 2)
+    assert placed("--tp", "2", "--dp", "2", "--base-gpu-id", "1") == (1, 2, 3, 4)
+    assert placed("--tp", "2", "--dp", "2", "--gpu-id-step", "2") == (0, 2, 4, 6)
+    assert placed("--tp", "2", "--pp", "2", "--base-gpu-id", "4") == (4, 5, 6, 7)
+    assert placed("--tp", "2", "--dp", "2", "--enable-dp-attention", "--base-gpu-id", "2") == (2, 3)
+    # the stage offset is not stepped: with a step the stages overlap (the budget refuses that launch)
+    assert placed("--tp", "2", "--pp", "2", "--gpu-id-step", "2") == (0, 2, 2, 4)
+    flags = parse_sglang_flags(["--tp", "2", "--base-gpu-id", "1"])
+    assert flags.gpus_spanned == 3 and flags.gpus_placed
+    assert flags.gpus_described() == "GPUs 1..2 (tp 2 x pp 1 x dp 1, --base-gpu-id 1)"
+    assert parse_sglang_flags(["--tp", "4"]).gpus_described() == "4 GPUs (tp 4 x pp 1 x dp 1)"
+    assert parse_sglang_flags(["--gpu-id-step", "2", "--tp", "2"]).gpus_described() == \
+        "GPUs 0, 2 (tp 2 x pp 1 x dp 1, --gpu-id-step 2)"
+    with pytest.raises(UsageError, match="GPU index, 0 or more"):
+        parse_sglang_flags(["--base-gpu-id", "-1"])
+    with pytest.raises(UsageError, match="positive integer"):
+        parse_sglang_flags(["--gpu-id-step", "0"])
+
+
 def test_dtype_flag_sizes_weights_and_an_auto_kv_cache():
     llama = spec("meta-llama__Meta-Llama-3.1-8B-Instruct")  # bfloat16 checkpoint
     plain = run(llama, ["--tp", "1"])

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from bot.lab.nodes import seed_node_state, start_node
@@ -229,6 +230,20 @@ def test_budget_unknown_gpu_is_a_usage_error():
                        "--tp", "1")
     assert ambiguous.returncode == 2 and "H100 NVL (95830 MiB)" in ambiguous.stderr
     assert "H100 PCIe (81559 MiB)" in ambiguous.stderr
+
+
+def test_a_local_budget_placed_by_base_gpu_id_reads_that_gpus_free_memory():
+    """`--free-mib` gives every GPU's, in nvidia-smi's order: a launch on GPU 1 is budgeted on GPU 1's 47000 MiB,
+    not on GPU 0's 2000 that another server holds; a placement past `--gpus` is a usage error."""
+    qwen = str(FIXTURES / "model-configs/Qwen__Qwen3-8B")
+    out = gpuops("budget", "--model", qwen, "--gpu", "RTX A6000", "--free-mib", "2000,47000", "--json", "--",
+                 "--tp", "1", "--base-gpu-id", "1")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["verdict"] == "fits" and data["pre_gib"] == pytest.approx(47000 / 1024 - 0.75, abs=0.01)
+    beyond = gpuops("budget", "--model", qwen, "--gpu", "RTX A6000", "--gpus", "1", "--", "--base-gpu-id", "1")
+    assert beyond.returncode == 2
+    assert "the launch needs GPU 1 (tp 1 x pp 1 x dp 1, --base-gpu-id 1), --gpus is 1" in beyond.stderr
 
 
 def test_unreadable_inputs_are_usage_errors_not_tracebacks(tmp_path):

@@ -106,6 +106,39 @@ async def test_force_needs_admin_and_viewers_cannot_launch(lab):
     assert lab.nodes["pve5"].read_state()["processes"] == []
 
 
+async def test_a_second_server_on_the_gpu_the_first_leaves_free_is_checked_and_budgeted_on_that_gpu(lab):
+    """Two servers in one container, one per GPU: the second (`--base-gpu-id 1`, its own port) is checked, budgeted
+    and started on GPU 1 while the first holds GPU 0; a placement past the GPUs the container sees is refused."""
+    lab.nodes["pve5"].set_scenario(129, ["ready", "ready"], delay_s=0.02)
+    one_gpu = f"{model(lab)} --tp 1 --quantization fp8 --context-length 8192"
+    await lab.slash("/sglang", f"launch sglang-a6000 {one_gpu}")
+    await wait_text(lab, "*ready*")
+    (first,) = await lab.services.attempts.recent("pve5", 129, 1)
+    await lab.slash("/sglang", f"budget sglang-a6000 {one_gpu} --base-gpu-id 1")
+    calls = await wait_text(lab, "1x RTX A6000", method="chat.postMessage")
+    budget = blocks_to_text(post_with(calls, "1x RTX A6000").blocks)
+    # GPU 1's free memory, all of it: not GPU 0's, which the first server holds, nor a remedy to stop that server
+    assert "WILL FAIL" not in budget and "min free 49139 MiB" in budget and "/sglang stop" not in budget
+    assert "Not modelled" not in budget  # the flag is read, not passed through
+    await lab.slash("/sglang", f"launch sglang-a6000 {one_gpu} --base-gpu-id 1 --port 30001")
+    calls = await wait_text(lab, "Pre-flight passed", method="chat.postMessage")
+    checks = blocks_to_text(post_with(calls, "Pre-flight passed").blocks)
+    assert "*GPUs clean*: no compute process and no held memory on the launch's GPUs" in checks
+    (second,) = await lab.services.attempts.recent("pve5", 129, 1)
+    assert second.id != first.id
+    await lab.standin.wait_for(lambda cs: any(c.method == "chat.update" and second.id in blocks_to_text(c.blocks)
+                                              and "*ready*" in blocks_to_text(c.blocks) for c in cs), 60)
+    state = lab.nodes["pve5"].read_state()
+    held = {p["pid"]: p["gpu_uuid"] for p in state["processes"]}
+    uuids = [g["uuid"] for g in state["gpus"]]
+    assert held == {first.pid: uuids[0], second.pid: uuids[1]}
+    await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --base-gpu-id 1 --port 30002")
+    calls = await wait_text(lab, "Pre-flight refused", method="chat.postMessage")
+    refusal = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
+    assert ("the launch needs GPUs 1..2 (tp 2 x pp 1 x dp 1, --base-gpu-id 1); container pve5:129 (sglang-a6000) "
+            "sees 2 (GPU 0..1)") in refusal
+
+
 async def test_a_user_group_grants_operator(lab):
     lab.standin.usergroups = {"S0INFRA": ["U0GROUPIE"]}
     lab.nodes["pve5"].set_scenario(129, ["hang"], delay_s=0.02)
