@@ -83,6 +83,7 @@ from bot.ssh import CommandResult
 from bot.status import (
     SmiFailed,
     Transport,
+    launch_ref,
     launch_refs_if_read,
     read_dev_shm,
     read_device_holders,
@@ -786,9 +787,10 @@ class StopResult:
 
 
 async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None, history: str) -> Attempt:
-    """The attempt ``spec`` names (``target`` None), or the newest running one on the container ``target`` (a failed
-    one whose server was left running counts: see :attr:`Attempt.left_running`); ``history``: the command that lists
-    them, for the answer when there is none."""
+    """The attempt ``spec`` names (``target`` None), or the one running on the container ``target`` (a failed one
+    whose server was left running counts: see :attr:`Attempt.left_running`); ``history``: the command that lists
+    them, for the answer when there is none. With more than one running there (servers on different GPUs and
+    ports), which to stop is the person's to name: a usage error lists them."""
     if target is None:
         attempt = await store.get(spec)
         if attempt is None:
@@ -799,6 +801,11 @@ async def attempt_to_stop(store: AttemptStore, spec: str, target: Target | None,
               if (a.status in ACTIVE or a.left_running) and a.pid]
     if not active:
         raise UsageError(f"no running attempt on {target.label} (see `{history} {spec}`)")
+    if len(active) > 1:
+        raise UsageError(f"{len(active)} servers run on {target.label}: "
+                         + "; ".join(f"`{ref.attempt}` ({ref.status}, port {ref.port})"
+                                     for ref in map(launch_ref, active))
+                         + ": name the attempt to stop instead of the container")
     return active[0]
 
 

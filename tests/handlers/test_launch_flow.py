@@ -132,6 +132,16 @@ async def test_a_second_server_on_the_gpu_the_first_leaves_free_is_checked_and_b
     held = {p["pid"]: p["gpu_uuid"] for p in state["processes"]}
     uuids = [g["uuid"] for g in state["gpus"]]
     assert held == {first.pid: uuids[0], second.pid: uuids[1]}
+    # a stop by the container's name cannot tell which of its two servers is meant: it names both, stops neither
+    await lab.slash("/sglang", "stop sglang-a6000", user_id="U0ALICE")
+    calls = await lab.standin.wait_for(lambda cs: any("servers run on" in str(c.params.get("text")) for c in cs), 10)
+    answer = next(str(c.params["text"]) for c in calls if "servers run on" in str(c.params.get("text")))
+    assert (f"2 servers run on pve5:129 (sglang-a6000): `{second.id}` (ready, port 30001); `{first.id}` (ready, port "
+            "30000): name the attempt to stop instead of the container") in answer
+    assert not any(c.method == "chat.postMessage" and "Stop attempt" in blocks_to_text(c.blocks) for c in calls)
+    status, printed = await lab.terminal(["stop", "sglang-a6000", "--yes"])  # --yes asks nothing: still named
+    assert status == 2 and f"`{second.id}` (ready, port 30001); `{first.id}` (ready, port 30000)" in printed
+    assert {p["pid"] for p in lab.nodes["pve5"].read_state()["processes"]} == {first.pid, second.pid}
     await lab.slash("/sglang", f"launch sglang-a6000 {model(lab)} --tp 2 --base-gpu-id 1 --port 30002")
     calls = await wait_text(lab, "Pre-flight refused", method="chat.postMessage")
     refusal = blocks_to_text(post_with(calls, "Pre-flight refused").blocks)
