@@ -725,7 +725,6 @@ def secret_value(argv: Sequence[str], flag: str) -> str | None:
 
 MODELLED_FIELDS = frozenset(f.name for f in fields(LaunchFlags)) - {"passthrough", "unknown", "env"}
 __all__ = ["LaunchFlags", "MODELLED", "MODELLED_FIELDS", "PASSTHROUGH", "REDACTED", "SECRET_FLAGS", "bind_host",
-           "indices_text",
-           "check_model_flag", "command_env", "command_flags", "field", "flag_spans", "flag_value",
+           "check_model_flag", "command_env", "command_flags", "field", "flag_spans", "flag_value", "indices_text",
            "parse_sglang_flags", "redacted", "scrub_secrets", "secret_value", "server_host", "with_flag",
            "without_flags"]

@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bot.core.flags import LaunchFlags
 from bot.lab.fake_nvidia_smi import listed_processes, orphaned
 from bot.lab.fake_server_args import ServerArgs
 
@@ -260,7 +261,7 @@ def main(argv: list[str]) -> int:
     vmid = os.environ.get("FAKE_CT", "0")
     state = json.loads((state_dir / "node.json").read_text())
     passed = state["containers"].get(vmid, {}).get("gpus", [0])  # the node's GPUs, as the container numbers them
-    placed = [args.base_gpu_id + rank * args.gpu_id_step for rank in range(args.tp)]  # SGLang's placement of tp ranks
+    placed = LaunchFlags(tp=args.tp, base_gpu_id=args.base_gpu_id, gpu_id_step=args.gpu_id_step).gpu_indices
     if max(placed) >= len(passed):  # torch's words (real, from an issue's log) when a rank's index is not there
         print("torch.AcceleratorError: CUDA error: invalid device ordinal\n"
               "GPU device may be out of range, do you have enough GPUs?", flush=True)
